@@ -1,0 +1,29 @@
+"""Errors that pytest-llmeval reports to users.
+
+Each error names what is at fault (a spec file and field, a data file, an option)
+so that the message alone says what to fix.
+"""
+
+from __future__ import annotations
+
+
+class LlmEvalError(Exception):
+    """Base class of every error pytest-llmeval raises on bad input."""
+
+
+class SpecError(LlmEvalError):
+    """A task spec is invalid: the message names the file and the field."""
+
+    def __init__(self, source: str, field: str, message: str) -> None:
+        self.source = source
+        self.field = field
+        self.message = message
+        super().__init__(f"{source}: field '{field}': {message}")
+
+
+class DataError(LlmEvalError):
+    """Benchmark data could not be found or read."""
+
+
+class ModelError(LlmEvalError):
+    """The model could not be resolved or loaded."""

@@ -1,0 +1,284 @@
+"""Benchmark data: local files first (offline), the Hugging Face hub as the online path.
+
+Local files are looked up in the data directories in order (``--llm-data-dir``,
+``LLMEVAL_DATA_DIR``, the ``llm_data_dir`` ini option). Rows are plain dicts; the spec's
+field map adds canonical names (``question``, ``choices``, ...) next to the raw fields.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_llmeval._errors import DataError
+from pytest_llmeval.task import DatasetSpec, TaskSpec
+
+Doc = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One benchmark item: a stable id, its position, its subset and its document."""
+
+    id: str
+    index: int
+    doc: Doc = field(hash=False, compare=False)
+    subset: str | None = None
+
+
+def _infer_format(path: Path, declared: str | None) -> str:
+    if declared:
+        return declared
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix in ("jsonl", "json", "csv", "parquet"):
+        return suffix
+    raise DataError(f"{path}: cannot tell the format from the extension; set dataset.format")
+
+
+def read_records(path: Path, fmt: str | None = None, json_key: str | None = None) -> list[Doc]:
+    """Read all rows of a local jsonl/json/csv/parquet file as dicts."""
+    kind = _infer_format(path, fmt)
+    try:
+        if kind == "jsonl":
+            rows = []
+            with path.open(encoding="utf-8") as fh:
+                for lineno, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise DataError(f"{path}:{lineno}: invalid JSON line: {exc}") from None
+            return rows
+        if kind == "json":
+            with path.open(encoding="utf-8") as fh:
+                data = json.load(fh)
+            if json_key is not None:
+                if not isinstance(data, Mapping) or json_key not in data:
+                    raise DataError(f"{path}: no top-level key {json_key!r} (dataset.json_key)")
+                data = data[json_key]
+            if not isinstance(data, list):
+                raise DataError(
+                    f"{path}: expected a JSON list of objects"
+                    + ("" if json_key else "; set dataset.json_key if the list is under a key")
+                )
+            return list(data)
+        if kind == "csv":
+            with path.open(encoding="utf-8", newline="") as fh:
+                return [dict(row) for row in csv.DictReader(fh)]
+        if kind == "parquet":
+            try:
+                import pyarrow.parquet as pq
+            except ImportError:
+                raise DataError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
+            return list(pq.read_table(path).to_pylist())
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read: {exc}") from None
+    except (UnicodeDecodeError, csv.Error, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: cannot be parsed as {kind}: {exc}") from None
+    raise DataError(f"{path}: unknown format {kind!r}")
+
+
+def resolve_local(path_template: str, subset: str | None, data_dirs: Sequence[Path]) -> Path | None:
+    """The first existing file for ``path_template`` (with ``{subset}`` filled in)."""
+    relative = path_template.replace("{subset}", subset) if subset is not None else path_template
+    candidate = Path(relative).expanduser()
+    if candidate.is_absolute():
+        return candidate if candidate.exists() else None
+    for base in data_dirs:
+        if (base / candidate).exists():
+            return base / candidate
+    return None
+
+
+def discover_subsets(path_template: str, data_dirs: Sequence[Path]) -> list[str]:
+    """Subsets found as local files matching ``path_template`` (first data dir that has any)."""
+    head, _, tail = path_template.partition("{subset}")
+    pattern = re.compile(re.escape(head) + r"(.+?)" + re.escape(tail) + r"$")
+    glob = path_template.replace("{subset}", "*")
+    bases = [Path("/")] if Path(path_template).is_absolute() else list(data_dirs)
+    for base in bases:
+        found = []
+        for match in base.glob(glob.lstrip("/") if base == Path("/") else glob):
+            rel = match.relative_to(base).as_posix()
+            if base == Path("/"):
+                rel = "/" + rel
+            m = pattern.match(rel)
+            if m:
+                found.append(m.group(1))
+        if found:
+            return sorted(found)
+    return []
+
+
+def _apply_fields(row: Mapping[str, Any], fields: Mapping[str, Any], where: str) -> Doc:
+    doc: Doc = dict(row)
+    for name, src in fields.items():
+        if isinstance(src, str):
+            if src not in row:
+                raise DataError(f"{where}: field map {name}: {src!r} is not a column; have {sorted(row)}")
+            doc[name] = row[src]
+        else:
+            missing = [s for s in src if s not in row]
+            if missing:
+                raise DataError(f"{where}: field map {name}: no column(s) {missing}; have {sorted(row)}")
+            doc[name] = [row[s] for s in src]
+    return doc
+
+
+def _load_hub(spec: DatasetSpec, subset: str | None, split: str | None = None) -> list[Doc]:
+    assert spec.hub is not None
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(
+            f"hub dataset {spec.hub.id!r} needs the 'datasets' package "
+            "(pip install datasets), or put a local copy in the data directory"
+        ) from None
+    config = spec.hub.config
+    if config is not None and subset is not None:
+        config = config.replace("{subset}", subset).replace("{{subset}}", subset)
+    try:
+        ds = datasets.load_dataset(spec.hub.id, config, split=split or spec.hub.split)
+    except Exception as exc:  # the hub raises many kinds; report them all the same way
+        raise DataError(
+            f"hub dataset {spec.hub.id!r} (config {config!r}) could not be loaded: {exc}. "
+            "Offline? Put a local copy in the data directory (LLMEVAL_DATA_DIR)."
+        ) from None
+    return [dict(r) for r in ds]
+
+
+def load_rows(
+    spec: DatasetSpec,
+    subset: str | None,
+    data_dirs: Sequence[Path],
+    what: str,
+    hub_split: str | None = None,
+) -> tuple[list[Doc], str]:
+    """Rows of one (sub)set with the field map applied, and a description of where from."""
+    if spec.path is not None:
+        local = resolve_local(spec.path, subset, data_dirs)
+        if local is not None:
+            rows = read_records(local, spec.format, spec.json_key)
+            return [_apply_fields(r, spec.fields, f"{local}") for r in rows], str(local)
+    if spec.hub is not None:
+        rows = _load_hub(spec, subset, hub_split)
+        fields = spec.hub.fields if spec.hub.fields is not None else spec.fields
+        where = f"hub:{spec.hub.id}"
+        return [_apply_fields(r, fields, where) for r in rows], where
+    dirs = ", ".join(str(d) for d in data_dirs) or "(none configured)"
+    relative = spec.path.replace("{subset}", subset) if (spec.path and subset) else spec.path
+    raise DataError(
+        f"{what}: data file {relative!r} not found in the data directories [{dirs}]; "
+        "set --llm-data-dir or LLMEVAL_DATA_DIR, or give dataset.hub for the online path"
+    )
+
+
+def task_subsets(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[str | None]:
+    """The subsets of a task in their fixed order (``[None]`` for a task without subsets)."""
+    subsets = spec.dataset.subsets
+    if subsets is None:
+        return [None]
+    if subsets == "*":
+        assert spec.dataset.path is not None
+        found = discover_subsets(spec.dataset.path, data_dirs)
+        if not found:
+            dirs = ", ".join(str(d) for d in data_dirs) or "(none configured)"
+            raise DataError(
+                f"{spec.source}: dataset.subsets is '*' but no file matches "
+                f"{spec.dataset.path!r} in the data directories [{dirs}]"
+            )
+        return list(found)
+    return list(subsets)
+
+
+def _safe_id(value: Any) -> str:
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", str(value)).strip("_") or "x"
+
+
+def load_items(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[Item]:
+    """All items of a task, in the task's canonical order (subset by subset)."""
+    items: list[Item] = []
+    for subset in task_subsets(spec, data_dirs):
+        rows, where = load_rows(spec.dataset, subset, data_dirs, f"{spec.source}: dataset")
+        width = max(4, len(str(len(rows) - 1)))
+        prefix = f"{spec.name}-{subset}-" if subset is not None else f"{spec.name}-"
+        for index, row in enumerate(rows):
+            if spec.dataset.id_field is not None:
+                if spec.dataset.id_field not in row:
+                    raise DataError(f"{where}: row {index} has no id_field {spec.dataset.id_field!r}")
+                local_id = _safe_id(row[spec.dataset.id_field])
+            else:
+                local_id = f"{index:0{width}d}"
+            items.append(Item(id=prefix + local_id, index=index, doc=row, subset=subset))
+    ids = [i.id for i in items]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise DataError(f"{spec.source}: item id {dup!r} occurs twice (check dataset.id_field)")
+    return items
+
+
+def first_n(items: Sequence[Item], n: int | None) -> list[Item]:
+    """The deterministic first ``n`` items of a task.
+
+    With subsets, items are taken round-robin over subsets (the first item of each
+    subset, then the second, ...) so that a limit samples every subset instead of
+    exhausting the first one.
+    """
+    if n is None or n >= len(items):
+        return list(items)
+    by_subset: dict[str | None, list[Item]] = {}
+    for item in items:
+        by_subset.setdefault(item.subset, []).append(item)
+    if len(by_subset) == 1:
+        return list(items[:n])
+    chosen: list[Item] = []
+    queues = list(by_subset.values())
+    depth = 0
+    while len(chosen) < n:
+        for queue in queues:
+            if depth < len(queue) and len(chosen) < n:
+                chosen.append(queue[depth])
+        depth += 1
+    order = {item.id: pos for pos, item in enumerate(items)}
+    return sorted(chosen, key=lambda it: order[it.id])
+
+
+def load_fewshot(
+    spec: TaskSpec, subset: str | None, data_dirs: Sequence[Path]
+) -> list[tuple[str, Doc]]:
+    """The fixed few-shot examples (id, document) for a (sub)task, in prompt order."""
+    fs = spec.fewshot
+    if fs.k == 0:
+        return []
+    pool: list[tuple[str, Doc]]
+    if fs.examples:
+        pool = [(str(ex.get("id", f"fewshot-{i}")), dict(ex)) for i, ex in enumerate(fs.examples)]
+    else:
+        assert fs.source is not None
+        rows, _ = load_rows(
+            fs.source, subset, data_dirs, f"{spec.source}: fewshot.source",
+            hub_split=fs.source.hub.split if fs.source.hub else None,
+        )
+        if spec.dataset.fields and not fs.source.fields:
+            rows = [_apply_fields(r, spec.dataset.fields, f"{spec.source}: fewshot.source") for r in rows]
+        prefix = f"{subset}-" if subset is not None else ""
+        pool = [(f"{prefix}{i}", r) for i, r in enumerate(rows)]
+    if len(pool) < fs.k:
+        raise DataError(
+            f"{spec.source}: fewshot.k is {fs.k} but the pool for subset {subset!r} has {len(pool)}"
+        )
+    if fs.order == "seeded":
+        import random
+
+        return random.Random(fs.seed).sample(pool, fs.k)
+    return pool[: fs.k]
+
+
+def iter_ids(items: Iterable[Item]) -> list[str]:
+    return [i.id for i in items]

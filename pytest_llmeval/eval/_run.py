@@ -1,0 +1,274 @@
+"""Evaluation of a task's items on a backend: prompt building, batched requests, scoring.
+
+Plain Python: no pytest, no torch. The pytest plugin calls :class:`TaskRunner` with the
+items it has selected; so can any script.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_llmeval._errors import DataError, SpecError
+from pytest_llmeval.dataset import Item, load_fewshot
+from pytest_llmeval.model import Backend, GenerateRequest, LoglikelihoodRequest
+from pytest_llmeval.prompt import (
+    FewShotBlock,
+    TemplateRenderProblem,
+    build_fewshot_block,
+    render,
+    render_list,
+)
+from pytest_llmeval.scorer import answers_match, extract
+from pytest_llmeval.task import TaskSpec
+
+
+@dataclass(frozen=True)
+class PreparedItem:
+    """An item turned into what the model is asked: the prompt and the expected answer."""
+
+    item: Item
+    prompt: str
+    target: str
+    fewshot_ids: tuple[str, ...]
+    choices: tuple[str, ...] = ()
+    gold: int | None = None
+
+
+@dataclass
+class ItemResult:
+    """Everything about one evaluated item, JSON-serialisable (see :meth:`to_dict`)."""
+
+    task: str
+    item_id: str
+    subset: str | None
+    correct: bool
+    score: float
+    prompt: str
+    target: str
+    fewshot_ids: list[str]
+    output: str | None = None
+    extracted: str | None = None
+    extractor: str | None = None
+    finish_reason: str | None = None
+    n_output_tokens: int | None = None
+    choices: list[str] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    is_greedy: list[bool] = field(default_factory=list)
+    pred: int | None = None
+    pred_norm: int | None = None
+    gold: int | None = None
+    acc: float | None = None
+    acc_norm: float | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ItemResult:
+        return cls(**data)
+
+    @property
+    def prompt_sha256(self) -> str:
+        return hashlib.sha256(self.prompt.encode()).hexdigest()
+
+
+def _argmax(values: Sequence[float]) -> int:
+    best = 0
+    for i, v in enumerate(values):
+        if v > values[best]:
+            best = i
+    return best
+
+
+class TaskRunner:
+    """Builds prompts for a task's items and scores them in batches on a backend."""
+
+    def __init__(self, spec: TaskSpec, data_dirs: Sequence[Path]) -> None:
+        self.spec = spec
+        self.data_dirs = list(data_dirs)
+        self._fewshot: dict[str | None, FewShotBlock] = {}
+
+    def _fail(self, field: str, item: Item, exc: Exception) -> SpecError:
+        return SpecError(self.spec.source, field, f"item {item.id}: {exc}")
+
+    def fewshot_block(self, subset: str | None, context_doc: dict[str, Any]) -> FewShotBlock:
+        if subset not in self._fewshot:
+            spec = self.spec
+            examples = load_fewshot(spec, subset, self.data_dirs)
+            pairs = []
+            for ex_id, doc in examples:
+                doc = {"subset": subset, **doc}
+                rendered = []
+                for name in ("template", "target"):
+                    try:
+                        rendered.append(render(getattr(spec.prompt, name), doc))
+                    except TemplateRenderProblem as exc:
+                        raise SpecError(
+                            spec.source, f"prompt.{name}", f"few-shot example {ex_id}: {exc}"
+                        ) from None
+                pairs.append((rendered[0], rendered[1]))
+            try:
+                description = render(spec.prompt.description, context_doc)
+            except TemplateRenderProblem as exc:
+                raise SpecError(spec.source, "prompt.description", str(exc)) from None
+            self._fewshot[subset] = build_fewshot_block(
+                description,
+                pairs,
+                [ex_id for ex_id, _ in examples],
+                spec.prompt.target_delimiter,
+                spec.prompt.fewshot_separator,
+            )
+        return self._fewshot[subset]
+
+    def prepare(self, item: Item) -> PreparedItem:
+        """Render the full prompt (description, few-shot block, question) and the target."""
+        spec = self.spec
+        doc = {"subset": item.subset, **item.doc}
+        block = self.fewshot_block(item.subset, doc)
+        try:
+            question = render(spec.prompt.template, doc)
+        except TemplateRenderProblem as exc:
+            raise self._fail("prompt.template", item, exc) from None
+        prompt = block.text + question
+        if spec.mode == "generate":
+            assert spec.generate is not None
+            try:
+                target = render(spec.generate.target, doc).strip()
+            except TemplateRenderProblem as exc:
+                raise self._fail("generate.target", item, exc) from None
+            return PreparedItem(item=item, prompt=prompt, target=target, fewshot_ids=block.ids)
+        mc = spec.multiple_choice
+        assert mc is not None
+        try:
+            if isinstance(mc.choices, str):
+                choices = render_list(mc.choices, doc)
+            else:
+                choices = [render(c, doc) for c in mc.choices]
+        except TemplateRenderProblem as exc:
+            raise self._fail("multiple_choice.choices", item, exc) from None
+        try:
+            gold_text = render(mc.gold, doc).strip()
+        except TemplateRenderProblem as exc:
+            raise self._fail("multiple_choice.gold", item, exc) from None
+        if gold_text.lstrip("-").isdigit():
+            gold = int(gold_text)
+        elif gold_text in choices:
+            gold = choices.index(gold_text)
+        else:
+            raise self._fail(
+                "multiple_choice.gold", item, ValueError(f"{gold_text!r} is neither an index nor a choice")
+            )
+        if not 0 <= gold < len(choices):
+            raise self._fail(
+                "multiple_choice.gold", item, ValueError(f"index {gold} out of range for {len(choices)} choices")
+            )
+        return PreparedItem(
+            item=item,
+            prompt=prompt,
+            target=choices[gold],
+            fewshot_ids=block.ids,
+            choices=tuple(choices),
+            gold=gold,
+        )
+
+    def run(self, items: Sequence[Item], backend: Backend) -> list[ItemResult]:
+        """Evaluate ``items`` (already selected) in one batched call to the backend."""
+        started = time.perf_counter()
+        prepared = [self.prepare(item) for item in items]
+        if self.spec.mode == "generate":
+            results = self._run_generate(prepared, backend)
+        else:
+            results = self._run_multiple_choice(prepared, backend)
+        per_item = (time.perf_counter() - started) / max(1, len(results))
+        for r in results:
+            r.seconds = round(per_item, 4)
+        return results
+
+    def _run_generate(self, prepared: Sequence[PreparedItem], backend: Backend) -> list[ItemResult]:
+        gen = self.spec.generate
+        assert gen is not None
+        requests = [
+            GenerateRequest(context=p.prompt, max_new_tokens=gen.max_new_tokens, stop=gen.stop)
+            for p in prepared
+        ]
+        outputs = backend.generate(requests)
+        if len(outputs) != len(requests):
+            raise DataError(f"backend returned {len(outputs)} results for {len(requests)} requests")
+        results = []
+        for p, out in zip(prepared, outputs):
+            extraction = extract(out.text, gen.extract)
+            correct = answers_match(extraction.answer, p.target, gen.compare)
+            results.append(
+                ItemResult(
+                    task=self.spec.name,
+                    item_id=p.item.id,
+                    subset=p.item.subset,
+                    correct=correct,
+                    score=float(correct),
+                    prompt=p.prompt,
+                    target=p.target,
+                    fewshot_ids=list(p.fewshot_ids),
+                    output=out.text,
+                    extracted=extraction.answer,
+                    extractor=extraction.kind,
+                    finish_reason=out.finish_reason,
+                    n_output_tokens=out.n_tokens,
+                )
+            )
+        return results
+
+    def _run_multiple_choice(
+        self, prepared: Sequence[PreparedItem], backend: Backend
+    ) -> list[ItemResult]:
+        mc = self.spec.multiple_choice
+        assert mc is not None
+        delim = self.spec.prompt.target_delimiter
+        requests = [
+            LoglikelihoodRequest(context=p.prompt, continuation=delim + choice)
+            for p in prepared
+            for choice in p.choices
+        ]
+        outputs = backend.loglikelihood(requests)
+        if len(outputs) != len(requests):
+            raise DataError(f"backend returned {len(outputs)} results for {len(requests)} requests")
+        results = []
+        pos = 0
+        for p in prepared:
+            lls = outputs[pos : pos + len(p.choices)]
+            pos += len(p.choices)
+            logprobs = [r.logprob for r in lls]
+            pred = _argmax(logprobs)
+            pred_norm = _argmax([lp / max(1, len(c)) for lp, c in zip(logprobs, p.choices)])
+            acc = float(pred == p.gold)
+            acc_norm = float(pred_norm == p.gold)
+            score = acc if mc.metric == "acc" else acc_norm
+            chosen = pred if mc.metric == "acc" else pred_norm
+            results.append(
+                ItemResult(
+                    task=self.spec.name,
+                    item_id=p.item.id,
+                    subset=p.item.subset,
+                    correct=bool(score),
+                    score=score,
+                    prompt=p.prompt,
+                    target=p.target,
+                    fewshot_ids=list(p.fewshot_ids),
+                    extracted=p.choices[chosen],
+                    extractor=f"loglikelihood ({mc.metric})",
+                    choices=list(p.choices),
+                    logprobs=logprobs,
+                    is_greedy=[r.is_greedy for r in lls],
+                    pred=pred,
+                    pred_norm=pred_norm,
+                    gold=p.gold,
+                    acc=acc,
+                    acc_norm=acc_norm,
+                )
+            )
+        return results

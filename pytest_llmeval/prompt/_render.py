@@ -1,0 +1,106 @@
+"""Prompt rendering: Jinja2 templates over a document, plus the fixed few-shot block.
+
+Templates run in Jinja's immutable sandbox with undefined variables as errors, so a
+typo in a field name fails loudly instead of rendering an empty string.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class TemplateSyntaxProblem(ValueError):
+    """A template does not parse."""
+
+
+class TemplateRenderProblem(ValueError):
+    """A template failed to render for a document (e.g. an unknown field)."""
+
+
+def _after(value: str, marker: str) -> str:
+    """Text after the last ``marker`` (the whole text when absent)."""
+    return str(value).rsplit(marker, 1)[-1]
+
+
+_ENV = ImmutableSandboxedEnvironment(
+    undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+)
+_ENV.filters["after"] = _after
+
+
+@lru_cache(maxsize=512)
+def _compile(template: str) -> jinja2.Template:
+    try:
+        return _ENV.from_string(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateSyntaxProblem(f"{exc.message} (line {exc.lineno})") from None
+
+
+def check_template(template: str) -> None:
+    """Raise TemplateSyntaxProblem if ``template`` does not parse."""
+    _compile(template)
+
+
+def render(template: str, doc: Mapping[str, Any]) -> str:
+    """Render ``template`` with the fields of ``doc``."""
+    try:
+        return _compile(template).render(**doc)
+    except jinja2.UndefinedError as exc:
+        fields = ", ".join(sorted(str(k) for k in doc)) or "(none)"
+        raise TemplateRenderProblem(f"{exc.message}; the document has fields: {fields}") from None
+    except jinja2.TemplateError as exc:
+        raise TemplateRenderProblem(str(exc)) from None
+
+
+def render_list(template: str, doc: Mapping[str, Any]) -> list[str]:
+    """Render a template that yields a list (``"{{ choices }}"``).
+
+    A template that is exactly one expression returns that object when it is a list;
+    otherwise the rendered text is parsed as a Python/JSON list literal.
+    """
+    stripped = template.strip()
+    if stripped.startswith("{{") and stripped.endswith("}}") and stripped.count("{{") == 1:
+        try:
+            value = _ENV.compile_expression(stripped[2:-2].strip(), undefined_to_none=False)(**doc)
+        except jinja2.UndefinedError as exc:
+            raise TemplateRenderProblem(exc.message or str(exc)) from None
+        if isinstance(value, (list, tuple)):
+            return [str(v) for v in value]
+    text = render(template, doc)
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise TemplateRenderProblem(f"does not render a list: {text[:80]!r}") from None
+    if not isinstance(value, (list, tuple)):
+        raise TemplateRenderProblem(f"does not render a list: {text[:80]!r}")
+    return [str(v) for v in value]
+
+
+@dataclass(frozen=True)
+class FewShotBlock:
+    """The rendered few-shot prefix and the ids of its examples, in order."""
+
+    text: str
+    ids: tuple[str, ...]
+
+
+def build_fewshot_block(
+    description: str,
+    examples: Sequence[tuple[str, str]],
+    ids: Sequence[str],
+    target_delimiter: str,
+    separator: str,
+) -> FewShotBlock:
+    """Join rendered (question, answer) pairs into the prefix shared by a task's items."""
+    parts = [f"{q}{target_delimiter}{a}" for q, a in examples]
+    body = separator.join(parts)
+    if parts:
+        body += separator
+    return FewShotBlock(text=description + body, ids=tuple(ids))

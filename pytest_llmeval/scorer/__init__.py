@@ -1,0 +1,21 @@
+"""Scoring: answer extraction, comparison and task statistics."""
+
+from pytest_llmeval.scorer._extract import (
+    Extraction,
+    answers_match,
+    extract,
+    numbers,
+    parse_number,
+)
+from pytest_llmeval.scorer._metrics import Estimate, accuracy, wilson_interval
+
+__all__ = [
+    "Estimate",
+    "Extraction",
+    "accuracy",
+    "answers_match",
+    "extract",
+    "numbers",
+    "parse_number",
+    "wilson_interval",
+]

@@ -1,0 +1,116 @@
+"""Answer extraction from raw model output, and answer comparison.
+
+Every function here is total: any text in, an answer or ``None`` out, never an exception.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from pytest_llmeval.task import Extractor
+
+# A number as people write it in answers: -1,234.50  3/4  .5  1e3 is not matched (rare in answers).
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+_EXPONENT = re.compile(r"[eE]([+-]?\d+)")
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """An extracted answer and the extractor step that found it (``None`` when none did)."""
+
+    answer: str | None
+    step: int | None = None
+    kind: str | None = None
+
+
+def numbers(text: str) -> list[str]:
+    """All numbers in ``text`` in order, as written (commas kept)."""
+    return _NUMBER.findall(text)
+
+
+def _choice_letter(text: str, letters: str, which: str) -> str | None:
+    allowed = re.escape(letters)
+    patterns = [
+        rf"(?i:answer is)[:\s]*\(?([{allowed}])\b",
+        rf"(?i:answer):\s*\(?([{allowed}])\b",
+        rf"\(([{allowed}])\)",
+        rf"(?:^|\s)([{allowed}])[.):](?:\s|$)",
+        rf"(?:^|\s)([{allowed}])(?:\s|$)",
+    ]
+    for pat in patterns:
+        found = re.findall(pat, text)
+        if found:
+            return str(found[-1] if which == "last" else found[0])
+    return None
+
+
+def _apply(step: Extractor, text: str) -> str | None:
+    if step.kind == "strip":
+        stripped = text.strip()
+        return stripped or None
+    if step.kind in ("last_number", "first_number"):
+        found = numbers(text)
+        if not found:
+            return None
+        return found[-1] if step.kind == "last_number" else found[0]
+    if step.kind == "regex":
+        assert step.pattern is not None
+        matches = list(re.finditer(step.pattern, text))
+        if not matches:
+            return None
+        match = matches[-1] if step.which == "last" else matches[0]
+        value = match.group(step.group)
+        return value.strip() if value is not None else None
+    if step.kind == "choice_letter":
+        return _choice_letter(text, step.letters, step.which)
+    raise ValueError(f"unknown extractor kind {step.kind!r}")
+
+
+def extract(text: str, steps: Sequence[Extractor]) -> Extraction:
+    """Run the extraction steps in order; the first that finds an answer wins."""
+    for i, step in enumerate(steps):
+        answer = _apply(step, text)
+        if answer is not None:
+            return Extraction(answer=answer, step=i, kind=step.kind)
+    return Extraction(answer=None)
+
+
+def parse_number(text: str) -> Fraction | None:
+    """Parse a written number (``$1,234.50``, ``-3``, ``3/4``, ``12.``) exactly, or None."""
+    cleaned = text.strip().replace(",", "").replace("$", "").replace("%", "").rstrip(".")
+    cleaned = cleaned.replace("\u2212", "-").strip()
+    if not cleaned or len(cleaned) > 64:
+        return None
+    # Fraction accepts exponents ("1e999999999"): a huge one would take minutes to expand
+    # and overflow float() in answers_match. Answers never need them; refuse large ones.
+    if "_" in cleaned or any(abs(int(e)) > 100 for e in _EXPONENT.findall(cleaned)):
+        return None
+    try:
+        if "/" in cleaned:
+            num, _, den = cleaned.partition("/")
+            value = Fraction(num.strip()) / Fraction(den.strip())
+        else:
+            value = Fraction(cleaned)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return value
+
+
+def answers_match(predicted: str | None, target: str, how: str) -> bool:
+    """Compare an extracted answer with the target (``numeric``, ``exact``, ``exact_ignore_case``)."""
+    if predicted is None:
+        return False
+    if how == "numeric":
+        a, b = parse_number(predicted), parse_number(target)
+        if a is None or b is None:
+            return predicted.strip() == target.strip()
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9) if a != b else True
+    if how == "exact":
+        return predicted.strip() == target.strip()
+    if how == "exact_ignore_case":
+        return predicted.strip().casefold() == target.strip().casefold()
+    raise ValueError(f"unknown comparison {how!r}")

@@ -1,0 +1,518 @@
+"""Task specs: the declarative description of one benchmark task.
+
+A spec is plain data (frozen dataclasses). It is written as YAML in ``benchmarks/``
+and loaded with :func:`load_task_spec`, or built in Python with :func:`task_spec_from_dict`
+or the dataclass constructors. Validation happens here, once, and every error names
+the file and the dotted field at fault.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from pytest_llmeval._errors import SpecError
+
+Mode = Literal["multiple_choice", "generate"]
+FieldMap = Mapping[str, "str | tuple[str, ...]"]
+
+# Markers a spec may carry. Capability dimensions double as markers (``-m math``).
+SUITE_MARKERS = ("regression", "release")
+CAPABILITIES = (
+    "knowledge",
+    "math",
+    "code",
+    "reasoning",
+    "chinese",
+    "long_context",
+    "instruction_following",
+    "agentic",
+)
+KNOWN_MARKERS = (*SUITE_MARKERS, *CAPABILITIES, "contamination")
+
+EXTRACTORS = ("last_number", "first_number", "regex", "choice_letter", "strip")
+COMPARISONS = ("numeric", "exact", "exact_ignore_case")
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A Hugging Face hub dataset: the online path, used when no local file is found."""
+
+    id: str
+    config: str | None = None
+    split: str = "test"
+    fields: FieldMap | None = None
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Where a task's items come from.
+
+    ``path`` is a file relative to the data directory (or absolute); it may contain
+    ``{subset}``. ``subsets`` lists the subsets, or is ``"*"`` to discover them from the
+    local files matching ``path``.
+    """
+
+    path: str | None = None
+    format: str | None = None
+    json_key: str | None = None
+    hub: HubSource | None = None
+    subsets: tuple[str, ...] | Literal["*"] | None = None
+    fields: FieldMap = field(default_factory=dict)
+    id_field: str | None = None
+
+
+@dataclass(frozen=True)
+class FewShotSpec:
+    """A fixed few-shot set: ``k`` examples, the same for every item of a (sub)task."""
+
+    k: int = 0
+    source: DatasetSpec | None = None
+    examples: tuple[Mapping[str, Any], ...] = ()
+    order: Literal["first", "seeded"] = "first"
+    seed: int = 1234
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """Jinja2 templates over a document's fields.
+
+    ``template`` renders the question part of an item; ``target`` renders the answer
+    appended to few-shot examples (after ``target_delimiter``); ``description`` is
+    rendered once before the few-shot examples; ``fewshot_separator`` joins examples.
+    """
+
+    template: str
+    target: str = ""
+    description: str = ""
+    target_delimiter: str = " "
+    fewshot_separator: str = "\n\n"
+
+
+@dataclass(frozen=True)
+class Extractor:
+    """One answer extraction step. The first step that finds an answer wins."""
+
+    kind: str
+    pattern: str | None = None
+    group: int = 1
+    which: Literal["first", "last"] = "last"
+    letters: str = "ABCD"
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """Greedy generation, then answer extraction and comparison with ``target``."""
+
+    target: str
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    extract: tuple[Extractor, ...] = (Extractor(kind="strip"),)
+    compare: str = "exact"
+
+
+@dataclass(frozen=True)
+class MultipleChoiceSpec:
+    """Log-likelihood scoring of each choice as a continuation of the prompt.
+
+    ``choices`` is a list of templates (one per choice) or one template expression that
+    renders a list (``"{{ choices }}"``); ``gold`` renders the index of the correct choice.
+    """
+
+    choices: tuple[str, ...] | str
+    gold: str
+    metric: Literal["acc", "acc_norm"] = "acc"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A benchmark task: data, prompt, mode, floor and markers."""
+
+    name: str
+    dataset: DatasetSpec
+    prompt: PromptSpec
+    mode: Mode
+    generate: GenerateSpec | None = None
+    multiple_choice: MultipleChoiceSpec | None = None
+    fewshot: FewShotSpec = field(default_factory=FewShotSpec)
+    floor: float | None = None
+    markers: tuple[str, ...] = ()
+    description: str = ""
+    source: str = "<python>"
+
+    @property
+    def metric(self) -> str:
+        """The name of the metric that the floor is checked against."""
+        if self.mode == "multiple_choice":
+            assert self.multiple_choice is not None
+            return self.multiple_choice.metric
+        return "exact_match"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _Reader:
+    """Typed access to a mapping, raising SpecError with the dotted field path."""
+
+    def __init__(self, data: Mapping[str, Any], source: str, prefix: str = "") -> None:
+        self.data = data
+        self.source = source
+        self.prefix = prefix
+
+    def path(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+    def fail(self, key: str, message: str) -> SpecError:
+        return SpecError(self.source, self.path(key), message)
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def child(self, key: str, required: bool = False) -> _Reader | None:
+        value = self.data.get(key)
+        if value is None:
+            if required:
+                raise self.fail(key, "is required")
+            return None
+        if not isinstance(value, Mapping):
+            raise self.fail(key, f"must be a mapping, got {type(value).__name__}")
+        return _Reader(value, self.source, f"{self.path(key)}.")
+
+    def str_(self, key: str, default: str | None = None, required: bool = False) -> str | None:
+        value = self.data.get(key)
+        if value is None:
+            if required:
+                raise self.fail(key, "is required")
+            return default
+        if not isinstance(value, str):
+            raise self.fail(key, f"must be a string, got {type(value).__name__}: {value!r}")
+        return value
+
+    def req_str(self, key: str) -> str:
+        value = self.str_(key, required=True)
+        assert value is not None
+        return value
+
+    def int_(self, key: str, default: int, minimum: int = 0) -> int:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"must be an integer, got {value!r}")
+        if value < minimum:
+            raise self.fail(key, f"must be >= {minimum}, got {value}")
+        return value
+
+    def str_list(self, key: str) -> tuple[str, ...]:
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return (value,)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(key, f"must be a list of strings, got {value!r}")
+        return tuple(value)
+
+    def choice(self, key: str, options: Sequence[str], default: str) -> str:
+        value = self.str_(key, default=default)
+        assert value is not None
+        if value not in options:
+            raise self.fail(key, f"unknown value {value!r}; expected one of {', '.join(options)}")
+        return value
+
+    def unknown_keys(self, allowed: Sequence[str]) -> None:
+        for key in self.data:
+            if key not in allowed:
+                raise self.fail(str(key), f"unknown field; allowed here: {', '.join(allowed)}")
+
+
+def _field_map(reader: _Reader, key: str) -> FieldMap:
+    value = reader.data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise reader.fail(key, "must be a mapping of name -> source field (or list of fields)")
+    out: dict[str, str | tuple[str, ...]] = {}
+    for name, src in value.items():
+        if isinstance(src, str):
+            out[str(name)] = src
+        elif isinstance(src, list) and all(isinstance(s, str) for s in src):
+            out[str(name)] = tuple(src)
+        else:
+            raise reader.fail(f"{key}.{name}", f"must be a field name or a list of names: {src!r}")
+    return out
+
+
+def _dataset(reader: _Reader, *, needs_data: bool = True) -> DatasetSpec:
+    reader.unknown_keys(
+        ("path", "format", "json_key", "hub", "subsets", "fields", "id_field")
+    )
+    hub_reader = reader.child("hub")
+    hub = None
+    if hub_reader is not None:
+        hub_reader.unknown_keys(("id", "config", "split", "fields"))
+        hub = HubSource(
+            id=hub_reader.req_str("id"),
+            config=hub_reader.str_("config"),
+            split=hub_reader.str_("split", default="test") or "test",
+            fields=_field_map(hub_reader, "fields") or None,
+        )
+    path = reader.str_("path")
+    if needs_data and path is None and hub is None:
+        raise reader.fail("path", "is required (a local file, or give 'hub' with a dataset id)")
+    fmt = reader.str_("format")
+    if fmt is not None and fmt not in ("jsonl", "json", "csv", "parquet"):
+        raise reader.fail("format", f"unknown format {fmt!r}; expected jsonl, json, csv or parquet")
+    raw_subsets = reader.data.get("subsets")
+    subsets: tuple[str, ...] | Literal["*"] | None
+    if raw_subsets is None:
+        subsets = None
+    elif raw_subsets == "*":
+        subsets = "*"
+    else:
+        subsets = reader.str_list("subsets")
+        if not subsets:
+            raise reader.fail("subsets", "must not be empty")
+    if subsets is not None and path is not None and "{subset}" not in path:
+        raise reader.fail("path", "must contain '{subset}' when 'subsets' is given")
+    return DatasetSpec(
+        path=path,
+        format=fmt,
+        json_key=reader.str_("json_key"),
+        hub=hub,
+        subsets=subsets,
+        fields=_field_map(reader, "fields"),
+        id_field=reader.str_("id_field"),
+    )
+
+
+def _extractors(reader: _Reader, key: str) -> tuple[Extractor, ...]:
+    value = reader.data.get(key)
+    if value is None:
+        return (Extractor(kind="strip"),)
+    if isinstance(value, (str, Mapping)):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise reader.fail(key, "must be an extractor or a non-empty list of extractors")
+    steps = []
+    for i, step in enumerate(value):
+        where = f"{key}[{i}]"
+        if isinstance(step, str):
+            step = {"kind": step}
+        if not isinstance(step, Mapping):
+            raise reader.fail(where, f"must be a name or a mapping, got {step!r}")
+        sub = _Reader(step, reader.source, f"{reader.path(where)}.")
+        sub.unknown_keys(("kind", "pattern", "group", "which", "letters"))
+        kind = sub.choice("kind", EXTRACTORS, default="strip")
+        pattern = sub.str_("pattern")
+        if kind == "regex":
+            if pattern is None:
+                raise sub.fail("pattern", "is required for kind 'regex'")
+            import re
+
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise sub.fail("pattern", f"invalid regular expression: {exc}") from None
+            group = sub.int_("group", default=1 if compiled.groups else 0)
+            if group > compiled.groups:
+                raise sub.fail("group", f"pattern has only {compiled.groups} group(s)")
+        else:
+            group = sub.int_("group", default=1)
+        which = sub.choice("which", ("first", "last"), default="last")
+        steps.append(
+            Extractor(
+                kind=kind,
+                pattern=pattern,
+                group=group,
+                which=which,  # type: ignore[arg-type]
+                letters=sub.str_("letters", default="ABCD") or "ABCD",
+            )
+        )
+    return tuple(steps)
+
+
+def _floor(reader: _Reader) -> float | None:
+    value = reader.data.get("floor")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise reader.fail("floor", f"must be a number in [0, 1], got {value!r}")
+    if math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise reader.fail("floor", f"must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _check_template(reader: _Reader, key: str, template: str | None) -> None:
+    if template is None:
+        return
+    from pytest_llmeval.prompt import TemplateSyntaxProblem, check_template
+
+    try:
+        check_template(template)
+    except TemplateSyntaxProblem as exc:
+        raise reader.fail(key, f"invalid template: {exc}") from None
+
+
+TOP_LEVEL = (
+    "task",
+    "description",
+    "dataset",
+    "prompt",
+    "fewshot",
+    "mode",
+    "generate",
+    "multiple_choice",
+    "floor",
+    "markers",
+)
+
+
+def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> TaskSpec:
+    """Validate a spec given as plain data (the parsed YAML) and build a TaskSpec."""
+    if not isinstance(data, Mapping):
+        raise SpecError(source, "<root>", "a task spec must be a mapping")
+    top = _Reader(data, source)
+    top.unknown_keys(TOP_LEVEL)
+    name = top.req_str("task")
+    if not name or not all(c.isalnum() or c in "_." for c in name):
+        raise top.fail("task", f"must be a name of letters, digits, '_' or '.', got {name!r}")
+    dataset_reader = top.child("dataset", required=True)
+    assert dataset_reader is not None
+    dataset = _dataset(dataset_reader)
+
+    prompt_reader = top.child("prompt", required=True)
+    assert prompt_reader is not None
+    prompt_reader.unknown_keys(
+        ("template", "target", "description", "target_delimiter", "fewshot_separator")
+    )
+    prompt = PromptSpec(
+        template=prompt_reader.req_str("template"),
+        target=prompt_reader.str_("target", default="") or "",
+        description=prompt_reader.str_("description", default="") or "",
+        target_delimiter=prompt_reader.str_("target_delimiter", default=" ") or "",
+        fewshot_separator=prompt_reader.str_("fewshot_separator", default="\n\n") or "",
+    )
+    for key in ("template", "target", "description"):
+        _check_template(prompt_reader, key, getattr(prompt, key))
+
+    if not top.has("mode"):
+        raise top.fail("mode", "is required: 'multiple_choice' or 'generate'")
+    mode = top.choice("mode", ("multiple_choice", "generate"), default="generate")
+
+    generate = None
+    multiple_choice = None
+    if mode == "generate":
+        gen = top.child("generate", required=True)
+        assert gen is not None
+        gen.unknown_keys(("target", "max_new_tokens", "stop", "extract", "compare"))
+        generate = GenerateSpec(
+            target=gen.req_str("target"),
+            max_new_tokens=gen.int_("max_new_tokens", default=256, minimum=1),
+            stop=gen.str_list("stop"),
+            extract=_extractors(gen, "extract"),
+            compare=gen.choice("compare", COMPARISONS, default="exact"),
+        )
+        _check_template(gen, "target", generate.target)
+        if top.has("multiple_choice"):
+            raise top.fail("multiple_choice", "given, but mode is 'generate'")
+    else:
+        mc = top.child("multiple_choice", required=True)
+        assert mc is not None
+        mc.unknown_keys(("choices", "gold", "metric"))
+        raw_choices = mc.data.get("choices")
+        choices: tuple[str, ...] | str
+        if isinstance(raw_choices, str):
+            choices = raw_choices
+            _check_template(mc, "choices", choices)
+        else:
+            choices = mc.str_list("choices")
+            if len(choices) < 2:
+                raise mc.fail("choices", "needs at least two choices (or one template rendering a list)")
+            for i, c in enumerate(choices):
+                _check_template(mc, f"choices[{i}]", c)
+        multiple_choice = MultipleChoiceSpec(
+            choices=choices,
+            gold=mc.req_str("gold"),
+            metric=mc.choice("metric", ("acc", "acc_norm"), default="acc"),  # type: ignore[arg-type]
+        )
+        _check_template(mc, "gold", multiple_choice.gold)
+        if top.has("generate"):
+            raise top.fail("generate", "given, but mode is 'multiple_choice'")
+
+    fewshot = FewShotSpec()
+    fs = top.child("fewshot")
+    if fs is not None:
+        fs.unknown_keys(("k", "source", "examples", "order", "seed"))
+        k = fs.int_("k", default=0)
+        source_reader = fs.child("source")
+        fs_source = _dataset(source_reader) if source_reader is not None else None
+        raw_examples = fs.data.get("examples") or []
+        if not isinstance(raw_examples, list) or not all(
+            isinstance(e, Mapping) for e in raw_examples
+        ):
+            raise fs.fail("examples", "must be a list of mappings (one document each)")
+        if fs_source is not None and raw_examples:
+            raise fs.fail("examples", "give either 'source' or 'examples', not both")
+        if k > 0 and fs_source is None and not raw_examples:
+            raise fs.fail("k", f"is {k} but neither 'source' nor 'examples' is given")
+        if raw_examples and k > len(raw_examples):
+            raise fs.fail("k", f"is {k} but only {len(raw_examples)} examples are given")
+        fewshot = FewShotSpec(
+            k=k,
+            source=fs_source,
+            examples=tuple(raw_examples),
+            order=fs.choice("order", ("first", "seeded"), default="first"),  # type: ignore[arg-type]
+            seed=fs.int_("seed", default=1234),
+        )
+
+    markers = top.str_list("markers")
+    for i, marker in enumerate(markers):
+        if marker not in KNOWN_MARKERS:
+            raise top.fail(
+                f"markers[{i}]", f"unknown marker {marker!r}; known: {', '.join(KNOWN_MARKERS)}"
+            )
+
+    return TaskSpec(
+        name=name,
+        dataset=dataset,
+        prompt=prompt,
+        mode=mode,  # type: ignore[arg-type]
+        generate=generate,
+        multiple_choice=multiple_choice,
+        fewshot=fewshot,
+        floor=_floor(top),
+        markers=markers,
+        description=top.str_("description", default="") or "",
+        source=source,
+    )
+
+
+def is_task_file(path: Path) -> bool:
+    """Cheap check whether a YAML file holds a task spec (a top-level ``task:`` key)."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("task:"):
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def load_task_spec(path: str | Path) -> TaskSpec:
+    """Load and validate one YAML task spec."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(str(path), "<file>", f"cannot be read: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(str(path), "<yaml>", f"is not valid YAML: {exc}") from None
+    return task_spec_from_dict(data, source=str(path))
