@@ -1,0 +1,96 @@
+"""The pytest plugin (entry point ``llmeval``): all pytest wiring lives in this package.
+
+Importing it imports no torch or transformers: ``pytest --help`` stays fast and runs
+that never touch a model never load one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_llmeval.task import CAPABILITIES
+
+from ._collect import SESSION_KEY, EvalItem, collect_file, get_session
+from ._options import add_options
+from ._session import LlmEvalSession
+from ._terminal import report_teststatus, write_details, write_summary
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "llmeval: a benchmark item evaluated by pytest-llmeval")
+    config.addinivalue_line("markers", "regression: part of the regression suite (gates merges)")
+    config.addinivalue_line("markers", "release: part of the release suite")
+    config.addinivalue_line("markers", "contamination: a contamination probe")
+    for capability in CAPABILITIES:
+        config.addinivalue_line("markers", f"{capability}: capability dimension {capability}")
+    llm = LlmEvalSession(config)
+    config.stash[SESSION_KEY] = llm
+    # The session object receives item reports itself (pytest_runtest_logreport).
+    config.pluginmanager.register(llm, "llmeval-session")
+    # Keep each task on one xdist worker so its batches stay full and the model loads once
+    # per worker: plain `-n N` means `--dist load`; upgrade it to `loadgroup`.
+    if getattr(config.option, "dist", "no") == "load" and getattr(config.option, "numprocesses", None):
+        config.option.dist = "loadgroup"
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    return collect_file(file_path, parent)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    get_session(config).set_selection(items)
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        llm = get_session(items[0].config)
+        gone = {id(i) for i in items}
+        for task, selected in llm.selected.items():
+            llm.selected[task] = [i for i in selected if id(i) not in gone]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Runs before the terminal reporter prints its summary, so verdicts are ready for it.
+    llm = get_session(session.config)
+    if llm.is_worker:
+        return
+    verdicts = llm.decide()
+    if any(v.failed for v in verdicts) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    llm = get_session(config)
+    if llm.is_worker:
+        return
+    write_details(llm, terminalreporter)
+    write_summary(llm, terminalreporter)
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
+    return report_teststatus(report)
+
+
+@pytest.fixture(scope="session")
+def llm_model(pytestconfig: pytest.Config) -> Any:
+    """The model under evaluation (a :class:`pytest_llmeval.model.Backend`), loaded once per
+    process and shared with the YAML benchmark items."""
+    llm = get_session(pytestconfig)
+    if llm.options.model is None:
+        pytest.skip("no model to evaluate: pass --llm-model=PATH")
+    return llm.backend()
+
+
+__all__ = ["EvalItem", "LlmEvalSession"]

@@ -1,0 +1,116 @@
+"""Collection: a YAML task spec becomes a pytest File; each benchmark item a pytest Item."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_llmeval._errors import LlmEvalError
+from pytest_llmeval.dataset import Item, first_n, load_items
+from pytest_llmeval.eval import ItemResult
+from pytest_llmeval.task import TaskSpec, is_task_file, load_task_spec
+
+from ._session import LlmEvalSession, task_meta
+
+SESSION_KEY = pytest.StashKey[LlmEvalSession]()
+
+
+def get_session(config: pytest.Config) -> LlmEvalSession:
+    return config.stash[SESSION_KEY]
+
+
+class WrongAnswer(Exception):
+    """Raised in strict mode when the model answered an item wrongly."""
+
+    def __init__(self, result: ItemResult) -> None:
+        super().__init__(result.item_id)
+        self.result = result
+
+
+def describe(result: dict[str, Any]) -> str:
+    """The item details a user debugging one item wants to see."""
+    lines = [f"--- prompt ({len(result['prompt'])} chars) ---", result["prompt"]]
+    if result.get("choices"):
+        lines.append("--- choices: log-likelihood (greedy) ---")
+        for i, (c, lp, g) in enumerate(zip(result["choices"], result["logprobs"], result["is_greedy"])):
+            marks = ("gold " if i == result["gold"] else "") + ("pred" if i == result["pred"] else "")
+            lines.append(f"  [{i}] {c!r}: {lp:.4f}{' (greedy)' if g else ''} {marks}".rstrip())
+    if result.get("output") is not None:
+        lines += ["--- raw output ---", result["output"]]
+        lines.append(f"--- finish: {result.get('finish_reason')}, {result.get('n_output_tokens')} tokens")
+    lines.append(f"extracted answer: {result.get('extracted')!r} (by {result.get('extractor')})")
+    lines.append(f"target: {result['target']!r}")
+    lines.append(f"correct: {result['correct']}")
+    return "\n".join(lines)
+
+
+class EvalItem(pytest.Item):
+    """One benchmark item as a test. Its result comes from a batched task run."""
+
+    def __init__(self, *, task: str, item: Item, meta: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.task = task
+        self.item = item
+        self.user_properties.append(("llmeval_task", task))
+        self.user_properties.append(("llmeval_meta", meta))
+
+    def setup(self) -> None:
+        session = get_session(self.config)
+        if session.options.model is None:
+            pytest.skip("no model to evaluate: pass --llm-model=PATH (or set llm_model in ini)")
+
+    def runtest(self) -> None:
+        session = get_session(self.config)
+        result = session.result_for(self)
+        if not session.model_info_sent:
+            session.model_info_sent = True
+            # xdist serialises user properties: keep them to plain JSON types.
+            info = json.loads(json.dumps(dict(session.backend().info()), default=str))
+            self.user_properties.append(("llmeval_model", info))
+        self.user_properties.append(("llmeval_result", result.to_dict()))
+        if not result.correct and session.options.strict:
+            raise WrongAnswer(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, WrongAnswer):
+            return f"wrong answer for {self.item.id}\n" + describe(excinfo.value.result.to_dict())
+        if isinstance(excinfo.value, LlmEvalError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"{self.task}[{self.item.id}]"
+
+
+class TaskFile(pytest.File):
+    """A YAML task spec. Collection validates the spec and renders the first prompt."""
+
+    def collect(self) -> Iterator[EvalItem]:
+        session = get_session(self.config)
+        try:
+            spec: TaskSpec = load_task_spec(self.path)
+            items = load_items(spec, session.options.data_dirs)
+            spec = session.register_task(spec, len(items))
+            chosen = first_n(items, session.options.limit)
+            if chosen:
+                session.runners[spec.name].prepare(chosen[0])  # fail at collection on bad templates
+        except LlmEvalError as exc:
+            raise self.CollectError(str(exc)) from None
+        meta = task_meta(spec, len(items))
+        for item in chosen:
+            node = EvalItem.from_parent(self, name=item.id, task=spec.name, item=item, meta=meta)
+            node.add_marker(pytest.mark.llmeval)
+            node.add_marker(pytest.mark.xdist_group(name=f"llmeval-{spec.name}"))
+            for marker in spec.markers:
+                node.add_marker(getattr(pytest.mark, marker))
+            yield node
+
+
+def collect_file(file_path: Path, parent: pytest.Collector) -> TaskFile | None:
+    if file_path.suffix in (".yaml", ".yml") and is_task_file(file_path):
+        return TaskFile.from_parent(parent, path=file_path)
+    return None

@@ -1,0 +1,143 @@
+"""Command-line and ini options: one ``llmeval`` group; every option also works as ini."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# (cli flag, ini name, help, default as ini string)
+_OPTIONS: list[tuple[str, str, str, str | None]] = [
+    ("--llm-model", "llm_model", "model to evaluate: a local HF model directory or 'smollm2-135m'", None),
+    ("--llm-device", "llm_device", "auto|cuda|cpu (auto picks CUDA when present)", "auto"),
+    ("--llm-dtype", "llm_dtype", "auto|float32|bfloat16|float16 (auto: float32 on CPU, bfloat16 on GPU)", "auto"),
+    ("--llm-batch-size", "llm_batch_size", "fixed batch size (default 8; never changed silently)", "8"),
+    ("--llm-limit", "llm_limit", "evaluate the deterministic first N items of each task", None),
+    ("--llm-seed", "llm_seed", "seed for python, numpy and torch (default 1234)", "1234"),
+    ("--llm-output", "llm_output", "directory for run records (default .llmeval/runs under rootdir)", None),
+    ("--llm-data-dir", "llm_data_dir", "directory with local benchmark data (before LLMEVAL_DATA_DIR)", None),
+    ("--llm-show", "llm_show", "print item details (prompt, output, answer, target): auto|all|wrong|none", "auto"),
+]
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("llmeval", "LLM evaluation (pytest-llmeval)")
+    for flag, ini, help_text, default in _OPTIONS:
+        group.addoption(flag, dest=ini, default=None, help=help_text)
+        parser.addini(ini, help=help_text, default=default)
+    group.addoption(
+        "--llm-floor",
+        dest="llm_floor",
+        action="append",
+        default=[],
+        metavar="TASK=SCORE",
+        help="override a task's score floor (repeatable); ini: llm_floors (one TASK=SCORE a line)",
+    )
+    parser.addini("llm_floors", help="score floor overrides, one TASK=SCORE a line", type="linelist", default=[])
+    group.addoption(
+        "--llm-strict",
+        dest="llm_strict",
+        action="store_true",
+        default=None,
+        help="wrong answers fail their test (by default only the task floor decides)",
+    )
+    parser.addini("llm_strict", help="wrong answers fail their test", type="bool", default=False)
+
+
+def _raw(config: pytest.Config, name: str) -> Any:
+    value = config.getoption(name)
+    if value is not None:
+        return value
+    return config.getini(name)
+
+
+def _int(config: pytest.Config, name: str, minimum: int) -> int | None:
+    value = _raw(config, name)
+    if value in (None, ""):
+        return None
+    flag = "--" + name.replace("_", "-")
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"{flag} (ini {name}): expected an integer, got {value!r}") from None
+    if number < minimum:
+        raise pytest.UsageError(f"{flag} (ini {name}): must be >= {minimum}, got {number}")
+    return number
+
+
+def _choice(config: pytest.Config, name: str, options: tuple[str, ...]) -> str:
+    value = str(_raw(config, name))
+    if value not in options and not (name == "llm_device" and value.startswith("cuda:")):
+        flag = "--" + name.replace("_", "-")
+        raise pytest.UsageError(f"{flag} (ini {name}): expected one of {'|'.join(options)}, got {value!r}")
+    return value
+
+
+def _floors(config: pytest.Config) -> dict[str, float]:
+    floors: dict[str, float] = {}
+    entries = [("llm_floors (ini)", e) for e in config.getini("llm_floors")]
+    entries += [("--llm-floor", e) for e in config.getoption("llm_floor") or []]
+    for where, entry in entries:
+        task, sep, value = str(entry).partition("=")
+        try:
+            floor = float(value)
+        except ValueError:
+            floor = float("nan")
+        if not sep or not task.strip() or not 0.0 <= floor <= 1.0:
+            raise pytest.UsageError(f"{where}: expected TASK=SCORE with SCORE in [0, 1], got {entry!r}")
+        floors[task.strip()] = floor
+    return floors
+
+
+def _data_dirs(config: pytest.Config) -> list[Path]:
+    dirs: list[Path] = []
+    cli = config.getoption("llm_data_dir")
+    if cli:
+        dirs += [Path(p).expanduser() for p in str(cli).split(os.pathsep) if p]
+    env = os.environ.get("LLMEVAL_DATA_DIR")
+    if env:
+        dirs += [Path(p).expanduser() for p in env.split(os.pathsep) if p]
+    ini = config.getini("llm_data_dir")
+    if ini:
+        base = config.inipath.parent if config.inipath else config.rootpath
+        dirs += [(base / Path(p).expanduser()) for p in str(ini).split(os.pathsep) if p]
+    return [d.resolve() if d.exists() else d for d in dirs]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The resolved llmeval options of one pytest run (CLI over ini over defaults)."""
+
+    model: str | None
+    device: str
+    dtype: str
+    batch_size: int
+    limit: int | None
+    seed: int
+    output: Path
+    data_dirs: tuple[Path, ...]
+    floors: dict[str, float]
+    strict: bool
+    show: str
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Options:
+        model = _raw(config, "llm_model") or None
+        output = _raw(config, "llm_output")
+        strict = config.getoption("llm_strict")
+        return cls(
+            model=str(model) if model else None,
+            device=_choice(config, "llm_device", ("auto", "cuda", "cpu")),
+            dtype=_choice(config, "llm_dtype", ("auto", "float32", "bfloat16", "float16")),
+            batch_size=_int(config, "llm_batch_size", 1) or 8,
+            limit=_int(config, "llm_limit", 1),
+            seed=_int(config, "llm_seed", 0) or 0,
+            output=Path(output).expanduser() if output else config.rootpath / ".llmeval" / "runs",
+            data_dirs=tuple(_data_dirs(config)),
+            floors=_floors(config),
+            strict=bool(strict if strict is not None else config.getini("llm_strict")),
+            show=_choice(config, "llm_show", ("auto", "all", "wrong", "none")),
+        )

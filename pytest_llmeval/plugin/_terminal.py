@@ -1,0 +1,79 @@
+"""The terminal summary: one row per task, then item details when asked for."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from ._collect import describe
+from ._session import LlmEvalSession
+
+AUTO_SHOW_MAX_ITEMS = 5
+
+
+def _pct(x: float) -> str:
+    return "  n/a" if math.isnan(x) else f"{100 * x:5.1f}"
+
+
+def write_summary(session: LlmEvalSession, tr: Any) -> None:
+    verdicts = session.verdicts
+    if not verdicts:
+        return
+    tr.write_sep("=", "llmeval summary")
+    header = f"{'task':<16} {'items':>11} {'metric':<11} {'score':>6} {'95% CI':>13} {'floor':>6} {'verdict':<10} {'time':>8}"
+    tr.write_line(header)
+    partial = False
+    for v in verdicts:
+        items = f"{v.n}/{v.total}"
+        partial = partial or v.n < v.total
+        ci = f"[{_pct(v.estimate.ci_low).strip()},{_pct(v.estimate.ci_high).strip()}]"
+        floor = "-" if v.floor is None else _pct(v.floor)
+        markup = {"red": True} if v.failed else {"green": True} if v.status == "pass" else {}
+        tr.write_line(
+            f"{v.task:<16} {items:>11} {v.metric:<11} {_pct(v.estimate.value):>6} {ci:>13} "
+            f"{floor:>6} {v.status:<10} {v.seconds:7.1f}s",
+            **markup,
+        )
+    if partial:
+        tr.write_line(
+            "partial: scores cover only the selected items (--llm-limit or -k), not whole tasks",
+            yellow=True,
+        )
+    for v in verdicts:
+        if v.status == "FAIL":
+            tr.write_line(
+                f"FAIL {v.task}: {v.metric} {v.estimate.value:.4f} is below its floor {v.floor}", red=True
+            )
+        elif v.status == "error":
+            tr.write_line(f"ERROR {v.task}: some items could not be evaluated (see errors above)", red=True)
+        elif v.status == "incomplete":
+            tr.write_line(f"INCOMPLETE {v.task}: only {v.n} of {v.selected} selected items ran", red=True)
+    if session.run_dir is not None:
+        tr.write_line(f"run record: {session.run_dir}")
+
+
+def write_details(session: LlmEvalSession, tr: Any) -> None:
+    show = session.options.show
+    results = [r for t in session.tallies.values() for r in t.results.values()]
+    if show == "none" or not results:
+        return
+    if show == "auto":
+        if len(results) > AUTO_SHOW_MAX_ITEMS:
+            return
+    elif show == "wrong":
+        results = [r for r in results if not r["correct"]]
+    for r in results:
+        tr.write_sep("-", f"llmeval item {r['item_id']}")
+        tr.write_line(describe(r))
+
+
+def report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
+    """Wrong answers are their own outcome: visible, but not failures (unless --llm-strict)."""
+    if report.when != "call" or not report.passed:
+        return None
+    for name, value in report.user_properties:
+        if name == "llmeval_result" and isinstance(value, dict) and not value.get("correct"):
+            return "wrong", "w", "WRONG"
+    return None
