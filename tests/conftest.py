@@ -1,0 +1,69 @@
+"""Shared fixtures: a tiny random causal LM built offline, and the shared benchmark data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_BENCHMARKS = REPO.parent / "shared" / "benchmarks"
+
+_CORPUS = [
+    "Question: what is two plus three? Answer: 5",
+    "The answer is 42. The answer is B. Answer: A",
+    "A. red B. green C. blue D. yellow",
+    "one two three four five six seven eight nine ten 0 1 2 3 4 5 6 7 8 9",
+    "Q: How many apples are left? A: There are 7 apples left.",
+]
+
+
+def build_tiny_model(target: Path) -> Path:
+    """A 2-layer Llama with a 300-token byte-level BPE tokenizer, random weights, seed 0."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=fast.vocab_size if hasattr(fast, "vocab_size") else len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.eos_token_id,
+        bos_token_id=fast.eos_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    target.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(target)
+    fast.save_pretrained(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def shared_benchmarks() -> Path:
+    if not SHARED_BENCHMARKS.is_dir():
+        pytest.skip(f"benchmark data not found at {SHARED_BENCHMARKS} (../shared/benchmarks)")
+    return SHARED_BENCHMARKS

@@ -1,0 +1,123 @@
+"""The HF backend on a tiny random model: log-likelihood split, batching, generation."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from pytest_llmeval.model import (
+    GenerateRequest,
+    LoglikelihoodRequest,
+    ModelSettings,
+    load_backend,
+)
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
+    return load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=3))
+
+
+def _reference_logprob(backend, context: str, continuation: str) -> float:  # type: ignore[no-untyped-def]
+    """Score one request alone, straight from the model, following lm-eval's split."""
+    n = len(context) - len(context.rstrip())
+    if n:
+        continuation = context[-n:] + continuation
+        context = context[:-n]
+    tok = backend.tokenizer
+    whole = tok(context + continuation, add_special_tokens=False)["input_ids"]
+    ctx = tok(context, add_special_tokens=False)["input_ids"]
+    cont = whole[len(ctx):]
+    inp = torch.tensor([(ctx + cont)[:-1]])
+    with torch.inference_mode():
+        logits = backend.model(input_ids=inp).logits[0]
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    start = len(ctx) - 1
+    return float(sum(logprobs[start + i, t] for i, t in enumerate(cont)))
+
+
+REQUESTS = [
+    LoglikelihoodRequest("Question: what is two plus three? Answer:", " 5"),
+    LoglikelihoodRequest("Question: what is two plus three? Answer:", " seven"),
+    LoglikelihoodRequest("A. red B. green C. blue D. yellow\nAnswer: ", "B"),
+    LoglikelihoodRequest("Q: How many apples are left?", " A: There are 7 apples left."),
+    LoglikelihoodRequest("one", " two three four five six seven eight nine ten"),
+    LoglikelihoodRequest("The answer is", " 42"),
+    LoglikelihoodRequest("The answer is", " B"),
+]
+
+
+def test_batched_loglikelihood_equals_scoring_each_alone(backend) -> None:  # type: ignore[no-untyped-def]
+    batched = backend.loglikelihood(REQUESTS)
+    assert len(batched) == len(REQUESTS)
+    for req, res in zip(REQUESTS, batched):
+        alone = backend.loglikelihood([req])[0]
+        reference = _reference_logprob(backend, req.context, req.continuation)
+        assert math.isclose(res.logprob, alone.logprob, abs_tol=1e-4)
+        assert math.isclose(res.logprob, reference, abs_tol=1e-4), req
+        assert res.logprob < 0
+        assert res.n_tokens >= 1
+
+
+def test_trailing_space_moves_to_the_continuation(backend) -> None:  # type: ignore[no-untyped-def]
+    a = backend.loglikelihood([LoglikelihoodRequest("Answer: ", "B")])[0]
+    b = backend.loglikelihood([LoglikelihoodRequest("Answer:", " B")])[0]
+    assert a.logprob == pytest.approx(b.logprob, abs=1e-5)
+
+
+def test_is_greedy_matches_argmax(backend) -> None:  # type: ignore[no-untyped-def]
+    context = "Question: what is two plus three? Answer:"
+    ids = backend.tokenizer(context, add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        top = int(backend.model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+    greedy_text = backend.tokenizer.decode([top])
+    res = backend.loglikelihood([LoglikelihoodRequest(context, greedy_text)])[0]
+    if res.n_tokens == 1:  # the decoded token re-encodes to itself
+        assert res.is_greedy
+
+
+def test_generation_is_deterministic_and_batch_independent(backend) -> None:  # type: ignore[no-untyped-def]
+    reqs = [
+        GenerateRequest("Question: what is two plus three? Answer:", max_new_tokens=6),
+        GenerateRequest("Q: How many apples", max_new_tokens=6),
+        GenerateRequest("one two", max_new_tokens=6),
+        GenerateRequest("The answer is", max_new_tokens=6),
+    ]
+    first = backend.generate(reqs)
+    again = backend.generate(reqs)
+    assert [r.text for r in first] == [r.text for r in again]
+    alone = [backend.generate([r])[0].text for r in reqs]
+    assert [r.text for r in first] == alone
+    assert all(r.n_tokens <= 6 for r in first)
+
+
+def test_generation_cuts_at_stop_sequences(backend) -> None:  # type: ignore[no-untyped-def]
+    free = backend.generate([GenerateRequest("The answer is", max_new_tokens=12)])[0]
+    if len(free.text) < 3:
+        pytest.skip("random model produced too little text to place a stop sequence")
+    stop = free.text[1:3]
+    cut = backend.generate([GenerateRequest("The answer is", max_new_tokens=12, stop=(stop,))])[0]
+    assert stop not in cut.text
+    assert free.text.startswith(cut.text)
+    assert cut.finish_reason == "stop"
+
+
+def test_info_records_settings(backend, tiny_model_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    info = backend.info()
+    assert info["dtype"] == "float32"
+    assert info["device"] == "cpu"
+    assert info["batch_size"] == 3
+    assert info["model_path"] == str(tiny_model_dir)
+
+
+def test_bad_settings_are_reported(tiny_model_dir: Path) -> None:
+    from pytest_llmeval import ModelError
+
+    with pytest.raises(ModelError, match="--llm-dtype"):
+        load_backend(ModelSettings(model=str(tiny_model_dir), dtype="float8"))
+    with pytest.raises(ModelError, match="--llm-model"):
+        load_backend(ModelSettings(model=str(tiny_model_dir / "nope")))

@@ -1,0 +1,204 @@
+"""Plugin behaviour, end to end through pytester, on a tiny random model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+
+def _args(model: Path, *extra: str) -> list[str]:
+    return [f"--llm-model={model}", "--llm-data-dir=.", "-p", "no:cacheprovider", *extra]
+
+
+def test_help_lists_options_in_one_group(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    out = result.stdout.str()
+    assert "LLM evaluation (pytest-llmeval)" in out
+    for flag in ("--llm-model", "--llm-device", "--llm-dtype", "--llm-batch-size", "--llm-limit",
+                 "--llm-seed", "--llm-output", "--llm-floor", "--llm-strict"):
+        assert flag in out
+
+
+def test_plugin_import_loads_no_torch() -> None:
+    code = "import pytest_llmeval.plugin, sys; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False False"
+
+
+def test_items_are_collected_from_yaml_with_stable_ids(pytester: pytest.Pytester, write_project) -> None:
+    write_project(pytester)
+    result = pytester.runpytest("--collect-only", "-q", "--llm-data-dir=.")
+    result.stdout.fnmatch_lines(["arith.yaml::arith-0000", "*arith-0004", "colors.yaml::colors-0003"])
+    assert "9 tests collected" in result.stdout.str()
+
+
+def test_without_model_items_are_skipped(pytester: pytest.Pytester, write_project) -> None:
+    write_project(pytester)
+    result = pytester.runpytest("--llm-data-dir=.", "-rs")
+    result.assert_outcomes(skipped=9)
+    result.stdout.fnmatch_lines(["*--llm-model*"])
+
+
+def test_run_prints_table_and_writes_records(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+    write_project(pytester)
+    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-output=out"))
+    assert result.ret == 0
+    out = result.stdout.str()
+    assert "llmeval summary" in out
+    result.stdout.fnmatch_lines(["arith*5/5*exact_match*pass*", "colors*4/4*acc*pass*"])
+    runs = list((pytester.path / "out").iterdir())
+    assert len(runs) == 1
+    lines = (runs[0] / "tasks" / "arith_output.jsonl").read_text().splitlines()
+    assert len(lines) == 5
+    record = json.loads(lines[0])
+    assert record["item_id"] == "arith-0000"
+    assert record["prompt"].startswith("Question: what is zero plus one?\nAnswer: 1\n\n")
+    summary = json.loads((runs[0] / "metrics_summary.json").read_text())
+    assert summary["colors"]["n"] == 4
+    assert summary["arith"]["verdict"] == "pass"
+    config = json.loads((runs[0] / "eval_config.json").read_text())
+    assert config["model_info"]["dtype"] == "float32"
+
+
+def test_wrong_answers_are_their_own_outcome(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+    write_project(pytester)
+    result = pytester.runpytest(*_args(tiny_model_dir))
+    # A random model gets the arithmetic wrong: visible as "wrong", not as failures.
+    assert "wrong" in result.stdout.lines[-1]
+    assert "failed" not in result.stdout.lines[-1]
+    assert result.ret == 0
+
+
+def test_strict_mode_fails_wrong_answers(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+    write_project(pytester)
+    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-strict", "-k", "arith"))
+    assert result.ret == 1
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) >= 1
+    result.stdout.fnmatch_lines(["*wrong answer for arith-*", "*--- raw output ---*", "target: '*'"])
+
+
+def test_floor_miss_exits_non_zero_naming_the_task(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+    write_project(pytester, mc_floor=0.99)
+    result = pytester.runpytest(*_args(tiny_model_dir))
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*FAIL colors: acc * is below its floor 0.99*"])
+
+
+def test_floor_override_from_cli_and_ini(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+    write_project(pytester, mc_floor=0.99)
+    assert pytester.runpytest(*_args(tiny_model_dir, "--llm-floor", "colors=0")).ret == 0
+    pytester.makeini("[pytest]\nllm_floors =\n    arith=1.0\n")
+    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-floor", "colors=0"))
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*FAIL arith*"])
+
+
+def test_bad_floor_option_is_a_usage_error(pytester: pytest.Pytester, write_project) -> None:
+    write_project(pytester)
+    result = pytester.runpytest("--llm-data-dir=.", "--llm-floor", "colors=high")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--llm-floor*TASK=SCORE*"])
+
+
+def test_options_are_settable_in_ini(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+    write_project(pytester)
+    pytester.makeini(
+        f"[pytest]\nllm_model = {tiny_model_dir}\nllm_data_dir = .\nllm_limit = 2\nllm_batch_size = 2\n"
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["arith*2/5*", "colors*2/4*", "partial:*"])
+
+
+def test_k_selects_one_item_and_shows_its_details(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+    write_project(pytester)
+    result = pytester.runpytest(*_args(tiny_model_dir, "-k", "colors and 0002"))
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("wrong", 0) == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*llmeval item colors-0002*",
+            "--- prompt*",
+            "Which one is a fruit?",
+            "--- choices: log-likelihood*",
+            "target: 'apple'",
+        ]
+    )
+
+
+def test_limit_is_deterministic_first_n(pytester: pytest.Pytester, write_project) -> None:
+    write_project(pytester)
+    result = pytester.runpytest("--collect-only", "-q", "--llm-data-dir=.", "--llm-limit=2")
+    assert "4 tests collected" in result.stdout.str()
+    result.stdout.fnmatch_lines(["*arith-0000", "*arith-0001", "*colors-0000", "*colors-0001"])
+
+
+def test_markers_select_tasks(pytester: pytest.Pytester, write_project) -> None:
+    write_project(pytester)
+    result = pytester.runpytest("--collect-only", "-q", "--llm-data-dir=.", "-m", "regression",
+                                "--strict-markers")
+    assert "5/9 tests collected" in result.stdout.str()
+    result = pytester.runpytest("--collect-only", "-q", "--llm-data-dir=.", "-m", "knowledge")
+    assert "4/9 tests collected" in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (("mode: generate", "mode: chat"), "field 'mode'"),
+        (("floor: 0.0", "floor: 1.5"), "field 'floor'"),
+        (("dataset: {path: arith.jsonl}", "dataset: {path: missing.jsonl}"), "missing.jsonl"),
+        (("max_new_tokens: 4", "max_new_tokens: many"), "generate.max_new_tokens"),
+        (('template: "Question: {{ q }}', 'template: "Question: {{ qq }}'), "prompt.template"),
+        (('template: "Question: {{ q }}', 'template: "Question: {{ q }'), "prompt.template"),
+    ],
+)
+def test_spec_errors_fail_collection_naming_file_and_field(
+    pytester: pytest.Pytester, edit: tuple[str, str], field: str
+, write_project) -> None:
+    write_project(pytester)
+    spec = pytester.path / "arith.yaml"
+    text = spec.read_text()
+    assert edit[0] in text
+    spec.write_text(text.replace(edit[0], edit[1]))
+    result = pytester.runpytest("--collect-only", "--llm-data-dir=.")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    assert "arith.yaml" in out
+    assert field in out
+
+
+def test_model_load_error_is_one_clear_line(pytester: pytest.Pytester, tmp_path: Path, write_project) -> None:
+    write_project(pytester)
+    result = pytester.runpytest("--llm-model=./no-such-model", "--llm-data-dir=.", "-k", "colors")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*--llm-model=./no-such-model: no such directory*"])
+    result.stdout.fnmatch_lines(["*ERROR colors*"])
+
+
+def test_xdist_aggregates_on_the_controller(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+    pytest.importorskip("xdist")
+    write_project(pytester, mc_floor=0.99)
+    serial = pytester.runpytest_subprocess(*_args(tiny_model_dir, "--llm-output=serial"))
+    parallel = pytester.runpytest_subprocess(*_args(tiny_model_dir, "-n", "2", "--llm-output=par"))
+    assert serial.ret == parallel.ret == 1
+    for result in (serial, parallel):
+        result.stdout.fnmatch_lines(["arith*5/5*pass*", "colors*4/4*FAIL*", "*FAIL colors*"])
+
+    def items(out: str) -> dict[str, tuple[bool, str | None]]:
+        run = next((pytester.path / out).iterdir())
+        found = {}
+        for path in (run / "tasks").glob("*.jsonl"):
+            for line in path.read_text().splitlines():
+                rec = json.loads(line)
+                found[rec["item_id"]] = (rec["correct"], rec["extracted"])
+        return found
+
+    assert items("serial") == items("par")
+    assert len(items("par")) == 9

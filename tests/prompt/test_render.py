@@ -1,0 +1,181 @@
+"""Prompt rendering: strict templates, list rendering, the few-shot block, real prompts."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_llmeval.dataset import load_items
+from pytest_llmeval.eval import TaskRunner
+from pytest_llmeval.prompt import (
+    TemplateRenderProblem,
+    TemplateSyntaxProblem,
+    build_fewshot_block,
+    check_template,
+    render,
+    render_list,
+)
+from pytest_llmeval.task import load_task_spec
+
+REPO = Path(__file__).resolve().parents[2]
+BENCHMARKS = REPO / "benchmarks"
+SHARED = REPO / ".." / "shared" / "benchmarks"
+
+
+def _shared() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(
+            f"shared benchmark data not found at {SHARED} (shared/benchmarks beside the repo)"
+        )
+    return SHARED
+
+
+# --------------------------------------------------------------------------- render
+
+
+def test_render_fields() -> None:
+    assert render("Q: {{ question }}\nA:", {"question": "why?"}) == "Q: why?\nA:"
+    assert render("{{ choices[1] }}", {"choices": ["x", "y"]}) == "y"
+    assert render("line\n", {}) == "line\n"
+
+
+def test_render_no_autoescape() -> None:
+    assert render("{{ q }}", {"q": "<b> & 'x'"}) == "<b> & 'x'"
+
+
+def test_undefined_field_names_available_fields() -> None:
+    with pytest.raises(TemplateRenderProblem) as info:
+        render("{{ questoin }}", {"question": "q", "answer": "a"})
+    text = str(info.value)
+    assert "'questoin' is undefined" in text
+    assert "the document has fields: answer, question" in text
+
+
+def test_undefined_in_condition_raises() -> None:
+    with pytest.raises(TemplateRenderProblem, match="'missing' is undefined"):
+        render("{% if missing %}x{% endif %}", {"a": 1})
+
+
+def test_undefined_with_empty_doc() -> None:
+    with pytest.raises(TemplateRenderProblem, match=r"fields: \(none\)"):
+        render("{{ x }}", {})
+
+
+def test_sandbox_blocks_unsafe_access() -> None:
+    with pytest.raises(TemplateRenderProblem):
+        render("{{ x.__class__.__mro__ }}", {"x": "s"})
+    with pytest.raises(TemplateRenderProblem):
+        render("{% set _ = xs.append(1) %}{{ xs }}", {"xs": []})
+
+
+def test_check_template() -> None:
+    check_template("{{ a }} {% for x in xs %}{{ x }}{% endfor %}")
+    with pytest.raises(TemplateSyntaxProblem, match="line 2"):
+        check_template("ok\n{{ a ")
+
+
+def test_after_filter() -> None:
+    doc = {"answer": "work 3 + 4 = 7\n#### 7"}
+    assert render("{{ answer | after('####') }}", doc) == " 7"
+    assert render("{{ answer | after('####') | trim }}", doc) == "7"
+    assert render("{{ 'a#b#c' | after('#') }}", {}) == "c"
+    assert render("{{ 'no marker' | after('####') }}", {}) == "no marker"
+    assert render("{{ n | after('.') }}", {"n": 3.25}) == "25"
+
+
+def test_render_list_expression() -> None:
+    doc = {"choices": ["red", "green", 3]}
+    assert render_list("{{ choices }}", doc) == ["red", "green", "3"]
+    assert render_list("  {{ choices[:2] }} ", doc) == ["red", "green"]
+    assert render_list("{{ options }}", {"options": ("x", "y")}) == ["x", "y"]
+
+
+def test_render_list_literal() -> None:
+    assert render_list("['yes', 'no']", {}) == ["yes", "no"]
+    assert render_list('["{{ a }}", "{{ b }}"]', {"a": "x", "b": "y"}) == ["x", "y"]
+    # A field holding the text of a list is parsed as a literal.
+    assert render_list("{{ raw }}", {"raw": json.dumps(["p", "q"])}) == ["p", "q"]
+
+
+@pytest.mark.parametrize(
+    ("template", "doc"),
+    [("{{ x }}", {"x": "plain text"}), ("{{ n }}", {"n": 5}), ("{{ missing }}", {"x": 1})],
+)
+def test_render_list_failures(template: str, doc: dict[str, object]) -> None:
+    with pytest.raises(TemplateRenderProblem):
+        render_list(template, doc)
+
+
+# --------------------------------------------------------------------------- few-shot block
+
+
+def test_fewshot_block_layout() -> None:
+    block = build_fewshot_block(
+        "Intro.\n\n",
+        [("Q: one?\nA:", "1"), ("Q: two?\nA:", "2")],
+        ["ex-a", "ex-b"],
+        " ",
+        "\n\n",
+    )
+    assert block.text == "Intro.\n\nQ: one?\nA: 1\n\nQ: two?\nA: 2\n\n"
+    assert block.ids == ("ex-a", "ex-b")
+
+
+def test_fewshot_block_custom_delimiters() -> None:
+    block = build_fewshot_block("", [("x", "y")], ["0"], "=>", "|")
+    assert block.text == "x=>y|"
+    assert block.ids == ("0",)
+
+
+def test_fewshot_block_empty() -> None:
+    block = build_fewshot_block("Intro: ", [], [], " ", "\n\n")
+    assert block.text == "Intro: "
+    assert block.ids == ()
+
+
+# --------------------------------------------------------------------------- real prompts
+
+
+def test_real_mmlu_prompt() -> None:
+    shared = _shared()
+    spec = load_task_spec(BENCHMARKS / "mmlu.yaml")
+    items = [i for i in load_items(spec, [shared]) if i.subset == "abstract_algebra"]
+    item = items[0]
+    assert item.id == "mmlu-abstract_algebra-0000"
+    prepared = TaskRunner(spec, [shared]).prepare(item)
+    prompt = prepared.prompt
+    assert prompt.startswith(
+        "The following are multiple choice questions (with answers) about abstract algebra.\n\n"
+    )
+    assert prompt.count("Answer:") == 6
+    assert len(re.findall(r"\nAnswer: [ABCD]\n\n", prompt)) == 5
+    assert prompt.endswith("\nAnswer:")
+    assert prompt.rstrip().endswith("D. " + item.doc["choice3"] + "\nAnswer:")
+    assert prepared.fewshot_ids == tuple(f"abstract_algebra-{i}" for i in range(5))
+    assert prepared.choices == ("A", "B", "C", "D")
+    assert prepared.gold == int(item.doc["answer"])
+    assert prepared.target == "ABCD"[prepared.gold]
+    # The few-shot block is shared by every item of the subject.
+    other = TaskRunner(spec, [shared]).prepare(items[1])
+    block = prompt[: prompt.index(item.doc["question"].strip())]
+    assert other.prompt.startswith(block)
+
+
+def test_real_gsm8k_prompt() -> None:
+    shared = _shared()
+    spec = load_task_spec(BENCHMARKS / "gsm8k.yaml")
+    items = load_items(spec, [shared])
+    runner = TaskRunner(spec, [shared])
+    prepared = runner.prepare(items[0])
+    assert len(prepared.fewshot_ids) == 8
+    assert prepared.fewshot_ids == tuple(f"fewshot-{i}" for i in range(8))
+    assert prepared.prompt.endswith("\nA:")
+    assert prepared.prompt.startswith("Q: ")
+    assert prepared.prompt.count("The answer is") == 8
+    assert prepared.target == items[0].doc["answer"].split("####")[-1].strip()
+    assert prepared.prompt.endswith("Q: " + items[0].doc["question"] + "\nA:")
+    for item in items[:50]:
+        assert runner.prepare(item).target == item.doc["answer"].split("####")[-1].strip()

@@ -1,0 +1,128 @@
+"""Task statistics: the Wilson score interval and accuracy with its standard error."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_llmeval.scorer import Estimate, accuracy, wilson_interval
+from pytest_llmeval.scorer._metrics import Z95
+
+EPS = 1e-12
+
+
+@pytest.mark.parametrize(
+    ("successes", "n", "low", "high"),
+    [
+        (0, 10, 0.0, 0.2775),
+        (10, 10, 0.7225, 1.0),
+        (5, 10, 0.2366, 0.7634),
+        (1, 1, 0.2065, 1.0),
+        (50, 100, 0.4038, 0.5962),
+        (81, 263, 0.2553, 0.3662),
+    ],
+)
+def test_known_values(successes: int, n: int, low: float, high: float) -> None:
+    lo, hi = wilson_interval(successes, n)
+    assert lo == pytest.approx(low, abs=1e-4)
+    assert hi == pytest.approx(high, abs=1e-4)
+
+
+def test_empty_sample_is_uninformative() -> None:
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_wider_with_larger_z() -> None:
+    lo95, hi95 = wilson_interval(30, 100)
+    lo99, hi99 = wilson_interval(30, 100, z=2.5758)
+    assert lo99 < lo95 < 0.3 < hi95 < hi99
+
+
+interval_args = st.integers(min_value=1, max_value=10_000).flatmap(
+    lambda n: st.tuples(st.integers(min_value=0, max_value=n), st.just(n))
+)
+
+
+@given(interval_args)
+def test_interval_contains_p_within_unit(args: tuple[int, int]) -> None:
+    successes, n = args
+    lo, hi = wilson_interval(successes, n)
+    p = successes / n
+    assert 0.0 <= lo <= hi <= 1.0
+    assert lo - EPS <= p <= hi + EPS
+
+
+@given(interval_args)
+def test_bounds_invert_the_score_test(args: tuple[int, int]) -> None:
+    # Definition of the Wilson interval: the p0 where |p - p0| = z * sqrt(p0 (1 - p0) / n).
+    successes, n = args
+    p = successes / n
+    for p0 in wilson_interval(successes, n):
+        if 0.0 < p0 < 1.0:
+            assert (p - p0) ** 2 == pytest.approx(Z95**2 * p0 * (1 - p0) / n, rel=1e-6, abs=1e-15)
+
+
+@given(interval_args)
+def test_interval_symmetry(args: tuple[int, int]) -> None:
+    successes, n = args
+    lo, hi = wilson_interval(successes, n)
+    lo2, hi2 = wilson_interval(n - successes, n)
+    assert lo == pytest.approx(1 - hi2, abs=1e-12)
+    assert hi == pytest.approx(1 - lo2, abs=1e-12)
+
+
+@given(interval_args, st.integers(min_value=2, max_value=50))
+def test_interval_narrows_with_n(args: tuple[int, int], factor: int) -> None:
+    successes, n = args
+    lo, hi = wilson_interval(successes, n)
+    lo_big, hi_big = wilson_interval(successes * factor, n * factor)
+    assert hi_big - lo_big < hi - lo
+
+
+def test_accuracy_values() -> None:
+    est = accuracy([True, False, True, False])
+    assert est.n == 4
+    assert est.value == 0.5
+    assert est.stderr == pytest.approx(math.sqrt((1 / 3) / 4))
+    assert (est.ci_low, est.ci_high) == wilson_interval(2, 4)
+
+
+def test_accuracy_fractional_scores() -> None:
+    est = accuracy([1.0, 0.5, 0.0])
+    assert est.value == pytest.approx(0.5)
+    assert est.stderr == pytest.approx(math.sqrt(0.25 / 3))
+    assert est.ci_low < 0.5 < est.ci_high
+
+
+def test_accuracy_all_equal_has_zero_stderr() -> None:
+    est = accuracy([True] * 20)
+    assert est.value == 1.0
+    assert est.stderr == 0.0
+    assert est.ci_high == 1.0
+    assert est.ci_low == pytest.approx(0.8389, abs=1e-4)
+
+
+def test_accuracy_single_and_empty() -> None:
+    one = accuracy([True])
+    assert one.n == 1 and one.value == 1.0
+    assert math.isnan(one.stderr)
+    empty = accuracy([])
+    assert isinstance(empty, Estimate)
+    assert empty.n == 0
+    assert math.isnan(empty.value) and math.isnan(empty.stderr)
+    assert (empty.ci_low, empty.ci_high) == (0.0, 1.0)
+
+
+@given(st.lists(st.booleans(), min_size=2, max_size=500))
+def test_accuracy_matches_definition(correct: list[bool]) -> None:
+    est = accuracy(correct)
+    n = len(correct)
+    mean = sum(correct) / n
+    assert est.n == n
+    assert est.value == pytest.approx(mean)
+    sd = math.sqrt(sum((c - mean) ** 2 for c in correct) / (n - 1))
+    assert est.stderr == pytest.approx(sd / math.sqrt(n))
+    assert est.ci_low - EPS <= est.value <= est.ci_high + EPS

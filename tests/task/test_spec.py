@@ -1,0 +1,418 @@
+"""Task specs: the real specs load, and every invalid spec names its file and field."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pytest_llmeval._errors import SpecError
+from pytest_llmeval.task import (
+    DatasetSpec,
+    Extractor,
+    PromptSpec,
+    TaskSpec,
+    is_task_file,
+    load_task_spec,
+    task_spec_from_dict,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+BENCHMARKS = REPO / "benchmarks"
+
+
+def _generate_spec() -> dict[str, Any]:
+    return {
+        "task": "toy",
+        "description": "a synthetic task",
+        "markers": ["regression", "math"],
+        "floor": 0.25,
+        "dataset": {"path": "toy/test.jsonl"},
+        "prompt": {"template": "Q: {{ question }}\nA:", "target": "{{ answer }}"},
+        "mode": "generate",
+        "generate": {
+            "target": "{{ answer }}",
+            "extract": [{"kind": "regex", "pattern": r"answer is (\d+)"}, "last_number"],
+            "compare": "numeric",
+            "stop": ["Q:"],
+        },
+    }
+
+
+def _mc_spec() -> dict[str, Any]:
+    return {
+        "task": "toy_mc",
+        "dataset": {"path": "toy/{subset}.csv", "subsets": ["a", "b"]},
+        "prompt": {"template": "{{ question }}\nAnswer:"},
+        "mode": "multiple_choice",
+        "multiple_choice": {
+            "choices": ["A", "B", "C"],
+            "gold": "{{ label }}",
+            "metric": "acc_norm",
+        },
+    }
+
+
+def _write(tmp_path: Path, data: Any, name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _load_error(tmp_path: Path, data: Any) -> tuple[SpecError, Path]:
+    path = _write(tmp_path, data)
+    with pytest.raises(SpecError) as info:
+        load_task_spec(path)
+    return info.value, path
+
+
+def _assert_names(exc: SpecError, path: Path, field: str) -> None:
+    text = str(exc)
+    assert str(path) in text, text
+    assert f"'{field}'" in text, text
+    assert exc.source == str(path)
+    assert exc.field == field
+
+
+# --------------------------------------------------------------------------- real specs
+
+
+def test_real_gsm8k_spec_loads() -> None:
+    spec = load_task_spec(BENCHMARKS / "gsm8k.yaml")
+    assert spec.name == "gsm8k"
+    assert spec.mode == "generate"
+    assert spec.fewshot.k == 8
+    assert len(spec.fewshot.examples) == 8
+    assert spec.fewshot.source is None
+    assert spec.markers == ("regression", "math")
+    assert spec.floor == 0.0
+    assert spec.metric == "exact_match"
+    assert spec.generate is not None
+    assert spec.generate.compare == "numeric"
+    assert [s.kind for s in spec.generate.extract] == ["regex", "last_number"]
+    assert spec.generate.extract[0].group == 1
+    assert spec.dataset.path == "gsm8k/test.jsonl"
+    assert spec.dataset.hub is not None and spec.dataset.hub.id == "openai/gsm8k"
+    assert spec.multiple_choice is None
+    assert spec.source == str(BENCHMARKS / "gsm8k.yaml")
+
+
+def test_real_mmlu_spec_loads() -> None:
+    spec = load_task_spec(BENCHMARKS / "mmlu.yaml")
+    assert spec.name == "mmlu"
+    assert spec.mode == "multiple_choice"
+    assert spec.fewshot.k == 5
+    assert spec.fewshot.source is not None
+    assert spec.fewshot.source.path == "mmlu/dev/{subset}_dev.csv"
+    assert spec.markers == ("regression", "knowledge")
+    assert spec.floor == 0.0
+    assert spec.metric == "acc"
+    assert spec.multiple_choice is not None
+    assert spec.multiple_choice.choices == ("A", "B", "C", "D")
+    assert spec.dataset.subsets == "*"
+    assert spec.dataset.fields == {"choices": ("choice0", "choice1", "choice2", "choice3")}
+    assert spec.generate is None
+    assert spec.source == str(BENCHMARKS / "mmlu.yaml")
+
+
+@pytest.mark.parametrize("name", ["gsm8k.yaml", "mmlu.yaml"])
+def test_real_specs_are_task_files(name: str) -> None:
+    assert is_task_file(BENCHMARKS / name)
+
+
+def test_is_task_file(tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text("name: not a task\n")
+    assert not is_task_file(other)
+    assert not is_task_file(tmp_path / "missing.yaml")
+    assert is_task_file(_write(tmp_path, _generate_spec()))
+
+
+# --------------------------------------------------------------------------- from dict
+
+
+def test_from_dict_generate() -> None:
+    spec = task_spec_from_dict(_generate_spec())
+    assert spec.source == "<python>"
+    assert spec.name == "toy"
+    assert spec.floor == 0.25
+    assert spec.metric == "exact_match"
+    assert spec.dataset == DatasetSpec(path="toy/test.jsonl")
+    assert spec.prompt == PromptSpec(template="Q: {{ question }}\nA:", target="{{ answer }}")
+    assert spec.generate is not None
+    assert spec.generate.stop == ("Q:",)
+    assert spec.generate.max_new_tokens == 256
+    assert spec.generate.extract == (
+        Extractor(kind="regex", pattern=r"answer is (\d+)", group=1),
+        Extractor(kind="last_number"),
+    )
+    assert spec.fewshot.k == 0
+
+
+def test_from_dict_multiple_choice() -> None:
+    spec = task_spec_from_dict(_mc_spec(), source="mine.yaml")
+    assert spec.source == "mine.yaml"
+    assert spec.metric == "acc_norm"
+    assert spec.dataset.subsets == ("a", "b")
+    assert spec.floor is None
+    assert spec.markers == ()
+    assert isinstance(spec, TaskSpec)
+
+
+def test_from_dict_defaults() -> None:
+    data = _generate_spec()
+    del data["generate"]["extract"]
+    spec = task_spec_from_dict(data)
+    assert spec.generate is not None
+    assert spec.generate.extract == (Extractor(kind="strip"),)
+    assert spec.prompt.target_delimiter == " "
+    assert spec.prompt.fewshot_separator == "\n\n"
+
+
+def test_from_dict_hub_only_dataset() -> None:
+    data = _generate_spec()
+    data["dataset"] = {"hub": {"id": "org/name", "split": "validation"}}
+    spec = task_spec_from_dict(data)
+    assert spec.dataset.path is None
+    assert spec.dataset.hub is not None
+    assert spec.dataset.hub.split == "validation"
+
+
+@pytest.mark.parametrize(
+    "fewshot",
+    [
+        {"k": 1, "examples": [{"question": "q", "answer": "1"}]},
+        {"k": 1, "source": {"path": "toy/dev.jsonl"}},
+        {"k": 0, "source": None},
+    ],
+)
+def test_fewshot_keeps_spec_source(fewshot: dict[str, Any]) -> None:
+    # Regression: the few-shot 'source' must not replace the spec's own source (its file).
+    data = _generate_spec()
+    data["fewshot"] = fewshot
+    spec = task_spec_from_dict(data, source="specs/toy.yaml")
+    assert spec.source == "specs/toy.yaml"
+
+
+def test_error_names_python_source() -> None:
+    data = _generate_spec()
+    data["mode"] = "chat"
+    with pytest.raises(SpecError, match=r"<python>: field 'mode'"):
+        task_spec_from_dict(data)
+
+
+def test_root_must_be_mapping(tmp_path: Path) -> None:
+    exc, path = _load_error(tmp_path, ["task", "toy"])
+    _assert_names(exc, path, "<root>")
+
+
+# --------------------------------------------------------------------------- error paths
+
+
+def _mutate(base: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    """A copy of ``base`` with ``dotted`` set to ``value`` (or deleted when value is _DEL)."""
+    data = copy.deepcopy(base)
+    *parents, last = dotted.split(".")
+    node = data
+    for key in parents:
+        node = node[key]
+    if value is _DEL:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+_DEL = object()
+
+ERROR_CASES = [
+    # (id, base, dotted key to change, new value, expected field, message fragment)
+    ("missing-task", _generate_spec, "task", _DEL, "task", "is required"),
+    ("bad-task-name", _generate_spec, "task", "my task!", "task", "letters, digits"),
+    ("unknown-mode", _generate_spec, "mode", "chat", "mode", "unknown value 'chat'"),
+    ("missing-mode", _generate_spec, "mode", _DEL, "mode", "is required"),
+    ("missing-dataset", _generate_spec, "dataset", _DEL, "dataset", "is required"),
+    ("dataset-not-mapping", _generate_spec, "dataset", "toy.jsonl", "dataset", "mapping"),
+    ("no-path-no-hub", _generate_spec, "dataset.path", _DEL, "dataset.path", "is required"),
+    ("bad-format", _generate_spec, "dataset.format", "xlsx", "dataset.format", "xlsx"),
+    ("unknown-dataset-key", _generate_spec, "dataset.files", "x", "dataset.files", "unknown"),
+    ("floor-above-one", _generate_spec, "floor", 1.5, "floor", "[0, 1]"),
+    ("floor-negative", _generate_spec, "floor", -0.1, "floor", "[0, 1]"),
+    ("floor-string", _generate_spec, "floor", "high", "floor", "'high'"),
+    ("floor-nan", _generate_spec, "floor", math.nan, "floor", "nan"),
+    ("floor-bool", _generate_spec, "floor", True, "floor", "True"),
+    ("unknown-top-key", _generate_spec, "metric", "acc", "metric", "unknown field"),
+    ("unknown-marker", _generate_spec, "markers", ["math", "mathz"], "markers[1]", "'mathz'"),
+    (
+        "regex-no-pattern",
+        _generate_spec,
+        "generate.extract",
+        [{"kind": "regex"}],
+        "generate.extract[0].pattern",
+        "is required",
+    ),
+    (
+        "regex-invalid",
+        _generate_spec,
+        "generate.extract",
+        ["last_number", {"kind": "regex", "pattern": "(unclosed"}],
+        "generate.extract[1].pattern",
+        "invalid regular expression",
+    ),
+    (
+        "regex-group-too-big",
+        _generate_spec,
+        "generate.extract",
+        [{"kind": "regex", "pattern": "(a)", "group": 2}],
+        "generate.extract[0].group",
+        "1 group",
+    ),
+    (
+        "unknown-extractor",
+        _generate_spec,
+        "generate.extract",
+        ["last_word"],
+        "generate.extract[0].kind",
+        "'last_word'",
+    ),
+    ("unknown-compare", _generate_spec, "generate.compare", "fuzzy", "generate.compare", "fuzzy"),
+    (
+        "max-new-tokens-zero",
+        _generate_spec,
+        "generate.max_new_tokens",
+        0,
+        "generate.max_new_tokens",
+        ">= 1",
+    ),
+    ("missing-generate", _generate_spec, "generate", _DEL, "generate", "is required"),
+    (
+        "mc-with-generate",
+        _generate_spec,
+        "multiple_choice",
+        {"choices": "x"},
+        "multiple_choice",
+        "mode",
+    ),
+    (
+        "template-syntax",
+        _generate_spec,
+        "prompt.template",
+        "Q: {{ question ",
+        "prompt.template",
+        "invalid template",
+    ),
+    (
+        "target-syntax",
+        _generate_spec,
+        "prompt.target",
+        "{% if %}",
+        "prompt.target",
+        "invalid template",
+    ),
+    ("missing-template", _generate_spec, "prompt.template", _DEL, "prompt.template", "is required"),
+    (
+        "subsets-without-placeholder",
+        _mc_spec,
+        "dataset.path",
+        "toy/all.csv",
+        "dataset.path",
+        "{subset}",
+    ),
+    ("empty-subsets", _mc_spec, "dataset.subsets", [], "dataset.subsets", "must not be empty"),
+    ("one-choice", _mc_spec, "multiple_choice.choices", ["A"], "multiple_choice.choices", "two"),
+    (
+        "choice-syntax",
+        _mc_spec,
+        "multiple_choice.choices",
+        ["A", "{{ B"],
+        "multiple_choice.choices[1]",
+        "invalid template",
+    ),
+    ("unknown-metric", _mc_spec, "multiple_choice.metric", "f1", "multiple_choice.metric", "f1"),
+    ("missing-gold", _mc_spec, "multiple_choice.gold", _DEL, "multiple_choice.gold", "is required"),
+    ("mc-missing-section", _mc_spec, "multiple_choice", _DEL, "multiple_choice", "is required"),
+    (
+        "fewshot-k-above-examples",
+        _generate_spec,
+        "fewshot",
+        {
+            "k": 3,
+            "examples": [{"question": "q1", "answer": "1"}, {"question": "q2", "answer": "2"}],
+        },
+        "fewshot.k",
+        "only 2 examples",
+    ),
+    (
+        "fewshot-k-without-source",
+        _generate_spec,
+        "fewshot",
+        {"k": 2},
+        "fewshot.k",
+        "neither 'source' nor 'examples'",
+    ),
+    ("fewshot-negative-k", _generate_spec, "fewshot", {"k": -1}, "fewshot.k", ">= 0"),
+    ("fewshot-k-string", _generate_spec, "fewshot", {"k": "5"}, "fewshot.k", "integer"),
+    (
+        "fewshot-source-and-examples",
+        _generate_spec,
+        "fewshot",
+        {"k": 1, "source": {"path": "x.jsonl"}, "examples": [{"question": "q"}]},
+        "fewshot.examples",
+        "not both",
+    ),
+    (
+        "fewshot-source-without-path",
+        _generate_spec,
+        "fewshot",
+        {"k": 1, "source": {"format": "jsonl"}},
+        "fewshot.source.path",
+        "is required",
+    ),
+    (
+        "fewshot-bad-order",
+        _generate_spec,
+        "fewshot",
+        {"order": "random"},
+        "fewshot.order",
+        "random",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("base", "key", "value", "field", "fragment"),
+    [case[1:] for case in ERROR_CASES],
+    ids=[case[0] for case in ERROR_CASES],
+)
+def test_error_names_file_and_field(
+    tmp_path: Path, base: Any, key: str, value: Any, field: str, fragment: str
+) -> None:
+    exc, path = _load_error(tmp_path, _mutate(base(), key, value))
+    _assert_names(exc, path, field)
+    assert fragment in str(exc)
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("task: toy\nprompt: {template: [unclosed\n", encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        load_task_spec(path)
+    _assert_names(info.value, path, "<yaml>")
+    assert "not valid YAML" in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(SpecError) as info:
+        load_task_spec(path)
+    _assert_names(info.value, path, "<file>")
+
+
+def test_every_error_case_is_valid_before_mutation() -> None:
+    # The bases themselves are valid, so each error case tests exactly one fault.
+    task_spec_from_dict(_generate_spec())
+    task_spec_from_dict(_mc_spec())
