@@ -9,7 +9,10 @@ pytest_plugins = ["pytester"]
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--run-slow", action="store_true", default=False, help="run tests marked slow (heavy model runs)"
+        "--run-slow",
+        action="store_true",
+        default=False,
+        help="run tests marked slow (heavy model runs)",
     )
 
 

@@ -75,7 +75,9 @@ def read_records(path: Path, fmt: str | None = None, json_key: str | None = None
             try:
                 import pyarrow.parquet as pq
             except ImportError:
-                raise DataError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
+                raise DataError(
+                    f"{path}: reading parquet needs pyarrow (pip install pyarrow)"
+                ) from None
             return list(pq.read_table(path).to_pylist())
     except OSError as exc:
         raise DataError(f"{path}: cannot be read: {exc}") from None
@@ -121,12 +123,16 @@ def _apply_fields(row: Mapping[str, Any], fields: Mapping[str, Any], where: str)
     for name, src in fields.items():
         if isinstance(src, str):
             if src not in row:
-                raise DataError(f"{where}: field map {name}: {src!r} is not a column; have {sorted(row)}")
+                raise DataError(
+                    f"{where}: field map {name}: {src!r} is not a column; have {sorted(row)}"
+                )
             doc[name] = row[src]
         else:
             missing = [s for s in src if s not in row]
             if missing:
-                raise DataError(f"{where}: field map {name}: no column(s) {missing}; have {sorted(row)}")
+                raise DataError(
+                    f"{where}: field map {name}: no column(s) {missing}; have {sorted(row)}"
+                )
             doc[name] = [row[s] for s in src]
     return doc
 
@@ -211,7 +217,9 @@ def load_items(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[Item]:
         for index, row in enumerate(rows):
             if spec.dataset.id_field is not None:
                 if spec.dataset.id_field not in row:
-                    raise DataError(f"{where}: row {index} has no id_field {spec.dataset.id_field!r}")
+                    raise DataError(
+                        f"{where}: row {index} has no id_field {spec.dataset.id_field!r}"
+                    )
                 local_id = _safe_id(row[spec.dataset.id_field])
             else:
                 local_id = f"{index:0{width}d}"
@@ -262,11 +270,17 @@ def load_fewshot(
     else:
         assert fs.source is not None
         rows, _ = load_rows(
-            fs.source, subset, data_dirs, f"{spec.source}: fewshot.source",
+            fs.source,
+            subset,
+            data_dirs,
+            f"{spec.source}: fewshot.source",
             hub_split=fs.source.hub.split if fs.source.hub else None,
         )
         if spec.dataset.fields and not fs.source.fields:
-            rows = [_apply_fields(r, spec.dataset.fields, f"{spec.source}: fewshot.source") for r in rows]
+            rows = [
+                _apply_fields(r, spec.dataset.fields, f"{spec.source}: fewshot.source")
+                for r in rows
+            ]
         prefix = f"{subset}-" if subset is not None else ""
         pool = [(f"{prefix}{i}", r) for i, r in enumerate(rows)]
     if len(pool) < fs.k:

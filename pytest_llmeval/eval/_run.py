@@ -162,11 +162,15 @@ class TaskRunner:
             gold = choices.index(gold_text)
         else:
             raise self._fail(
-                "multiple_choice.gold", item, ValueError(f"{gold_text!r} is neither an index nor a choice")
+                "multiple_choice.gold",
+                item,
+                ValueError(f"{gold_text!r} is neither an index nor a choice"),
             )
         if not 0 <= gold < len(choices):
             raise self._fail(
-                "multiple_choice.gold", item, ValueError(f"index {gold} out of range for {len(choices)} choices")
+                "multiple_choice.gold",
+                item,
+                ValueError(f"index {gold} out of range for {len(choices)} choices"),
             )
         return PreparedItem(
             item=item,
@@ -201,7 +205,7 @@ class TaskRunner:
         if len(outputs) != len(requests):
             raise DataError(f"backend returned {len(outputs)} results for {len(requests)} requests")
         results = []
-        for p, out in zip(prepared, outputs):
+        for p, out in zip(prepared, outputs, strict=True):
             extraction = extract(out.text, gen.extract)
             correct = answers_match(extraction.answer, p.target, gen.compare)
             results.append(
@@ -244,7 +248,9 @@ class TaskRunner:
             pos += len(p.choices)
             logprobs = [r.logprob for r in lls]
             pred = _argmax(logprobs)
-            pred_norm = _argmax([lp / max(1, len(c)) for lp, c in zip(logprobs, p.choices)])
+            pred_norm = _argmax(
+                [lp / max(1, len(c)) for lp, c in zip(logprobs, p.choices, strict=True)]
+            )
             acc = float(pred == p.gold)
             acc_norm = float(pred_norm == p.gold)
             score = acc if mc.metric == "acc" else acc_norm

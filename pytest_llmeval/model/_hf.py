@@ -50,7 +50,9 @@ class HFBackend:
 
         if settings.dtype not in _DTYPES:
             raise ModelError(f"--llm-dtype={settings.dtype}: expected one of {', '.join(_DTYPES)}")
-        if settings.device not in ("auto", "cpu", "cuda") and not settings.device.startswith("cuda:"):
+        if settings.device not in ("auto", "cpu", "cuda") and not settings.device.startswith(
+            "cuda:"
+        ):
             raise ModelError(f"--llm-device={settings.device}: expected auto, cuda or cpu")
         if settings.batch_size < 1:
             raise ModelError(f"--llm-batch-size={settings.batch_size}: must be >= 1")
@@ -68,18 +70,20 @@ class HFBackend:
         if settings.dtype == "auto":
             # float32 on CPU (bf16 matmuls are slow and inexact there); the model's own
             # dtype on GPU, falling back to bfloat16 for float32 checkpoints.
-            if self.device.type == "cpu":
-                dtype = torch.float32
-            else:
-                dtype = torch.bfloat16
+            dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
         else:
             dtype = getattr(torch, settings.dtype)
         self.dtype = dtype
+        # transformers objects are typed loosely; keep them as Any at this boundary.
+        self.tokenizer: Any
+        self.model: Any
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path)
             self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype)
         except (OSError, ValueError) as exc:
-            raise ModelError(f"--llm-model={settings.model}: cannot load {self.path}: {exc}") from None
+            raise ModelError(
+                f"--llm-model={settings.model}: cannot load {self.path}: {exc}"
+            ) from None
         self.model.to(self.device)
         self.model.eval()
         if self.tokenizer.pad_token_id is None:
@@ -153,8 +157,8 @@ class HFBackend:
         # Requests whose model input is the same token row share one forward pass: the
         # choices of a letter-answer question are one-token continuations of one context.
         by_row: dict[tuple[int, ...], list[tuple[str, str]]] = {}
-        for key, (row, _) in encoded.items():
-            by_row.setdefault(tuple(row), []).append(key)
+        for key, (tokens, _) in encoded.items():
+            by_row.setdefault(tuple(tokens), []).append(key)
         # Longest first: padding is minimal and the first batch shows memory trouble early.
         unique_rows = sorted(by_row, key=lambda r: (-len(r), r))
         done: dict[tuple[str, str], LoglikelihoodResult] = {}
@@ -168,7 +172,7 @@ class HFBackend:
                 ids[i, : len(row)] = torch.tensor(row)
                 mask[i, : len(row)] = 1
             longest_cont = [max(len(encoded[k][1]) for k in by_row[row]) for row in rows]
-            lo = min(len(r) - n for r, n in zip(rows, longest_cont))
+            lo = min(len(r) - n for r, n in zip(rows, longest_cont, strict=True))
             with torch.inference_mode():
                 logits = self._forward(ids.to(self.device), mask.to(self.device), lo, width)
             logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
@@ -207,10 +211,12 @@ class HFBackend:
         for (max_new, stop), indices in groups.items():
             budget = self.max_length - max_new
             if budget < 1:
-                raise ModelError(f"max_new_tokens={max_new} leaves no room in max_length {self.max_length}")
+                raise ModelError(
+                    f"max_new_tokens={max_new} leaves no room in max_length {self.max_length}"
+                )
             encoded = {i: self._encode(requests[i].context)[-budget:] for i in indices}
             order = sorted(indices, key=lambda i: (-len(encoded[i]), i))
-            config = GenerationConfig(
+            config = GenerationConfig(  # type: ignore[no-untyped-call]
                 max_new_tokens=max_new,
                 do_sample=False,
                 num_beams=1,
@@ -221,7 +227,9 @@ class HFBackend:
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
                 width = max(len(encoded[i]) for i in batch)
-                ids = torch.full((len(batch), width), int(self.tokenizer.pad_token_id), dtype=torch.long)
+                ids = torch.full(
+                    (len(batch), width), int(self.tokenizer.pad_token_id), dtype=torch.long
+                )
                 mask = torch.zeros((len(batch), width), dtype=torch.long)
                 for row, i in enumerate(batch):
                     toks = encoded[i]
@@ -244,7 +252,7 @@ class HFBackend:
                     pad_id = int(self.tokenizer.pad_token_id)
                     while toks and toks[-1] == pad_id and finish == "length" and pad_id != eos:
                         toks = toks[:-1]
-                    text = self.tokenizer.decode(toks, skip_special_tokens=True)
+                    text = str(self.tokenizer.decode(toks, skip_special_tokens=True))
                     cut = min((text.find(s) for s in stop if s in text), default=-1)
                     if cut >= 0:
                         text = text[:cut]

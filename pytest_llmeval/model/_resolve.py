@@ -109,7 +109,9 @@ def resolve_model_path(name: str) -> Path:
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
-            raise ModelError(f"--llm-model={name}: {path} has no config.json (not a HF model directory)")
+            raise ModelError(
+                f"--llm-model={name}: {path} has no config.json (not a HF model directory)"
+            )
         return path
     if path.exists():
         raise ModelError(f"--llm-model={name}: expected a model directory, got a file")

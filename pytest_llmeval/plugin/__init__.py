@@ -37,7 +37,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(llm, "llmeval-session")
     # Keep each task on one xdist worker so its batches stay full and the model loads once
     # per worker: plain `-n N` means `--dist load`; upgrade it to `loadgroup`.
-    if getattr(config.option, "dist", "no") == "load" and getattr(config.option, "numprocesses", None):
+    if getattr(config.option, "dist", "no") == "load" and getattr(
+        config.option, "numprocesses", None
+    ):
         config.option.dist = "loadgroup"
 
 

@@ -36,12 +36,18 @@ def describe(result: dict[str, Any]) -> str:
     lines = [f"--- prompt ({len(result['prompt'])} chars) ---", result["prompt"]]
     if result.get("choices"):
         lines.append("--- choices: log-likelihood (greedy) ---")
-        for i, (c, lp, g) in enumerate(zip(result["choices"], result["logprobs"], result["is_greedy"])):
-            marks = ("gold " if i == result["gold"] else "") + ("pred" if i == result["pred"] else "")
+        for i, (c, lp, g) in enumerate(
+            zip(result["choices"], result["logprobs"], result["is_greedy"], strict=True)
+        ):
+            marks = ("gold " if i == result["gold"] else "") + (
+                "pred" if i == result["pred"] else ""
+            )
             lines.append(f"  [{i}] {c!r}: {lp:.4f}{' (greedy)' if g else ''} {marks}".rstrip())
     if result.get("output") is not None:
         lines += ["--- raw output ---", result["output"]]
-        lines.append(f"--- finish: {result.get('finish_reason')}, {result.get('n_output_tokens')} tokens")
+        lines.append(
+            f"--- finish: {result.get('finish_reason')}, {result.get('n_output_tokens')} tokens"
+        )
     lines.append(f"extracted answer: {result.get('extracted')!r} (by {result.get('extractor')})")
     lines.append(f"target: {result['target']!r}")
     lines.append(f"correct: {result['correct']}")

@@ -11,15 +11,45 @@ import pytest
 
 # (cli flag, ini name, help, default as ini string)
 _OPTIONS: list[tuple[str, str, str, str | None]] = [
-    ("--llm-model", "llm_model", "model to evaluate: a local HF model directory or 'smollm2-135m'", None),
+    (
+        "--llm-model",
+        "llm_model",
+        "model to evaluate: a local HF model directory or 'smollm2-135m'",
+        None,
+    ),
     ("--llm-device", "llm_device", "auto|cuda|cpu (auto picks CUDA when present)", "auto"),
-    ("--llm-dtype", "llm_dtype", "auto|float32|bfloat16|float16 (auto: float32 on CPU, bfloat16 on GPU)", "auto"),
-    ("--llm-batch-size", "llm_batch_size", "fixed batch size (default 8; never changed silently)", "8"),
+    (
+        "--llm-dtype",
+        "llm_dtype",
+        "auto|float32|bfloat16|float16 (auto: float32 on CPU, bfloat16 on GPU)",
+        "auto",
+    ),
+    (
+        "--llm-batch-size",
+        "llm_batch_size",
+        "fixed batch size (default 8; never changed silently)",
+        "8",
+    ),
     ("--llm-limit", "llm_limit", "evaluate the deterministic first N items of each task", None),
     ("--llm-seed", "llm_seed", "seed for python, numpy and torch (default 1234)", "1234"),
-    ("--llm-output", "llm_output", "directory for run records (default .llmeval/runs under rootdir)", None),
-    ("--llm-data-dir", "llm_data_dir", "directory with local benchmark data (before LLMEVAL_DATA_DIR)", None),
-    ("--llm-show", "llm_show", "print item details (prompt, output, answer, target): auto|all|wrong|none", "auto"),
+    (
+        "--llm-output",
+        "llm_output",
+        "directory for run records (default .llmeval/runs under rootdir)",
+        None,
+    ),
+    (
+        "--llm-data-dir",
+        "llm_data_dir",
+        "directory with local benchmark data (before LLMEVAL_DATA_DIR)",
+        None,
+    ),
+    (
+        "--llm-show",
+        "llm_show",
+        "print item details (prompt, output, answer, target): auto|all|wrong|none",
+        "auto",
+    ),
 ]
 
 
@@ -36,7 +66,12 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="TASK=SCORE",
         help="override a task's score floor (repeatable); ini: llm_floors (one TASK=SCORE a line)",
     )
-    parser.addini("llm_floors", help="score floor overrides, one TASK=SCORE a line", type="linelist", default=[])
+    parser.addini(
+        "llm_floors",
+        help="score floor overrides, one TASK=SCORE a line",
+        type="linelist",
+        default=[],
+    )
     group.addoption(
         "--llm-strict",
         dest="llm_strict",
@@ -62,7 +97,9 @@ def _int(config: pytest.Config, name: str, minimum: int) -> int | None:
     try:
         number = int(value)
     except (TypeError, ValueError):
-        raise pytest.UsageError(f"{flag} (ini {name}): expected an integer, got {value!r}") from None
+        raise pytest.UsageError(
+            f"{flag} (ini {name}): expected an integer, got {value!r}"
+        ) from None
     if number < minimum:
         raise pytest.UsageError(f"{flag} (ini {name}): must be >= {minimum}, got {number}")
     return number
@@ -72,7 +109,9 @@ def _choice(config: pytest.Config, name: str, options: tuple[str, ...]) -> str:
     value = str(_raw(config, name))
     if value not in options and not (name == "llm_device" and value.startswith("cuda:")):
         flag = "--" + name.replace("_", "-")
-        raise pytest.UsageError(f"{flag} (ini {name}): expected one of {'|'.join(options)}, got {value!r}")
+        raise pytest.UsageError(
+            f"{flag} (ini {name}): expected one of {'|'.join(options)}, got {value!r}"
+        )
     return value
 
 
@@ -87,7 +126,9 @@ def _floors(config: pytest.Config) -> dict[str, float]:
         except ValueError:
             floor = float("nan")
         if not sep or not task.strip() or not 0.0 <= floor <= 1.0:
-            raise pytest.UsageError(f"{where}: expected TASK=SCORE with SCORE in [0, 1], got {entry!r}")
+            raise pytest.UsageError(
+                f"{where}: expected TASK=SCORE with SCORE in [0, 1], got {entry!r}"
+            )
         floors[task.strip()] = floor
     return floors
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import ItemResult, TaskRunner
 from pytest_llmeval.scorer import Estimate, accuracy
 from pytest_llmeval.task import TaskSpec
@@ -157,7 +156,9 @@ class LlmEvalSession:
         if item.item.id in self.cache:
             return self.cache.pop(item.item.id)
         backend = self.backend()
-        pending = [it for it in self.selected.get(item.task, [item]) if it.item.id not in self.cache]
+        pending = [
+            it for it in self.selected.get(item.task, [item]) if it.item.id not in self.cache
+        ]
         if item not in pending:
             pending = [item]
         start = pending.index(item)
@@ -286,8 +287,12 @@ class LlmEvalSession:
             config = dict(self._eval_config)
             config["model_info"] = self.model_info
             config["tasks"] = {
-                t.name: {"metric": t.metric, "floor": t.floor, "total_items": t.total_items,
-                         "selected": t.selected}
+                t.name: {
+                    "metric": t.metric,
+                    "floor": t.floor,
+                    "total_items": t.total_items,
+                    "selected": t.selected,
+                }
                 for t in self.tallies.values()
             }
             (self.run_dir / "eval_config.json").write_text(json.dumps(config, indent=2) + "\n")

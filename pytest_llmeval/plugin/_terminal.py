@@ -22,7 +22,10 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     if not verdicts:
         return
     tr.write_sep("=", "llmeval summary")
-    header = f"{'task':<16} {'items':>11} {'metric':<11} {'score':>6} {'95% CI':>13} {'floor':>6} {'verdict':<10} {'time':>8}"
+    header = (
+        f"{'task':<16} {'items':>11} {'metric':<11} {'score':>6} {'95% CI':>13} "
+        f"{'floor':>6} {'verdict':<10} {'time':>8}"
+    )
     tr.write_line(header)
     partial = False
     for v in verdicts:
@@ -44,12 +47,17 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     for v in verdicts:
         if v.status == "FAIL":
             tr.write_line(
-                f"FAIL {v.task}: {v.metric} {v.estimate.value:.4f} is below its floor {v.floor}", red=True
+                f"FAIL {v.task}: {v.metric} {v.estimate.value:.4f} is below its floor {v.floor}",
+                red=True,
             )
         elif v.status == "error":
-            tr.write_line(f"ERROR {v.task}: some items could not be evaluated (see errors above)", red=True)
+            tr.write_line(
+                f"ERROR {v.task}: some items could not be evaluated (see errors above)", red=True
+            )
         elif v.status == "incomplete":
-            tr.write_line(f"INCOMPLETE {v.task}: only {v.n} of {v.selected} selected items ran", red=True)
+            tr.write_line(
+                f"INCOMPLETE {v.task}: only {v.n} of {v.selected} selected items ran", red=True
+            )
     if session.run_dir is not None:
         tr.write_line(f"run record: {session.run_dir}")
 

@@ -14,7 +14,10 @@ from fractions import Fraction
 from pytest_llmeval.task import Extractor
 
 # A number as people write it in answers: -1,234.50  3/4  .5  1e3 is not matched (rare in answers).
-_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+_NUMBER = re.compile(
+    # A minus sign counts only where it cannot be a hyphen or an operator ("pages 10-15").
+    r"(?:(?<![\w.])-)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|(?:(?<![\w.])-)?\.\d+"
+)
 _EXPONENT = re.compile(r"[eE]([+-]?\d+)")
 
 
@@ -101,7 +104,10 @@ def parse_number(text: str) -> Fraction | None:
 
 
 def answers_match(predicted: str | None, target: str, how: str) -> bool:
-    """Compare an extracted answer with the target (``numeric``, ``exact``, ``exact_ignore_case``)."""
+    """Compare an extracted answer with the target.
+
+    ``how`` is ``numeric``, ``exact`` or ``exact_ignore_case``.
+    """
     if predicted is None:
         return False
     if how == "numeric":

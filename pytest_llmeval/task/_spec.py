@@ -248,9 +248,7 @@ def _field_map(reader: _Reader, key: str) -> FieldMap:
 
 
 def _dataset(reader: _Reader, *, needs_data: bool = True) -> DatasetSpec:
-    reader.unknown_keys(
-        ("path", "format", "json_key", "hub", "subsets", "fields", "id_field")
-    )
+    reader.unknown_keys(("path", "format", "json_key", "hub", "subsets", "fields", "id_field"))
     hub_reader = reader.child("hub")
     hub = None
     if hub_reader is not None:
@@ -432,7 +430,9 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
         else:
             choices = mc.str_list("choices")
             if len(choices) < 2:
-                raise mc.fail("choices", "needs at least two choices (or one template rendering a list)")
+                raise mc.fail(
+                    "choices", "needs at least two choices (or one template rendering a list)"
+                )
             for i, c in enumerate(choices):
                 _check_template(mc, f"choices[{i}]", c)
         multiple_choice = MultipleChoiceSpec(

@@ -31,7 +31,7 @@ def _reference_logprob(backend, context: str, continuation: str) -> float:  # ty
     tok = backend.tokenizer
     whole = tok(context + continuation, add_special_tokens=False)["input_ids"]
     ctx = tok(context, add_special_tokens=False)["input_ids"]
-    cont = whole[len(ctx):]
+    cont = whole[len(ctx) :]
     inp = torch.tensor([(ctx + cont)[:-1]])
     with torch.inference_mode():
         logits = backend.model(input_ids=inp).logits[0]
@@ -54,7 +54,7 @@ REQUESTS = [
 def test_batched_loglikelihood_equals_scoring_each_alone(backend) -> None:  # type: ignore[no-untyped-def]
     batched = backend.loglikelihood(REQUESTS)
     assert len(batched) == len(REQUESTS)
-    for req, res in zip(REQUESTS, batched):
+    for req, res in zip(REQUESTS, batched, strict=True):
         alone = backend.loglikelihood([req])[0]
         reference = _reference_logprob(backend, req.context, req.continuation)
         assert math.isclose(res.logprob, alone.logprob, abs_tol=1e-4)

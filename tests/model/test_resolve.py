@@ -18,7 +18,7 @@ def test_local_directory_is_used_as_is(tmp_path: Path) -> None:
 
 
 def test_directory_without_config_is_rejected(tmp_path: Path) -> None:
-    with pytest.raises(ModelError, match="no config.json"):
+    with pytest.raises(ModelError, match=r"no config\.json"):
         resolve_model_path(str(tmp_path))
 
 

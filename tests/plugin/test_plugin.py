@@ -20,21 +20,37 @@ def test_help_lists_options_in_one_group(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
     out = result.stdout.str()
     assert "LLM evaluation (pytest-llmeval)" in out
-    for flag in ("--llm-model", "--llm-device", "--llm-dtype", "--llm-batch-size", "--llm-limit",
-                 "--llm-seed", "--llm-output", "--llm-floor", "--llm-strict"):
+    for flag in (
+        "--llm-model",
+        "--llm-device",
+        "--llm-dtype",
+        "--llm-batch-size",
+        "--llm-limit",
+        "--llm-seed",
+        "--llm-output",
+        "--llm-floor",
+        "--llm-strict",
+    ):
         assert flag in out
 
 
 def test_plugin_import_loads_no_torch() -> None:
-    code = "import pytest_llmeval.plugin, sys; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    code = (
+        "import pytest_llmeval.plugin, sys; "
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
 
 
-def test_items_are_collected_from_yaml_with_stable_ids(pytester: pytest.Pytester, write_project) -> None:
+def test_items_are_collected_from_yaml_with_stable_ids(
+    pytester: pytest.Pytester, write_project
+) -> None:
     write_project(pytester)
     result = pytester.runpytest("--collect-only", "-q", "--llm-data-dir=.")
-    result.stdout.fnmatch_lines(["arith.yaml::arith-0000", "*arith-0004", "colors.yaml::colors-0003"])
+    result.stdout.fnmatch_lines(
+        ["arith.yaml::arith-0000", "*arith-0004", "colors.yaml::colors-0003"]
+    )
     assert "9 tests collected" in result.stdout.str()
 
 
@@ -45,7 +61,9 @@ def test_without_model_items_are_skipped(pytester: pytest.Pytester, write_projec
     result.stdout.fnmatch_lines(["*--llm-model*"])
 
 
-def test_run_prints_table_and_writes_records(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+def test_run_prints_table_and_writes_records(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:
     write_project(pytester)
     result = pytester.runpytest(*_args(tiny_model_dir, "--llm-output=out"))
     assert result.ret == 0
@@ -66,7 +84,9 @@ def test_run_prints_table_and_writes_records(pytester: pytest.Pytester, tiny_mod
     assert config["model_info"]["dtype"] == "float32"
 
 
-def test_wrong_answers_are_their_own_outcome(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+def test_wrong_answers_are_their_own_outcome(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:
     write_project(pytester)
     result = pytester.runpytest(*_args(tiny_model_dir))
     # A random model gets the arithmetic wrong: visible as "wrong", not as failures.
@@ -75,23 +95,31 @@ def test_wrong_answers_are_their_own_outcome(pytester: pytest.Pytester, tiny_mod
     assert result.ret == 0
 
 
-def test_strict_mode_fails_wrong_answers(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+def test_strict_mode_fails_wrong_answers(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:
     write_project(pytester)
     result = pytester.runpytest(*_args(tiny_model_dir, "--llm-strict", "-k", "arith"))
     assert result.ret == 1
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) >= 1
-    result.stdout.fnmatch_lines(["*wrong answer for arith-*", "*--- raw output ---*", "target: '*'"])
+    result.stdout.fnmatch_lines(
+        ["*wrong answer for arith-*", "*--- raw output ---*", "target: '*'"]
+    )
 
 
-def test_floor_miss_exits_non_zero_naming_the_task(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+def test_floor_miss_exits_non_zero_naming_the_task(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:
     write_project(pytester, mc_floor=0.99)
     result = pytester.runpytest(*_args(tiny_model_dir))
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*FAIL colors: acc * is below its floor 0.99*"])
 
 
-def test_floor_override_from_cli_and_ini(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+def test_floor_override_from_cli_and_ini(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:
     write_project(pytester, mc_floor=0.99)
     assert pytester.runpytest(*_args(tiny_model_dir, "--llm-floor", "colors=0")).ret == 0
     pytester.makeini("[pytest]\nllm_floors =\n    arith=1.0\n")
@@ -107,16 +135,21 @@ def test_bad_floor_option_is_a_usage_error(pytester: pytest.Pytester, write_proj
     result.stderr.fnmatch_lines(["*--llm-floor*TASK=SCORE*"])
 
 
-def test_options_are_settable_in_ini(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+def test_options_are_settable_in_ini(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:
     write_project(pytester)
     pytester.makeini(
-        f"[pytest]\nllm_model = {tiny_model_dir}\nllm_data_dir = .\nllm_limit = 2\nllm_batch_size = 2\n"
+        f"[pytest]\nllm_model = {tiny_model_dir}\nllm_data_dir = .\n"
+        "llm_limit = 2\nllm_batch_size = 2\n"
     )
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["arith*2/5*", "colors*2/4*", "partial:*"])
 
 
-def test_k_selects_one_item_and_shows_its_details(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+def test_k_selects_one_item_and_shows_its_details(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:
     write_project(pytester)
     result = pytester.runpytest(*_args(tiny_model_dir, "-k", "colors and 0002"))
     outcomes = result.parseoutcomes()
@@ -141,8 +174,9 @@ def test_limit_is_deterministic_first_n(pytester: pytest.Pytester, write_project
 
 def test_markers_select_tasks(pytester: pytest.Pytester, write_project) -> None:
     write_project(pytester)
-    result = pytester.runpytest("--collect-only", "-q", "--llm-data-dir=.", "-m", "regression",
-                                "--strict-markers")
+    result = pytester.runpytest(
+        "--collect-only", "-q", "--llm-data-dir=.", "-m", "regression", "--strict-markers"
+    )
     assert "5/9 tests collected" in result.stdout.str()
     result = pytester.runpytest("--collect-only", "-q", "--llm-data-dir=.", "-m", "knowledge")
     assert "4/9 tests collected" in result.stdout.str()
@@ -160,8 +194,8 @@ def test_markers_select_tasks(pytester: pytest.Pytester, write_project) -> None:
     ],
 )
 def test_spec_errors_fail_collection_naming_file_and_field(
-    pytester: pytest.Pytester, edit: tuple[str, str], field: str
-, write_project) -> None:
+    pytester: pytest.Pytester, edit: tuple[str, str], field: str, write_project
+) -> None:
     write_project(pytester)
     spec = pytester.path / "arith.yaml"
     text = spec.read_text()
@@ -174,7 +208,9 @@ def test_spec_errors_fail_collection_naming_file_and_field(
     assert field in out
 
 
-def test_model_load_error_is_one_clear_line(pytester: pytest.Pytester, tmp_path: Path, write_project) -> None:
+def test_model_load_error_is_one_clear_line(
+    pytester: pytest.Pytester, tmp_path: Path, write_project
+) -> None:
     write_project(pytester)
     result = pytester.runpytest("--llm-model=./no-such-model", "--llm-data-dir=.", "-k", "colors")
     assert result.ret == 1
@@ -182,7 +218,9 @@ def test_model_load_error_is_one_clear_line(pytester: pytest.Pytester, tmp_path:
     result.stdout.fnmatch_lines(["*ERROR colors*"])
 
 
-def test_xdist_aggregates_on_the_controller(pytester: pytest.Pytester, tiny_model_dir: Path, write_project) -> None:
+def test_xdist_aggregates_on_the_controller(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:
     pytest.importorskip("xdist")
     write_project(pytester, mc_floor=0.99)
     serial = pytester.runpytest_subprocess(*_args(tiny_model_dir, "--llm-output=serial"))

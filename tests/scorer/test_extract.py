@@ -240,3 +240,10 @@ def test_last_number_finds_appended_number(text: str, number: int) -> None:
     answer = extract(f"{text} so the total is {number}", LAST).answer
     assert answer is not None
     assert parse_number(answer) == number
+
+
+def test_hyphen_between_numbers_is_not_a_minus_sign() -> None:
+    from pytest_llmeval.scorer import numbers
+
+    assert numbers("pages 10-15") == ["10", "15"]
+    assert numbers("x-1 = (-7), total -3") == ["1", "-7", "-3"]

