@@ -35,7 +35,7 @@ def test_default_model_on_real_gsm8k_and_mmlu_items(
         "regression",
         "-k",
         "gsm8k-0000 or gsm8k-0001 or mmlu-abstract_algebra-0000 or mmlu-anatomy-0000 "
-        "or mmlu-astronomy-0000",
+        "or mmlu-business_ethics-0000",
         "-p",
         "no:cacheprovider",
         "--llm-show=all",
@@ -64,5 +64,6 @@ def test_default_model_on_real_gsm8k_and_mmlu_items(
         assert record["gold"] in range(4)
 
     config = json.loads((run / "eval_config.json").read_text())
-    assert config["model_info"]["model_type"] == "llama"
-    assert config["model_info"]["dtype"] == "float32"
+    assert config["environment"]["backend"]["model_type"] == "llama"
+    assert config["dtype"] == "float32"
+    assert len(config["model_sha256"]) == 64

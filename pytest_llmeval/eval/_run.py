@@ -65,6 +65,11 @@ class ItemResult:
     acc: float | None = None
     acc_norm: float | None = None
     seconds: float = 0.0
+    # Filled in by the runner's caller (pytest plugin): run bookkeeping.
+    config_hash: str | None = None
+    repeat_scores: list[float] | None = None
+    determinism: str | None = None
+    reused_from: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

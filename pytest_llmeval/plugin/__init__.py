@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.task import CAPABILITIES
 
 from ._collect import SESSION_KEY, EvalItem, collect_file, get_session
+from ._drift import DriftCheck
 from ._options import add_options
 from ._session import LlmEvalSession
 from ._terminal import report_teststatus, write_details, write_summary
@@ -29,6 +31,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "regression: part of the regression suite (gates merges)")
     config.addinivalue_line("markers", "release: part of the release suite")
     config.addinivalue_line("markers", "contamination: a contamination probe")
+    config.addinivalue_line(
+        "markers",
+        "environment: the environment drift check (syrupy snapshot of versions and hashes)",
+    )
     for capability in CAPABILITIES:
         config.addinivalue_line("markers", f"{capability}: capability dimension {capability}")
     llm = LlmEvalSession(config)
@@ -69,7 +75,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if llm.is_worker:
         return
     verdicts = llm.decide()
-    if any(v.failed for v in verdicts) and session.exitstatus == pytest.ExitCode.OK:
+    failed = any(v.failed for v in verdicts) or bool(llm.gate_failures)
+    if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -92,7 +99,21 @@ def llm_model(pytestconfig: pytest.Config) -> Any:
     llm = get_session(pytestconfig)
     if llm.options.model is None:
         pytest.skip("no model to evaluate: pass --llm-model=PATH")
-    return llm.backend()
+    try:
+        return llm.evaluator.backend()
+    except LlmEvalError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
-__all__ = ["EvalItem", "LlmEvalSession"]
+@pytest.fixture(scope="session")
+def llm_drift(pytestconfig: pytest.Config) -> DriftCheck:
+    """What must not drift between runs of this environment (library versions, CUDA, the
+    model's SHA256, dtype, device type, and per collected task its config and prompt
+    hashes), with ``assert_matches(snapshot)`` for a syrupy snapshot test."""
+    llm = get_session(pytestconfig)
+    if llm.options.model is None:
+        pytest.skip("no model to evaluate: pass --llm-model=PATH")
+    return DriftCheck.for_session(llm)
+
+
+__all__ = ["DriftCheck", "EvalItem", "LlmEvalSession"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,13 +70,13 @@ class EvalItem(pytest.Item):
 
     def runtest(self) -> None:
         session = get_session(self.config)
-        result = session.result_for(self)
-        if not session.model_info_sent:
-            session.model_info_sent = True
-            # xdist serialises user properties: keep them to plain JSON types.
-            info = json.loads(json.dumps(dict(session.backend().info()), default=str))
-            self.user_properties.append(("llmeval_model", info))
-        self.user_properties.append(("llmeval_result", result.to_dict()))
+        try:
+            result, log = session.result_for(self)
+        except LlmEvalError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        self.user_properties.extend(session.properties_for(self, result, log))
+        if result.determinism not in (None, "ok"):
+            pytest.fail(f"{self.item.id} is not deterministic: {result.determinism}", pytrace=False)
         if not result.correct and session.options.strict:
             raise WrongAnswer(result)
 
@@ -100,7 +99,7 @@ class TaskFile(pytest.File):
         try:
             spec: TaskSpec = load_task_spec(self.path)
             items = load_items(spec, session.options.data_dirs)
-            spec = session.register_task(spec, len(items))
+            spec = session.register_task(spec)
             chosen = first_n(items, session.options.limit)
             if chosen:
                 session.runners[spec.name].prepare(chosen[0])  # fail at collection on bad templates

@@ -50,6 +50,31 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "print item details (prompt, output, answer, target): auto|all|wrong|none",
         "auto",
     ),
+    ("--llm-repeat", "llm_repeat", "run each task N times; report the median and spread", "1"),
+    (
+        "--llm-check-determinism",
+        "llm_check_determinism",
+        "rerun the first N items of each task; fail items whose output or log-likelihoods differ",
+        "0",
+    ),
+    (
+        "--llm-baseline",
+        "llm_baseline",
+        "compare with an earlier run directory: deltas, flipped items, config drift",
+        None,
+    ),
+    (
+        "--llm-baseline-fail",
+        "llm_baseline_fail",
+        "gate vs the baseline, e.g. drop:2:sig (rules: drop:N, drop:N:sig, sig, config, env)",
+        None,
+    ),
+    (
+        "--llm-run-dir",
+        "llm_run_dir",
+        "write into this run directory (combine one-task-per-process runs into one record)",
+        None,
+    ),
 ]
 
 
@@ -80,6 +105,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="wrong answers fail their test (by default only the task floor decides)",
     )
     parser.addini("llm_strict", help="wrong answers fail their test", type="bool", default=False)
+    group.addoption(
+        "--llm-no-resume",
+        dest="llm_no_resume",
+        action="store_true",
+        default=False,
+        help="recompute every item (by default finished items of an interrupted run with the "
+        "same config hash are reused)",
+    )
 
 
 def _raw(config: pytest.Config, name: str) -> Any:
@@ -148,6 +181,11 @@ def _data_dirs(config: pytest.Config) -> list[Path]:
     return [d.resolve() if d.exists() else d for d in dirs]
 
 
+def _path(config: pytest.Config, name: str) -> Path | None:
+    value = _raw(config, name)
+    return Path(str(value)).expanduser() if value else None
+
+
 @dataclass(frozen=True)
 class Options:
     """The resolved llmeval options of one pytest run (CLI over ini over defaults)."""
@@ -163,6 +201,12 @@ class Options:
     floors: dict[str, float]
     strict: bool
     show: str
+    repeat: int = 1
+    check_determinism: int = 0
+    resume: bool = True
+    baseline: Path | None = None
+    baseline_fail: str | None = None
+    run_dir: Path | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
@@ -181,4 +225,10 @@ class Options:
             floors=_floors(config),
             strict=bool(strict if strict is not None else config.getini("llm_strict")),
             show=_choice(config, "llm_show", ("auto", "all", "wrong", "none")),
+            repeat=_int(config, "llm_repeat", 1) or 1,
+            check_determinism=_int(config, "llm_check_determinism", 0) or 0,
+            resume=not config.getoption("llm_no_resume"),
+            baseline=_path(config, "llm_baseline"),
+            baseline_fail=_raw(config, "llm_baseline_fail") or None,
+            run_dir=_path(config, "llm_run_dir"),
         )

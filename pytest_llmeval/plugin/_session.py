@@ -1,34 +1,43 @@
 """The per-run state of the plugin, stored on ``config.stash``.
 
-One object per pytest process. On an xdist worker it holds the model and computes item
-results; on the controller (or a run without xdist) it also aggregates reports into task
-results, decides floors and writes the run record.
+One object per pytest process. Items ask it for their results, which the
+:class:`~pytest_llmeval.plugin._evaluator.Evaluator` computes in batches. On the controller
+(or in a run without xdist) it also folds item reports into task tallies, decides floors,
+writes the run directory and compares with a baseline.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import re
-from dataclasses import dataclass, field
+import math
+import os
+import statistics
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_llmeval.eval import ItemResult, TaskRunner
+from pytest_llmeval.record._rundir import (
+    CONFIG,
+    MARKDOWN,
+    SUMMARY,
+    RunDir,
+    mark_superseded,
+    new_run_dir,
+    write_json_atomic,
+)
 from pytest_llmeval.scorer import Estimate, accuracy
 from pytest_llmeval.task import TaskSpec
 
+from ._evaluator import Evaluator
 from ._options import Options
 
 if TYPE_CHECKING:
-    from pytest_llmeval.model import Backend
+    from pytest_llmeval.record._compare import Comparison
 
     from ._collect import EvalItem
-
-# Items computed per call into the backend: the item asked for and the next pending ones.
-CHUNK_BATCHES = 1
 
 
 def task_meta(spec: TaskSpec, total_items: int) -> dict[str, Any]:
@@ -49,14 +58,25 @@ class TaskTally:
     metric: str
     floor: float | None
     total_items: int
+    source: str = ""
     selected: int = 0
     skipped: int = 0
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    nondeterministic: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    config: dict[str, Any] = field(default_factory=dict)
 
     def estimate(self) -> Estimate:
         return accuracy([r["score"] for r in self.results.values()])
+
+    def repeat_scores(self) -> list[float]:
+        """The task score of each repeat (one entry when --llm-repeat is 1)."""
+        per_item = [r.get("repeat_scores") or [r["score"]] for r in self.results.values()]
+        if not per_item:
+            return []
+        repeats = min(len(s) for s in per_item)
+        return [sum(s[k] for s in per_item) / len(per_item) for k in range(repeats)]
 
 
 @dataclass(frozen=True)
@@ -67,13 +87,33 @@ class Verdict:
     total: int
     metric: str
     estimate: Estimate
+    score: float  # the estimate, or the median over repeats
+    repeats: tuple[float, ...]
     floor: float | None
     seconds: float
-    status: str  # pass | FAIL | error | incomplete | no floor
+    status: str  # pass | FAIL | error | incomplete | no floor | skipped
 
     @property
     def failed(self) -> bool:
         return self.status in ("FAIL", "error", "incomplete")
+
+    @property
+    def spread(self) -> float:
+        return max(self.repeats) - min(self.repeats) if self.repeats else float("nan")
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "n": self.n,
+            "total": self.total,
+            "metric": self.metric,
+            "score": self.score,
+            "ci_low": self.estimate.ci_low,
+            "ci_high": self.estimate.ci_high,
+            "floor": self.floor,
+            "status": self.status,
+            "seconds": self.seconds,
+        }
 
 
 class LlmEvalSession:
@@ -82,25 +122,32 @@ class LlmEvalSession:
         self.options = Options.from_config(config)
         self.is_worker = hasattr(config, "workerinput")
         self.specs: dict[str, TaskSpec] = {}
-        self.total_items: dict[str, int] = {}
         self.runners: dict[str, TaskRunner] = {}
         self.selected: dict[str, list[EvalItem]] = {}
-        self.cache: dict[str, ItemResult] = {}
+        self.evaluator = Evaluator(self.options, config.rootpath)
+        self.environment_sent = False
+        self.task_config_sent: set[str] = set()
+        # controller side
         self.tallies: dict[str, TaskTally] = {}
-        self._backend: Backend | None = None
-        self._backend_error: str | None = None
-        self.model_info_sent = False
-        self.model_info: dict[str, Any] = {}
-        self.run_dir: Path | None = None
-        self._eval_config: dict[str, Any] = {}
+        self.environment: dict[str, Any] = {}
+        self.run: RunDir | None = None
         self.verdicts: list[Verdict] = []
+        self.comparison: Comparison | None = None
+        self.gate_failures: list[str] = []
+        self.resumed_from: set[str] = set()
+        self.started = _dt.datetime.now()
+        if self.options.baseline_fail and not self.is_worker:
+            from pytest_llmeval.record._compare import parse_gate
+
+            try:
+                parse_gate(self.options.baseline_fail)
+            except ValueError as exc:
+                raise pytest.UsageError(f"--llm-baseline-fail: {exc}") from None
 
     # ---------------------------------------------------------------- collection
 
-    def register_task(self, spec: TaskSpec, total_items: int) -> TaskSpec:
+    def register_task(self, spec: TaskSpec) -> TaskSpec:
         if spec.name in self.options.floors:
-            from dataclasses import replace
-
             spec = replace(spec, floor=self.options.floors[spec.name])
         existing = self.specs.get(spec.name)
         if existing is not None and existing.source != spec.source:
@@ -108,7 +155,6 @@ class LlmEvalSession:
                 f"task name {spec.name!r} is defined twice: {existing.source} and {spec.source}"
             )
         self.specs[spec.name] = spec
-        self.total_items[spec.name] = total_items
         self.runners[spec.name] = TaskRunner(spec, self.options.data_dirs)
         return spec
 
@@ -120,55 +166,58 @@ class LlmEvalSession:
             if isinstance(item, EvalItem):
                 self.selected.setdefault(item.task, []).append(item)
 
-    # ---------------------------------------------------------------- model
+    # ---------------------------------------------------------------- compute side
 
-    def backend(self) -> Backend:
-        """The model of this process, loaded on first use and shared by every item."""
-        if self._backend is None:
-            if self._backend_error is not None:
-                pytest.fail(self._backend_error, pytrace=False)
-            from pytest_llmeval._errors import LlmEvalError
-            from pytest_llmeval.model import ModelSettings, load_backend
+    def result_for(self, item: EvalItem) -> tuple[ItemResult, list[str]]:
+        """This item's result (computed with the next pending items of its task)."""
+        pending = [it.item for it in self.selected.get(item.task, [item])]
+        return self.evaluator.results(self.runners[item.task], item.item, pending)
 
-            assert self.options.model is not None
-            settings = ModelSettings(
-                model=self.options.model,
-                device=self.options.device,
-                dtype=self.options.dtype,
-                batch_size=self.options.batch_size,
-                seed=self.options.seed,
-            )
-            try:
-                self._backend = load_backend(settings)
-            except LlmEvalError as exc:
-                self._backend_error = str(exc)
-                pytest.fail(self._backend_error, pytrace=False)
-            except ImportError as exc:
-                self._backend_error = (
-                    f"the model backend needs torch and transformers ({exc.name} is missing): "
-                    "pip install 'pytest-llm-evaluation[hf]'"
+    def properties_for(self, item: EvalItem, result: ItemResult, log: list[str]) -> list[Any]:
+        """User properties that carry an item's outcome to the controller."""
+        props: list[Any] = [("llmeval_result", result.to_dict())]
+        if log:
+            props.append(("llmeval_log", log))
+        if not self.environment_sent and self.evaluator.environment is not None:
+            self.environment_sent = True
+            props.append(("llmeval_environment", self.evaluator.environment))
+        if item.task not in self.task_config_sent:
+            self.task_config_sent.add(item.task)
+            state = self.evaluator.states[item.task]
+            props.append(
+                (
+                    "llmeval_task_config",
+                    {
+                        **state.config,
+                        "config_hash": state.config_hash,
+                        "prompt_hash": state.prompt_hash,
+                        "resumed_from": state.resumed_from,
+                    },
                 )
-                pytest.fail(self._backend_error, pytrace=False)
-        return self._backend
+            )
+        return props
 
-    def result_for(self, item: EvalItem) -> ItemResult:
-        """This item's result; computes it with the next pending items of its task in a batch."""
-        if item.item.id in self.cache:
-            return self.cache.pop(item.item.id)
-        backend = self.backend()
-        pending = [
-            it for it in self.selected.get(item.task, [item]) if it.item.id not in self.cache
-        ]
-        if item not in pending:
-            pending = [item]
-        start = pending.index(item)
-        chunk = pending[start : start + backend.batch_size * CHUNK_BATCHES]
-        results = self.runners[item.task].run([it.item for it in chunk], backend)
-        for result in results:
-            self.cache[result.item_id] = result
-        return self.cache.pop(item.item.id)
+    # ---------------------------------------------------------------- controller side
 
-    # ---------------------------------------------------------------- aggregation
+    def run_dir(self) -> RunDir:
+        if self.run is None:
+            if self.options.run_dir is not None:
+                path = self.options.run_dir
+            else:
+                from pytest_llmeval.record._env import git_info
+
+                git = git_info(self.config.rootpath) or {}
+                path = new_run_dir(
+                    self.options.output,
+                    self.options.model or "none",
+                    git.get("short"),
+                    self.started,
+                )
+            self.run = RunDir(path)
+            self.run.log(
+                f"run started: model={self.options.model} args={self.config.invocation_params.args}"
+            )
+        return self.run
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Fold one item report (from this process or an xdist worker) into its task.
@@ -190,113 +239,176 @@ class LlmEvalSession:
                 metric=str(meta["metric"]),
                 floor=meta["floor"],
                 total_items=int(meta["total_items"]),
+                source=str(meta.get("source", "")),
             )
         if report.when == "setup":
             tally.selected += 1
             if report.skipped:
                 tally.skipped += 1
-        model_info = props.get("llmeval_model")
-        if isinstance(model_info, dict) and not self.model_info:
-            self.model_info = model_info
         if report.when == "call":
-            tally.seconds += report.duration
-            result = props.get("llmeval_result")
-            if isinstance(result, dict):
-                tally.results[result["item_id"]] = result
-                self.write_result(str(task), result)
+            self._record_call(tally, props, report.duration)
         if report.failed and "llmeval_result" not in props:
             tally.errors.append(f"{report.nodeid}: {report.when} failed")
 
-    def _run_dir(self) -> Path:
-        if self.run_dir is None:
-            stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-            model = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(self.options.model or "none").name)
-            base = self.options.output / f"{stamp}_{model}"
-            path, n = base, 1
-            while path.exists():
-                n += 1
-                path = base.with_name(f"{base.name}-{n}")
-            (path / "tasks").mkdir(parents=True)
-            self.run_dir = path
-            config = {
-                "model": self.options.model,
-                "device": self.options.device,
-                "dtype": self.options.dtype,
-                "batch_size": self.options.batch_size,
-                "limit": self.options.limit,
-                "seed": self.options.seed,
-                "data_dirs": [str(d) for d in self.options.data_dirs],
-            }
-            self._eval_config = config
-            (path / "eval_config.json").write_text(json.dumps(config, indent=2) + "\n")
-        return self.run_dir
+    def _record_call(self, tally: TaskTally, props: dict[str, Any], duration: float) -> None:
+        environment = props.get("llmeval_environment")
+        if isinstance(environment, dict) and not self.environment:
+            self.environment = environment
+        task_config = props.get("llmeval_task_config")
+        if isinstance(task_config, dict):
+            tally.config = task_config
+            self.resumed_from.update(task_config.get("resumed_from") or [])
+        for line in props.get("llmeval_log") or []:
+            self.run_dir().log(str(line))
+        tally.seconds += duration
+        result = props.get("llmeval_result")
+        if isinstance(result, dict):
+            tally.results[result["item_id"]] = result
+            if result.get("determinism") not in (None, "ok"):
+                tally.nondeterministic.append(f"{result['item_id']}: {result['determinism']}")
+            self.run_dir().append_item(tally.name, result)
 
-    def write_result(self, task: str, result: dict[str, Any]) -> None:
-        """Append one item result to the run record as soon as it is known."""
-        path = self._run_dir() / "tasks" / f"{task}_output.jsonl"
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(result, ensure_ascii=False, sort_keys=True) + "\n")
+    def eval_config(self) -> dict[str, Any]:
+        opts = self.options
+        env = self.environment
+        backend = env.get("backend", {}) if env else {}
+        model = (env.get("model") or {}) if env else {}
+        return {
+            "model": opts.model,
+            "model_path": backend.get("model_path"),
+            "model_sha256": model.get("sha256"),
+            "weights_sha256": model.get("weights_sha256"),
+            "framework": {
+                "backend": backend.get("backend"),
+                "torch": backend.get("torch"),
+                "transformers": backend.get("transformers"),
+            },
+            "dtype": backend.get("dtype", opts.dtype),
+            "device": backend.get("device", opts.device),
+            "batch_size": opts.batch_size,
+            "limit": opts.limit,
+            "seed": opts.seed,
+            "seeds": {"python": opts.seed, "numpy": opts.seed, "torch": opts.seed},
+            "torch_deterministic_algorithms": True,
+            "repeat": opts.repeat,
+            "check_determinism": opts.check_determinism,
+            "excluded_items": [],
+            "data_dirs": [str(d) for d in opts.data_dirs],
+            "started": self.started.isoformat(timespec="seconds"),
+            "tasks": {
+                name: {
+                    **t.config,
+                    "floor": t.floor,
+                    "source": t.source,
+                    "total_items": t.total_items,
+                    "selected": t.selected,
+                }
+                for name, t in sorted(self.tallies.items())
+            },
+            "environment": env,
+        }
 
     def decide(self) -> list[Verdict]:
         verdicts = []
         for name in sorted(self.tallies):
             tally = self.tallies[name]
-            selected = tally.selected
             est = tally.estimate()
+            repeats = tuple(tally.repeat_scores())
+            score = statistics.median(repeats) if len(repeats) > 1 else est.value
             n = len(tally.results)
-            if tally.errors:
+            if tally.errors or tally.nondeterministic:
                 status = "error"
-            elif tally.skipped == selected:
+            elif tally.selected and tally.skipped == tally.selected:
                 status = "skipped"
-            elif n < selected - tally.skipped:
+            elif n < tally.selected - tally.skipped:
                 status = "incomplete"
             elif tally.floor is None:
                 status = "no floor"
             else:
-                status = "pass" if est.value >= tally.floor else "FAIL"
+                status = "pass" if score >= tally.floor else "FAIL"
             verdicts.append(
                 Verdict(
                     task=name,
                     n=n,
-                    selected=selected,
+                    selected=tally.selected,
                     total=tally.total_items,
                     metric=tally.metric,
                     estimate=est,
+                    score=score,
+                    repeats=repeats if len(repeats) > 1 else (),
                     floor=tally.floor,
                     seconds=tally.seconds,
                     status=status,
                 )
             )
         self.verdicts = verdicts
-        if verdicts and self.run_dir is not None:
-            summary = {
-                v.task: {
-                    "n": v.n,
-                    "total_items": v.total,
-                    "partial": v.n < v.total,
-                    "metric": v.metric,
-                    "score": v.estimate.value,
-                    "stderr": v.estimate.stderr,
-                    "ci95": [v.estimate.ci_low, v.estimate.ci_high],
-                    "floor": v.floor,
-                    "verdict": v.status,
-                    "seconds": round(v.seconds, 3),
-                }
-                for v in verdicts
-            }
-            config = dict(self._eval_config)
-            config["model_info"] = self.model_info
-            config["tasks"] = {
-                t.name: {
-                    "metric": t.metric,
-                    "floor": t.floor,
-                    "total_items": t.total_items,
-                    "selected": t.selected,
-                }
-                for t in self.tallies.values()
-            }
-            (self.run_dir / "eval_config.json").write_text(json.dumps(config, indent=2) + "\n")
-            (self.run_dir / "metrics_summary.json").write_text(
-                json.dumps(summary, indent=2, allow_nan=True) + "\n"
-            )
+        if self.run is not None and any(t.results for t in self.tallies.values()):
+            self._finish_record()
         return verdicts
+
+    def _finish_record(self) -> None:
+        assert self.run is not None
+        config = self.eval_config()
+        summary: dict[str, Any] = {}
+        if self.options.run_dir is not None:  # combining runs: keep the other tasks
+            previous_config = self.run.read_json(CONFIG) or {}
+            config["tasks"] = {**previous_config.get("tasks", {}), **config["tasks"]}
+            summary = self.run.read_json(SUMMARY) or {}
+        self.run.write_json(CONFIG, config)
+        for v in self.verdicts:
+            if v.status == "skipped":
+                continue
+            entry: dict[str, Any] = {
+                "n": v.n,
+                "total_items": v.total,
+                "partial": v.n < v.total,
+                "metric": v.metric,
+                "score": v.score,
+                "mean": v.estimate.value,
+                "stderr": v.estimate.stderr,
+                "ci95": [v.estimate.ci_low, v.estimate.ci_high],
+                "floor": v.floor,
+                "verdict": v.status,
+                "seconds": round(v.seconds, 3),
+                "config_hash": self.tallies[v.task].config.get("config_hash"),
+                "prompt_hash": self.tallies[v.task].config.get("prompt_hash"),
+            }
+            if v.repeats:
+                entry["repeats"] = list(v.repeats)
+                entry["spread"] = v.spread
+            summary[v.task] = entry
+        self._compare_with_baseline()
+        write_json_atomic(self.run.path / SUMMARY, summary)
+        from pytest_llmeval.record._summary import append_github_step_summary, markdown_summary
+
+        markdown = markdown_summary(
+            f"pytest-llmeval: {self.options.model}",
+            [v.row() for v in self.verdicts if v.status != "skipped"],
+            self.environment or None,
+            self.comparison,
+        )
+        (self.run.path / MARKDOWN).write_text(markdown, encoding="utf-8")
+        append_github_step_summary(markdown, os.environ)
+        if self.resumed_from:
+            mark_superseded([Path(p) for p in self.resumed_from], self.run.path)
+        self.run.log(
+            "run finished: "
+            + ", ".join(
+                f"{v.task} {v.metric}={v.score:.4f} ({v.status})"
+                for v in self.verdicts
+                if not math.isnan(v.score)
+            )
+        )
+
+    def _compare_with_baseline(self) -> None:
+        if self.options.baseline is None or self.run is None:
+            return
+        from pytest_llmeval.record._compare import compare_runs, gate_failures, load_run, parse_gate
+
+        current = load_run(self.run.path)
+        baseline = load_run(self.options.baseline)
+        self.comparison = compare_runs(current, baseline)
+        if self.options.baseline_fail:
+            self.gate_failures = gate_failures(
+                self.comparison, parse_gate(self.options.baseline_fail)
+            )

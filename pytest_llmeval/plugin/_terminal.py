@@ -35,10 +35,16 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
         floor = "-" if v.floor is None else _pct(v.floor)
         markup = {"red": True} if v.failed else {"green": True} if v.status == "pass" else {}
         tr.write_line(
-            f"{v.task:<16} {items:>11} {v.metric:<11} {_pct(v.estimate.value):>6} {ci:>13} "
+            f"{v.task:<16} {items:>11} {v.metric:<11} {_pct(v.score):>6} {ci:>13} "
             f"{floor:>6} {v.status:<10} {v.seconds:7.1f}s",
             **markup,
         )
+        if v.repeats:
+            runs = ", ".join(_pct(r).strip() for r in v.repeats)
+            tr.write_line(
+                f"{'':<16} {len(v.repeats)} repeats: median {_pct(v.score).strip()}, "
+                f"spread {100 * v.spread:.1f} points ({runs})"
+            )
     if partial:
         tr.write_line(
             "partial: scores cover only the selected items (--llm-limit or -k), not whole tasks",
@@ -47,19 +53,32 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     for v in verdicts:
         if v.status == "FAIL":
             tr.write_line(
-                f"FAIL {v.task}: {v.metric} {v.estimate.value:.4f} is below its floor {v.floor}",
+                f"FAIL {v.task}: {v.metric} {v.score:.4f} is below its floor {v.floor}",
                 red=True,
             )
         elif v.status == "error":
-            tr.write_line(
-                f"ERROR {v.task}: some items could not be evaluated (see errors above)", red=True
-            )
+            tally = session.tallies[v.task]
+            for line in tally.nondeterministic:
+                tr.write_line(f"ERROR {v.task}: non-deterministic item {line}", red=True)
+            if tally.errors:
+                tr.write_line(
+                    f"ERROR {v.task}: some items could not be evaluated (see errors above)",
+                    red=True,
+                )
         elif v.status == "incomplete":
             tr.write_line(
                 f"INCOMPLETE {v.task}: only {v.n} of {v.selected} selected items ran", red=True
             )
-    if session.run_dir is not None:
-        tr.write_line(f"run record: {session.run_dir}")
+    if session.comparison is not None:
+        from pytest_llmeval.record._compare import format_comparison
+
+        tr.write_sep("-", f"llmeval baseline: {session.options.baseline}")
+        for line in format_comparison(session.comparison):
+            tr.write_line(line)
+    for failure in session.gate_failures:
+        tr.write_line(f"BASELINE GATE ({session.options.baseline_fail}): {failure}", red=True)
+    if session.run is not None:
+        tr.write_line(f"run record: {session.run.path}")
 
 
 def write_details(session: LlmEvalSession, tr: Any) -> None:

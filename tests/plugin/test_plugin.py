@@ -81,7 +81,8 @@ def test_run_prints_table_and_writes_records(
     assert summary["colors"]["n"] == 4
     assert summary["arith"]["verdict"] == "pass"
     config = json.loads((runs[0] / "eval_config.json").read_text())
-    assert config["model_info"]["dtype"] == "float32"
+    assert config["dtype"] == "float32"
+    assert config["environment"]["backend"]["dtype"] == "float32"
 
 
 def test_wrong_answers_are_their_own_outcome(

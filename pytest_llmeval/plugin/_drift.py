@@ -1,0 +1,82 @@
+"""The environment drift check: a syrupy snapshot of what must not change between runs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_llmeval._errors import LlmEvalError
+
+if TYPE_CHECKING:
+    from ._session import LlmEvalSession
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    fingerprint: dict[str, Any]
+
+    @classmethod
+    def for_session(cls, llm: LlmEvalSession) -> DriftCheck:
+        from pytest_llmeval.record._env import drift_fingerprint
+
+        evaluator = llm.evaluator
+        try:
+            evaluator.backend()
+            extra: dict[str, Any] = {
+                "dtype": evaluator.model_settings.get("dtype"),
+                "device_type": evaluator.model_settings.get("device_type"),
+                "batch_size": evaluator.model_settings.get("batch_size"),
+                "seed": evaluator.model_settings.get("seed"),
+            }
+            for name in sorted(llm.runners):
+                state = evaluator.state(llm.runners[name])
+                extra[f"tasks.{name}.config_hash"] = state.config_hash
+                extra[f"tasks.{name}.prompt_hash"] = state.prompt_hash
+        except LlmEvalError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        assert evaluator.environment is not None
+        return cls(drift_fingerprint(evaluator.environment, extra))
+
+    def assert_matches(self, snapshot: Any) -> None:
+        """Compare with the stored snapshot; on drift, fail naming each changed field."""
+        from syrupy.extensions.json import JSONSnapshotExtension
+
+        stored = snapshot.use_extension(JSONSnapshotExtension)
+        if stored == self.fingerprint:  # with --snapshot-update this (re)writes the snapshot
+            return
+        from pytest_llmeval.record._env import describe_drift
+
+        old = _stored_fingerprint(stored)
+        lines = describe_drift(old, self.fingerprint) if old is not None else ["no snapshot yet"]
+        pytest.fail(
+            "the evaluation environment differs from its snapshot:\n  "
+            + "\n  ".join(lines)
+            + "\nScores may change with it. If the change is intended, accept it by rerunning "
+            "this test with --snapshot-update and commit the updated snapshot.",
+            pytrace=False,
+        )
+
+
+def _stored_fingerprint(snapshot: Any) -> dict[str, Any] | None:
+    """The snapshot file's content (syrupy's JSON extension: one file per test)."""
+    try:
+        location = Path(
+            snapshot.extension.get_location(test_location=snapshot.test_location, index=0)
+        )
+    except Exception:  # syrupy internals differ across versions; fall back to the layout
+        test = snapshot.test_location
+        location = (
+            Path(test.filepath).parent
+            / "__snapshots__"
+            / Path(test.filepath).stem
+            / f"{test.snapshot_name}.json"
+        )
+    try:
+        data = json.loads(location.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None

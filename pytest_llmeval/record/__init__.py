@@ -1,0 +1,1 @@
+"""Run reproducibility records: hashes, environment snapshots and drift fingerprints."""

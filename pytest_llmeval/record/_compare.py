@@ -1,0 +1,606 @@
+"""Comparison of a run with a baseline run, and gates on the result.
+
+Plain Python (no pytest, no torch): reads two run directories, pairs their items, tests
+each task's change with an exact McNemar test on the items both runs scored, and lists the
+settings and environment fields that differ. ``parse_gate`` / ``gate_failures`` turn a
+comparison into pass/fail lines in the spirit of ``--benchmark-compare-fail``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_llmeval._errors import LlmEvalError
+from pytest_llmeval.record._env import DRIFT_LIBRARIES
+
+CONFIG_FILE = "eval_config.json"
+METRICS_FILE = "metrics_summary.json"
+TASKS_DIR = "tasks"
+OUTPUT_SUFFIX = "_output.jsonl"
+
+# Fields of eval_config.json that do not affect scores (or are compared as environment).
+# Each pattern is dotted; a segment is an fnmatch pattern that never spans a dot; a
+# leading "**." lets the pattern start at any depth. A key is volatile when a pattern
+# matches it or one of its parents.
+VOLATILE_FIELDS: tuple[str, ...] = (
+    "environment",  # compared separately, see ENV_FIELDS
+    "run_dir",
+    "output",
+    "output_dir",
+    "data_dirs",
+    "model_info.model_path",
+    "**.model_path",
+    # environment facts that the config repeats (compared as environment when a run has
+    # no "environment" snapshot, see CONFIG_ENV_FIELDS)
+    "model_info.device_name",
+    "model_info.torch",
+    "model_info.transformers",
+    "framework.torch",
+    "framework.transformers",
+    # per-task bookkeeping: the floor gates the score but does not change it; the selection
+    # is what the shared-item pairing accounts for; the spec file's location is not content
+    "tasks.*.floor",
+    "tasks.*.selected",
+    "tasks.*.source",
+    # digests that fold in library versions: those are compared as environment instead;
+    # every setting the config hash covers is compared field by field above
+    "tasks.*.config_hash",
+    "tasks.*.resumed_from",
+    "**.*timestamp*",
+    "**.*_at",
+    "**.started",
+    "**.finished",
+    "**.date",
+    "**.time",
+    "**.*_time",
+    "**.*hostname*",
+    "**.host",
+    "**.*duration*",
+    "**.seconds",
+    "**.*_seconds",
+    "**.elapsed*",
+    "**.*_dir",
+    "**.*_dirs",
+)
+
+# Fields of eval_config.json's "environment" compared as environment differences.
+ENV_FIELDS: tuple[str, ...] = (
+    # the score-relevant libraries (pytest or syrupy upgrades do not change scores)
+    *(f"libraries.{name}" for name in DRIFT_LIBRARIES),
+    "cuda.cuda",
+    "cuda.gpus",
+    "model.sha256",
+)
+# Fields of eval_config.json compared as environment when either run has no "environment"
+# snapshot (older records).
+CONFIG_ENV_FIELDS: tuple[str, ...] = (
+    "model_info.torch",
+    "model_info.transformers",
+    "model_info.device_name",
+    "framework.torch",
+    "framework.transformers",
+)
+
+
+class _Absent:
+    """A field that one of the two runs does not have (distinct from a JSON null)."""
+
+    _instance: _Absent | None = None
+
+    def __new__(cls) -> _Absent:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+ABSENT: Any = _Absent()
+
+
+# ---------------------------------------------------------------------------- run records
+
+
+@dataclass
+class RunRecord:
+    """One run directory as read back: its config, task summaries and item results."""
+
+    path: Path
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    items: dict[str, dict[str, dict[str, Any]]]  # task -> item id -> item result
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LlmEvalError(f"{path}: cannot be read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise LlmEvalError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise LlmEvalError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _read_items(path: Path) -> dict[str, dict[str, Any]]:
+    """Item results of one task file; the last line of an item wins, broken lines are skipped."""
+    items: dict[str, dict[str, Any]] = {}
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise LlmEvalError(f"{path}: cannot be read: {exc}") from exc
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # e.g. a half-written last line after a crash
+        if not isinstance(record, dict) or "item_id" not in record:
+            continue
+        item_id = str(record["item_id"])
+        items.pop(item_id, None)  # keep the order of the last occurrence
+        items[item_id] = record
+    return items
+
+
+def load_run(path: Path) -> RunRecord:
+    """Read a run directory (``eval_config.json``, ``tasks/*_output.jsonl``,
+    ``metrics_summary.json``). Raises ``LlmEvalError`` when ``path`` is not one."""
+    path = Path(path)
+    config_file = path / CONFIG_FILE
+    tasks_dir = path / TASKS_DIR
+    if not path.is_dir() or not (config_file.is_file() or tasks_dir.is_dir()):
+        raise LlmEvalError(
+            f"{path}: not a run directory (no {CONFIG_FILE} and no {TASKS_DIR}/); "
+            "pass the directory a run wrote under its output folder"
+        )
+    config = _read_json_object(config_file) if config_file.is_file() else {}
+    metrics_file = path / METRICS_FILE
+    metrics = _read_json_object(metrics_file) if metrics_file.is_file() else {}
+    items: dict[str, dict[str, dict[str, Any]]] = {}
+    if tasks_dir.is_dir():
+        for file in sorted(tasks_dir.glob(f"*{OUTPUT_SUFFIX}")):
+            task = file.name[: -len(OUTPUT_SUFFIX)]
+            if task and file.is_file():
+                items[task] = _read_items(file)
+    return RunRecord(path=path, config=config, metrics=metrics, items=items)
+
+
+# ---------------------------------------------------------------------------- statistics
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value for ``b`` correct->wrong and ``c`` wrong->correct pairs.
+
+    The binomial test of the discordant pairs at p = 1/2: ``min(1, 2 * P(X <= min(b, c)))``
+    with X ~ Binomial(b + c, 1/2); 1.0 when there are no discordant pairs. Computed exactly
+    with integers, so it neither underflows nor loses precision for thousands of pairs; a
+    p-value below the smallest positive float is returned as that float (never 0).
+    """
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, got b={b}, c={c}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    term = 1  # comb(n, 0), then comb(n, i) by the recurrence
+    tail = 0
+    for i in range(k + 1):
+        tail += term
+        term = term * (n - i) // (i + 1)
+    # 2 * tail / 2**n
+    p = Fraction(tail, 1 << (n - 1))
+    if p >= 1:
+        return 1.0
+    return max(float(p), math.ulp(0.0))
+
+
+# ---------------------------------------------------------------------------- comparison
+
+
+@dataclass
+class TaskDelta:
+    """A task's change on the items both runs scored (scores as proportions, 0..1)."""
+
+    task: str
+    n_shared: int
+    baseline_score: float
+    current_score: float
+    delta: float  # current - baseline; NaN when no items are shared
+    p_value: float
+    significant: bool
+    regressed: list[str] = field(default_factory=list)  # correct in baseline, wrong now
+    improved: list[str] = field(default_factory=list)  # wrong in baseline, correct now
+    only_in_baseline: int = 0
+    only_in_current: int = 0
+
+    @property
+    def delta_points(self) -> float:
+        """The change in percentage points."""
+        return 100.0 * self.delta
+
+    @property
+    def dropped(self) -> bool:
+        return self.n_shared > 0 and self.delta < 0
+
+
+@dataclass
+class ConfigDiff:
+    """A field that differs; ``ABSENT`` when a run does not have it."""
+
+    field: str
+    baseline: Any
+    current: Any
+
+
+@dataclass
+class Comparison:
+    """A run compared with a baseline run."""
+
+    baseline_path: Path
+    tasks: list[TaskDelta]
+    config_diffs: list[ConfigDiff]  # settings that affect scores
+    env_diffs: list[ConfigDiff]  # environment (library versions, CUDA, GPUs, weights digest)
+    alpha: float = 0.05
+    current_path: Path | None = None
+
+    @property
+    def differs(self) -> bool:
+        """Whether the two runs were made with different settings or environments."""
+        return bool(self.config_diffs or self.env_diffs)
+
+
+def _is_correct(record: Mapping[str, Any]) -> bool:
+    correct = record.get("correct")
+    if correct is None:
+        return _score(record) >= 1.0
+    return bool(correct)
+
+
+def _score(record: Mapping[str, Any]) -> float:
+    score = record.get("score")
+    if isinstance(score, (int, float)):
+        return float(score)
+    return 1.0 if record.get("correct") else 0.0
+
+
+def _task_delta(
+    task: str,
+    base: Mapping[str, Mapping[str, Any]],
+    cur: Mapping[str, Mapping[str, Any]],
+    alpha: float,
+) -> TaskDelta:
+    shared = [i for i in cur if i in base]
+    regressed = sorted(i for i in shared if _is_correct(base[i]) and not _is_correct(cur[i]))
+    improved = sorted(i for i in shared if not _is_correct(base[i]) and _is_correct(cur[i]))
+    n = len(shared)
+    if n:
+        base_score = math.fsum(_score(base[i]) for i in shared) / n
+        cur_score = math.fsum(_score(cur[i]) for i in shared) / n
+        delta = cur_score - base_score
+    else:
+        base_score = cur_score = delta = math.nan
+    p = mcnemar_exact(len(regressed), len(improved))
+    return TaskDelta(
+        task=task,
+        n_shared=n,
+        baseline_score=base_score,
+        current_score=cur_score,
+        delta=delta,
+        p_value=p,
+        significant=p < alpha,
+        regressed=regressed,
+        improved=improved,
+        only_in_baseline=sum(1 for i in base if i not in cur),
+        only_in_current=len(cur) - n,
+    )
+
+
+def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as one mapping of dotted keys; lists and empty mappings are leaves."""
+    flat: dict[str, Any] = {}
+    for key, sub in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(sub, Mapping) and sub:
+            flat.update(flatten(sub, name + "."))
+        else:
+            flat[name] = sub
+    return flat
+
+
+def _pattern_matches(pattern: str, parts: Sequence[str]) -> bool:
+    anywhere = pattern.startswith("**.")
+    segments = pattern[3:].split(".") if anywhere else pattern.split(".")
+    starts = range(len(parts) - len(segments) + 1) if anywhere else range(1)
+    for start in starts:
+        window = parts[start : start + len(segments)]
+        if len(window) == len(segments) and all(
+            fnmatchcase(part, seg) for part, seg in zip(window, segments, strict=True)
+        ):
+            return True
+    return False
+
+
+def matches_any(key: str, patterns: Iterable[str]) -> bool:
+    """Whether a dotted key (or one of its parents) matches one of the dotted patterns."""
+    parts = key.split(".")
+    return any(_pattern_matches(p, parts) for p in patterns)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: 5 == 5.0, but true != 1 and NaN == NaN."""
+    if isinstance(a, bool) != isinstance(b, bool):
+        return False
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b)
+
+
+def _diffs(
+    base: Mapping[str, Any], cur: Mapping[str, Any], keep: Iterable[str] | None = None
+) -> list[ConfigDiff]:
+    keys = sorted(set(base) | set(cur))
+    if keep is not None:
+        patterns = tuple(keep)
+        keys = [k for k in keys if matches_any(k, patterns)]
+    return [
+        ConfigDiff(k, base.get(k, ABSENT), cur.get(k, ABSENT))
+        for k in keys
+        if not (k in base and k in cur and _same(base[k], cur[k]))
+    ]
+
+
+def _config_diffs(
+    base: Mapping[str, Any], cur: Mapping[str, Any], volatile: Sequence[str]
+) -> list[ConfigDiff]:
+    base_tasks = base.get("tasks") if isinstance(base.get("tasks"), Mapping) else {}
+    cur_tasks = cur.get("tasks") if isinstance(cur.get("tasks"), Mapping) else {}
+    assert isinstance(base_tasks, Mapping) and isinstance(cur_tasks, Mapping)
+    # A task that only one run has is reported as a task (n_shared=0), not as settings.
+    one_sided = tuple(f"tasks.{t}" for t in set(base_tasks) ^ set(cur_tasks))
+
+    def relevant(flat: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            k: v
+            for k, v in flat.items()
+            if not matches_any(k, volatile) and not matches_any(k, one_sided)
+        }
+
+    return _diffs(relevant(flatten(base)), relevant(flatten(cur)))
+
+
+def _env_diffs(base: Mapping[str, Any], cur: Mapping[str, Any]) -> list[ConfigDiff]:
+    base_env = base.get("environment")
+    cur_env = cur.get("environment")
+    diffs = _diffs(
+        flatten(base_env if isinstance(base_env, Mapping) else {}, "environment."),
+        flatten(cur_env if isinstance(cur_env, Mapping) else {}, "environment."),
+        keep=[f"environment.{f}" for f in ENV_FIELDS],
+    )
+    if not (isinstance(base_env, Mapping) and isinstance(cur_env, Mapping)):
+        diffs += _diffs(flatten(base), flatten(cur), keep=CONFIG_ENV_FIELDS)
+    return diffs
+
+
+def compare_runs(
+    current: RunRecord,
+    baseline: RunRecord,
+    alpha: float = 0.05,
+    *,
+    volatile: Sequence[str] = VOLATILE_FIELDS,
+) -> Comparison:
+    """Pair the two runs' items per task and list the settings and environment that differ.
+
+    Each task is compared on the items both runs scored (the last result of each item);
+    tasks that only one run has are reported with ``n_shared=0``.
+    """
+    tasks = sorted(set(current.items) | set(baseline.items))
+    deltas = [
+        _task_delta(t, baseline.items.get(t, {}), current.items.get(t, {}), alpha) for t in tasks
+    ]
+    return Comparison(
+        baseline_path=baseline.path,
+        tasks=deltas,
+        config_diffs=_config_diffs(baseline.config, current.config, volatile),
+        env_diffs=_env_diffs(baseline.config, current.config),
+        alpha=alpha,
+        current_path=current.path,
+    )
+
+
+# ---------------------------------------------------------------------------- gates
+
+GATE_FORMS = (
+    "drop:N (a task's score drops by more than N percentage points; N may end in % or pt)",
+    "drop:N:sig (drops by more than N points and the drop is significant)",
+    "sig (a task's score drops significantly)",
+    "config (the settings differ from the baseline's)",
+    "env (the environment differs from the baseline's)",
+)
+
+_DROP = re.compile(r"drop:(?P<n>\d+(?:\.\d*)?|\.\d+)\s*(?:%|pts?|points?)?(?P<sig>:sig)?")
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """One rule of a gate expression."""
+
+    kind: Literal["drop", "sig", "config", "env"]
+    points: float | None = None  # for "drop": the largest drop tolerated, in points
+    significant: bool = False  # for "drop": only a significant drop violates it
+
+    def __str__(self) -> str:
+        if self.kind == "drop":
+            return f"drop:{self.points:g}" + (":sig" if self.significant else "")
+        return self.kind
+
+
+_SIMPLE_RULES = {kind: GateRule(kind=kind) for kind in ("sig", "config", "env")}
+
+
+def parse_gate(expr: str) -> list[GateRule]:
+    """Parse a comma-separated gate expression such as ``"drop:2,config"``.
+
+    Raises ``ValueError`` naming the accepted forms when a rule is not one of them.
+    """
+    forms = "; ".join(GATE_FORMS)
+    rules: list[GateRule] = []
+    parts = [p.strip().lower() for p in expr.split(",")]
+    if not any(parts):
+        raise ValueError(f"empty gate expression {expr!r}; accepted rules: {forms}")
+    for part in parts:
+        if part in _SIMPLE_RULES:
+            rules.append(_SIMPLE_RULES[part])
+            continue
+        match = _DROP.fullmatch(re.sub(r"\s*:\s*", ":", part))
+        if match is None:
+            raise ValueError(
+                f"invalid gate rule {part!r} in {expr!r}; accepted rules, comma-separated: {forms}"
+            )
+        rules.append(
+            GateRule(kind="drop", points=float(match["n"]), significant=bool(match["sig"]))
+        )
+    return rules
+
+
+def format_p(p: float) -> str:
+    if math.isnan(p):
+        return "-"
+    return f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
+
+
+def format_value(value: Any) -> str:
+    if value is ABSENT:
+        return "(absent)"
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def format_diff(diff: ConfigDiff) -> str:
+    return f"{diff.field}: {format_value(diff.baseline)} -> {format_value(diff.current)}"
+
+
+def _drop_line(t: TaskDelta) -> str:
+    return (
+        f"{t.task} dropped {-t.delta_points:.1f} points "
+        f"({100 * t.baseline_score:.1f} -> {100 * t.current_score:.1f}, "
+        f"p={format_p(t.p_value)}, {len(t.regressed)} items flipped correct->wrong)"
+    )
+
+
+def gate_failures(comparison: Comparison, rules: Iterable[GateRule]) -> list[str]:
+    """One line per violated rule and task; empty when the gate passes."""
+    failures: list[str] = []
+    alpha = comparison.alpha
+    for rule in rules:
+        if rule.kind == "config":
+            if comparison.config_diffs:
+                failures.append(
+                    "settings differ from the baseline: "
+                    + "; ".join(format_diff(d) for d in comparison.config_diffs)
+                )
+        elif rule.kind == "env":
+            if comparison.env_diffs:
+                failures.append(
+                    "environment differs from the baseline: "
+                    + "; ".join(format_diff(d) for d in comparison.env_diffs)
+                )
+        else:
+            for t in comparison.tasks:
+                if not t.dropped:
+                    continue
+                if rule.kind == "sig":
+                    if t.significant:
+                        failures.append(f"{_drop_line(t)} is significant (p < {alpha:g})")
+                    continue
+                assert rule.points is not None
+                if -t.delta_points > rule.points and (t.significant or not rule.significant):
+                    line = f"{_drop_line(t)} > {rule.points:.1f}"
+                    if rule.significant:
+                        line += f" and significant (p < {alpha:g})"
+                    failures.append(line)
+    return failures
+
+
+# ---------------------------------------------------------------------------- terminal
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.1f}"
+
+
+def format_comparison(comparison: Comparison, max_items: int = 20) -> list[str]:
+    """Terminal lines: a per-task table, the flipped items, then settings and environment."""
+    lines = [f"compared with baseline {comparison.baseline_path}"]
+    width = max([16, *(len(t.task) for t in comparison.tasks)])
+    lines.append(
+        f"{'task':<{width}} {'shared':>7} {'baseline':>8} {'current':>8} {'delta':>7} "
+        f"{'p-value':>8} {'regressed':>9} {'improved':>8}"
+    )
+    for t in comparison.tasks:
+        if t.n_shared == 0:
+            if t.only_in_baseline and t.only_in_current:
+                where = "no items in common"
+            elif t.only_in_baseline:
+                where = "only in the baseline"
+            else:
+                where = "only in this run"
+            lines.append(f"{t.task:<{width}} {0:>7} {'-':>8} {'-':>8} {'-':>7} ({where})")
+            continue
+        delta = f"{t.delta_points:+.1f}"
+        mark = " *" if t.significant else ""
+        lines.append(
+            f"{t.task:<{width}} {t.n_shared:>7} {_pct(t.baseline_score):>8} "
+            f"{_pct(t.current_score):>8} {delta:>7} {format_p(t.p_value):>8} "
+            f"{len(t.regressed):>9} {len(t.improved):>8}{mark}"
+        )
+    if any(t.significant and t.n_shared for t in comparison.tasks):
+        lines.append(f"* significant at p < {comparison.alpha:g} (exact McNemar test)")
+    for t in comparison.tasks:
+        if t.n_shared and (t.only_in_baseline or t.only_in_current):
+            lines.append(
+                f"{t.task}: compared on {t.n_shared} shared items "
+                f"({t.only_in_baseline} only in the baseline, {t.only_in_current} only in "
+                "this run)"
+            )
+        for label, ids in (
+            ("regressed (correct -> wrong)", t.regressed),
+            ("improved (wrong -> correct)", t.improved),
+        ):
+            if not ids:
+                continue
+            shown = ids[:max_items]
+            more = f" ... and {len(ids) - len(shown)} more" if len(ids) > len(shown) else ""
+            lines.append(f"{t.task}: {len(ids)} {label}:")
+            lines.extend(
+                textwrap.wrap(
+                    ", ".join(shown) + more,
+                    width=100,
+                    initial_indent="    ",
+                    subsequent_indent="    ",
+                    break_on_hyphens=False,
+                )
+            )
+    if comparison.config_diffs:
+        lines.append(
+            "WARNING: settings differ from the baseline; score changes may come from them:"
+        )
+        lines.extend(f"    {format_diff(d)}" for d in comparison.config_diffs)
+    if comparison.env_diffs:
+        lines.append("environment differs from the baseline:")
+        lines.extend(f"    {format_diff(d)}" for d in comparison.env_diffs)
+    return lines

@@ -1,0 +1,254 @@
+"""Digests for run records: of JSON-able values, of files, and of model directories.
+
+- :func:`stable_hash` is the digest behind the config hash and the prompt hash: the same
+  value gives the same digest in any process, whatever the order of its dict keys.
+- :func:`file_sha256` streams a file through SHA256 (1 MiB at a time, never the whole
+  file in memory), optionally through a :class:`HashCache`.
+- :func:`model_fingerprint` digests the weights, config and tokenizer files of a Hugging
+  Face model directory. With a :class:`HashCache`, an unchanged multi-GB model is hashed
+  once and later runs read the digests back from the cache.
+
+Nothing here imports pytest or torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pytest_llmeval.model import cache_dir
+
+CHUNK_SIZE = 1 << 20  # 1 MiB
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.msgpack", "*.h5")
+"""Weight files, at the top level of a model directory or in any subfolder."""
+
+META_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "*.model",
+    "vocab.*",
+    "merges.txt",
+    "chat_template.jinja",
+)
+"""Config and tokenizer files digested with the weights where present (matched by name,
+at any depth, like the weights)."""
+
+# A file modified within this window of being hashed is not cached: on file systems with a
+# coarse mtime, a same-size rewrite in the same tick would otherwise keep a stale digest.
+_RACY_WINDOW_NS = 2_000_000_000
+
+
+def stable_hash(obj: object, length: int = 12) -> str:
+    """The config hash / prompt hash digest: the first ``length`` hex chars of the SHA256 of
+    ``obj`` as canonical JSON (sorted keys, no whitespace, UTF-8, ``str()`` for values JSON
+    does not know, such as paths).
+
+    Dict keys must be all strings (or all of one sortable type); ``sort_keys`` cannot order
+    mixed key types and raises ``TypeError``.
+    """
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+class HashCache:
+    """A JSON file mapping a file's absolute resolved path to ``{size, mtime_ns, sha256}``.
+
+    :meth:`get` returns the cached digest only while the file's size and mtime_ns are the
+    ones recorded with it. A missing or corrupt cache file reads as empty. :meth:`save`
+    merges the entries added here into the file currently on disk and replaces it
+    atomically (temp file + ``os.replace``), so concurrent writers (pytest-xdist workers)
+    never leave a torn file; at worst one writer's new entries are lost and recomputed later.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path if path is not None else cache_dir() / "sha256-cache.json"
+        self._entries: dict[str, dict[str, Any]] = _read_entries(self.path)
+        self._added: dict[str, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def key(path: Path) -> str:
+        return str(Path(path).resolve())
+
+    def get(self, path: Path) -> str | None:
+        """The cached SHA256 of ``path``, or None (no entry, file changed, or unreadable)."""
+        entry = self._entries.get(self.key(path))
+        if entry is None:
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if entry["size"] != st.st_size or entry["mtime_ns"] != st.st_mtime_ns:
+            return None
+        digest: str = entry["sha256"]
+        return digest
+
+    def put(self, path: Path, digest: str, *, stat: os.stat_result | None = None) -> None:
+        """Record ``digest`` for ``path`` as it is now (or as it was at ``stat``, taken
+        before hashing). Files modified in the last two seconds are not recorded."""
+        try:
+            st = stat if stat is not None else os.stat(path)
+        except OSError:
+            return
+        if time.time_ns() - st.st_mtime_ns < _RACY_WINDOW_NS:
+            return
+        entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+        key = self.key(path)
+        self._entries[key] = entry
+        self._added[key] = entry
+
+    def save(self) -> bool:
+        """Write the entries added since loading (or the last save), merged into the cache
+        file as it is on disk now. Best effort: returns False, and keeps the entries for a
+        later try, when the file cannot be written; True otherwise (also when nothing was
+        added)."""
+        if not self._added:
+            return True
+        entries = _read_entries(self.path)
+        entries.update(self._added)
+        tmp: str | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(
+                prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
+            )
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(entries, f, indent=0, sort_keys=True)
+            os.replace(tmp, self.path)
+            tmp = None
+        except OSError:
+            return False
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        self._entries = {**entries, **self._entries}
+        self._added.clear()
+        return True
+
+
+def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
+    """The well-formed entries of a cache file; {} when it is missing or corrupt."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    entries: dict[str, dict[str, Any]] = {}
+    for key, entry in data.items():
+        if (
+            isinstance(entry, dict)
+            and type(entry.get("size")) is int
+            and type(entry.get("mtime_ns")) is int
+            and isinstance(entry.get("sha256"), str)
+        ):
+            entries[key] = {k: entry[k] for k in ("size", "mtime_ns", "sha256")}
+    return entries
+
+
+def _hash_file(path: Path) -> str:
+    """SHA256 hex of a file's content, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK_SIZE):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_sha256(path: Path, cache: HashCache | None = None) -> str:
+    """The full SHA256 hex digest of a file, streamed in 1 MiB chunks.
+
+    With ``cache``, a digest recorded for the file's current size and mtime is returned
+    without reading the file, and a newly computed one is added to the cache (in memory;
+    call :meth:`HashCache.save` to keep it). A file that changes while it is read is not
+    cached.
+    """
+    if cache is None:
+        return _hash_file(path)
+    cached = cache.get(path)
+    if cached is not None:
+        return cached
+    before = os.stat(path)
+    digest = _hash_file(path)
+    after = os.stat(path)
+    if (before.st_size, before.st_mtime_ns) == (after.st_size, after.st_mtime_ns):
+        cache.put(path, digest, stat=before)
+    return digest
+
+
+def _model_files(model_dir: Path) -> Iterator[tuple[str, Path, bool]]:
+    """(relative posix path, path, is a weight file) for each file to digest.
+
+    Hidden files and folders (``.git``, ``.cache``) are skipped; symlinked files (as in
+    the Hugging Face hub cache) are followed, symlinked folders are not.
+    """
+    for root, dirs, files in os.walk(model_dir):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            if name.startswith("."):
+                continue
+            is_weight = any(fnmatch.fnmatchcase(name, p) for p in WEIGHT_PATTERNS)
+            if not is_weight and not any(fnmatch.fnmatchcase(name, p) for p in META_PATTERNS):
+                continue
+            path = Path(root, name)
+            if path.is_file():
+                yield path.relative_to(model_dir).as_posix(), path, is_weight
+
+
+def _combined(files: dict[str, str]) -> str:
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(f"{rel}:{files[rel]}\n".encode())
+    return h.hexdigest()
+
+
+def model_fingerprint(model_dir: Path, cache: HashCache | None = None) -> dict[str, Any]:
+    """SHA256 digests of a Hugging Face model directory.
+
+    Digests every weight file (:data:`WEIGHT_PATTERNS`, at any depth) and the config and
+    tokenizer files (:data:`META_PATTERNS`) present. Returns::
+
+        {"files": {relpath: sha256},          # sorted by relative path
+         "sha256": combined digest,           # sha256 of the sorted "relpath:sha256\\n" lines
+         "weights_sha256": the same over the weight files only,
+         "total_bytes": size of all digested files}
+
+    With ``cache`` the digests of unchanged files come from the cache, and the cache is
+    saved when new digests were added; without it every file is read.
+    """
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise NotADirectoryError(f"not a model directory: {model_dir}")
+    files: dict[str, str] = {}
+    weights: dict[str, str] = {}
+    total = 0
+    for rel, path, is_weight in sorted(_model_files(model_dir)):
+        digest = file_sha256(path, cache)
+        files[rel] = digest
+        if is_weight:
+            weights[rel] = digest
+        total += path.stat().st_size
+    if cache is not None:
+        cache.save()
+    return {
+        "files": files,
+        "sha256": _combined(files),
+        "weights_sha256": _combined(weights),
+        "total_bytes": total,
+    }

@@ -1,0 +1,261 @@
+"""The Markdown summary of a run (``summary.md``, the GitHub Actions step summary).
+
+Plain Python (no pytest, no torch): built from the verdict rows the plugin already has, the
+environment snapshot and, when a baseline was given, the comparison with it.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._compare import Comparison, format_diff, format_p
+
+FAILED_STATUSES = ("FAIL", "error", "incomplete")
+MAX_FLIPPED_IDS = 20
+
+
+def _num(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def _pct(value: Any) -> str:
+    x = _num(value)
+    return "n/a" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def _cell(value: Any) -> str:
+    """Table cell text: pipes escaped, line breaks flattened."""
+    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _status(status: str) -> str:
+    if status == "pass":
+        return "✅ pass"
+    if status in FAILED_STATUSES:
+        return f"❌ {status}"
+    return status
+
+
+def _seconds(value: Any) -> str:
+    x = _num(value)
+    return "-" if math.isnan(x) else f"{x:.1f} s"
+
+
+def _verdict_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "| task | items | metric | score | 95% CI | floor | status | time |",
+        "|---|---:|---|---:|---:|---:|---|---:|",
+    ]
+    for row in rows:
+        low, high = _num(row.get("ci_low")), _num(row.get("ci_high"))
+        ci = "n/a" if math.isnan(low) or math.isnan(high) else f"{_pct(low)} – {_pct(high)}"
+        floor = row.get("floor")
+        lines.append(
+            f"| {_cell(row.get('task', '?'))} | {row.get('n', '?')}/{row.get('total', '?')} "
+            f"| {_cell(row.get('metric', ''))} | {_pct(row.get('score'))} | {ci} "
+            f"| {'-' if floor is None else _pct(floor)} | {_status(str(row.get('status', '')))} "
+            f"| {_seconds(row.get('seconds'))} |"
+        )
+    return lines
+
+
+def _partial_note(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    partial = []
+    for row in rows:
+        n, total = row.get("n"), row.get("total")
+        if isinstance(n, int) and isinstance(total, int) and n < total:
+            partial.append(f"{row.get('task', '?')} {n} of {total}")
+    if not partial:
+        return []
+    return [
+        "",
+        "> **Partial**: scores cover only the selected items (`--llm-limit` or `-k`), not "
+        f"whole tasks: {', '.join(partial)}.",
+    ]
+
+
+def _get(mapping: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(mapping, Mapping):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v not in (None, "")), None)
+
+
+def _short_name(value: Any) -> Any:
+    """A local path as its last component; a hub id (``org/name``) as it is."""
+    if isinstance(value, str) and value.startswith(("/", "./", "../", "~")):
+        return Path(value).name or value
+    return value
+
+
+def environment_headline(environment: Mapping[str, Any]) -> str:
+    """One line: model (weights digest), dtype/device, library versions, git commit.
+
+    Reads the environment snapshot: ``model`` (a name, or a mapping with name/path, sha256,
+    dtype, device), ``backend`` (the model as loaded: model, model_path, dtype, device,
+    device_name, torch, transformers), ``libraries``, ``cuda`` and ``git`` (commit/short and
+    dirty, directly or under ``code``); top-level ``dtype``/``device``/``torch``/... too.
+    Missing keys are left out.
+    """
+    parts: list[str] = []
+    model = environment.get("model")
+    backend = environment.get("backend")
+
+    def lookup(key: str) -> Any:
+        return _first(_get(environment, "model", key), _get(backend, key), environment.get(key))
+
+    name: Any = model
+    if isinstance(model, Mapping):
+        name = _first(model.get("name"), model.get("id"), model.get("model"))
+    name = _short_name(
+        _first(
+            name,
+            _get(backend, "model"),
+            _get(backend, "model_path"),
+            _get(environment, "model", "path"),
+        )
+    )
+    sha = _first(_get(environment, "model", "sha256"), environment.get("sha256"))
+    if name is not None or sha is not None:
+        text = f"model `{name}`" if name is not None else "model"
+        if isinstance(sha, str) and sha:
+            text += f" (sha256 `{sha[:12]}`)"
+        parts.append(text)
+    dtype, device, device_name = lookup("dtype"), lookup("device"), lookup("device_name")
+    if dtype is not None or device is not None:
+        text = " on ".join(str(v) for v in (dtype, device) if v is not None)
+        if device_name is not None and device_name != device:
+            text += f" ({device_name})"
+        parts.append(text)
+    for lib in ("torch", "transformers"):
+        version = _first(
+            _get(environment, "libraries", lib), _get(backend, lib), environment.get(lib)
+        )
+        if version is not None:
+            parts.append(f"{lib} {version}")
+    cuda = _get(environment, "cuda", "cuda")
+    if cuda:
+        parts.append(f"CUDA {cuda}")
+    git = environment.get("git")
+    if isinstance(git, Mapping) and isinstance(git.get("code"), Mapping):
+        git = git["code"]
+    if isinstance(git, Mapping):
+        commit = _first(git.get("short"), git.get("commit"))
+        if isinstance(commit, str) and commit:
+            text = f"git `{commit[:7]}`"
+            if git.get("dirty"):
+                text += " (dirty)"
+            parts.append(text)
+    return ", ".join(parts)
+
+
+def _comparison_section(comparison: Comparison, max_items: int) -> list[str]:
+    lines = [
+        "",
+        f"### Compared with baseline `{comparison.baseline_path}`",
+        "",
+        "| task | shared items | baseline | current | Δ points | p-value | regressed | improved |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for t in comparison.tasks:
+        if t.n_shared == 0:
+            where = (
+                "no items in common"
+                if t.only_in_baseline and t.only_in_current
+                else "only in the baseline"
+                if t.only_in_baseline
+                else "only in this run"
+            )
+            lines.append(f"| {_cell(t.task)} | 0 | - | - | - | - | - | {where} |")
+            continue
+        mark = " ⚠️" if t.significant and t.delta < 0 else ""
+        lines.append(
+            f"| {_cell(t.task)} | {t.n_shared} | {_pct(t.baseline_score)} "
+            f"| {_pct(t.current_score)} | {t.delta_points:+.1f}{mark} | {format_p(t.p_value)} "
+            f"| {len(t.regressed)} | {len(t.improved)} |"
+        )
+    lines.append("")
+    lines.append(
+        f"Scores on the items both runs scored; p-value: exact McNemar test (⚠️ a significant "
+        f"drop at p < {comparison.alpha:g})."
+    )
+    for t in comparison.tasks:
+        if not t.regressed:
+            continue
+        shown = ", ".join(f"`{i}`" for i in t.regressed[:max_items])
+        more = f" and {len(t.regressed) - max_items} more" if len(t.regressed) > max_items else ""
+        lines += [
+            "",
+            f"<details><summary>{html.escape(t.task)}: {len(t.regressed)} items correct in "
+            "the baseline, wrong now</summary>",
+            "",
+            shown + more,
+            "",
+            "</details>",
+        ]
+    if comparison.config_diffs:
+        lines += [
+            "",
+            "> [!WARNING]",
+            "> The settings differ from the baseline's; score changes may come from them:",
+            ">",
+        ]
+        lines += [f"> - `{format_diff(d)}`" for d in comparison.config_diffs]
+    if comparison.env_diffs:
+        lines += ["", "Environment differences:", ""]
+        lines += [f"- `{format_diff(d)}`" for d in comparison.env_diffs]
+    return lines
+
+
+def markdown_summary(
+    title: str,
+    verdict_rows: list[dict[str, Any]],
+    environment: dict[str, Any] | None,
+    comparison: Comparison | None,
+    *,
+    max_items: int = MAX_FLIPPED_IDS,
+) -> str:
+    """The run as Markdown: verdict table, partial note, environment line and the comparison.
+
+    Each verdict row has ``task, n, total, metric, score, ci_low, ci_high, floor, status,
+    seconds`` (scores and floor as proportions; floats may be NaN).
+    """
+    lines = [f"## {title}", ""]
+    if verdict_rows:
+        lines += _verdict_table(verdict_rows)
+        lines += _partial_note(verdict_rows)
+    else:
+        lines.append("No tasks ran.")
+    if environment:
+        headline = environment_headline(environment)
+        if headline:
+            lines += ["", f"**Environment**: {headline}"]
+    if comparison is not None:
+        lines += _comparison_section(comparison, max_items)
+    return "\n".join(lines) + "\n"
+
+
+def append_github_step_summary(
+    markdown: str, environ: Mapping[str, str] = os.environ
+) -> Path | None:
+    """Append to the file named by ``GITHUB_STEP_SUMMARY``; its path, or None when unset."""
+    name = environ.get("GITHUB_STEP_SUMMARY")
+    if not name:
+        return None
+    path = Path(name)
+    text = markdown if markdown.endswith("\n") else markdown + "\n"
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+    return path

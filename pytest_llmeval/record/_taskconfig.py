@@ -1,0 +1,76 @@
+"""What determines a task's scores, as plain data, and its digests.
+
+``task_config`` is written to ``eval_config.json``; ``config_hash`` keys the resume cache
+(an item result is reused only when its task's config hash matches); ``prompt_hash`` makes
+prompt drift visible at a glance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict
+from typing import Any
+
+from pytest_llmeval.eval import TaskRunner
+from pytest_llmeval.record._hash import stable_hash
+
+# Greedy decoding is the only sampling mode; recorded explicitly so that records say so.
+SAMPLING = {"do_sample": False, "temperature": 0.0, "top_p": 1.0, "num_beams": 1}
+
+
+def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, Any]:
+    """Everything in a task's spec that affects its scores, with the few-shot ids in order."""
+    spec = runner.spec
+    fewshot_ids: dict[str, list[str]] = {}
+    for subset in sorted(set(subsets), key=lambda s: s or ""):
+        block = runner.fewshot_block(subset, {"subset": subset})
+        fewshot_ids[subset or ""] = list(block.ids)
+    config: dict[str, Any] = {
+        "task": spec.name,
+        "mode": spec.mode,
+        "metric": spec.metric,
+        "dataset": _plain(asdict(spec.dataset)),
+        "prompt": asdict(spec.prompt),
+        "system_prompt": None,
+        "chat_template": False,
+        "fewshot": {
+            "k": spec.fewshot.k,
+            "order": spec.fewshot.order,
+            "seed": spec.fewshot.seed,
+            "source": _plain(asdict(spec.fewshot.source)) if spec.fewshot.source else None,
+            "examples_digest": stable_hash(_plain(list(spec.fewshot.examples))),
+            "ids": fewshot_ids,
+        },
+    }
+    if spec.generate is not None:
+        config["generation"] = {
+            **SAMPLING,
+            "max_new_tokens": spec.generate.max_new_tokens,
+            "stop": list(spec.generate.stop),
+            "extract": [asdict(e) for e in spec.generate.extract],
+            "compare": spec.generate.compare,
+            "target": spec.generate.target,
+        }
+    if spec.multiple_choice is not None:
+        config["multiple_choice"] = _plain(asdict(spec.multiple_choice))
+    return config
+
+
+def prompt_hash(config: Mapping[str, Any]) -> str:
+    """Digest of what the model is shown: templates, few-shot examples and their order."""
+    return stable_hash({"prompt": config["prompt"], "fewshot": config["fewshot"]})
+
+
+def config_hash(task: Mapping[str, Any], model: Mapping[str, Any]) -> str:
+    """Digest of everything that determines an item's result: the task config and the model
+    settings (weights digest, dtype, device type, batch size, seed, library versions)."""
+    return stable_hash({"task": task, "model": model})
+
+
+def _plain(value: Any) -> Any:
+    """Tuples to lists, recursively, so that JSON and hashes see one form."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
