@@ -1,0 +1,315 @@
+"""Run records through pytester: reproducibility, resume, drift snapshot, baseline, repeats."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_llmeval.record._rundir import strip_timing
+
+pytest.importorskip("torch")
+
+
+def _args(model: Path, *extra: str) -> list[str]:
+    return [f"--llm-model={model}", "--llm-data-dir=.", "-p", "no:cacheprovider", *extra]
+
+
+def _runs(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.is_dir())
+
+
+def _lines(run: Path, task: str) -> list[dict[str, object]]:
+    text = (run / "tasks" / f"{task}_output.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_run_directory_contents(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-output=out"))
+    assert result.ret == 0
+    (run,) = _runs(pytester.path / "out")
+    assert run.name.endswith(f"_{tiny_model_dir.name}_nogit")
+    assert {p.name for p in run.iterdir()} >= {
+        "eval_config.json",
+        "metrics_summary.json",
+        "eval.log",
+        "summary.md",
+        "tasks",
+    }
+    config = json.loads((run / "eval_config.json").read_text())
+    assert len(config["model_sha256"]) == 64
+    assert config["seed"] == 1234
+    assert config["batch_size"] == 8
+    arith = config["tasks"]["arith"]
+    assert arith["fewshot"]["k"] == 1
+    assert arith["fewshot"]["ids"] == {"": ["fewshot-0"]}
+    assert arith["prompt"]["template"] == "Question: {{ q }}\nAnswer:"
+    assert arith["generation"]["do_sample"] is False
+    assert arith["generation"]["stop"] == ["\n"]
+    assert len(arith["config_hash"]) == 12 and len(arith["prompt_hash"]) == 12
+    env = config["environment"]
+    assert env["libraries"]["torch"]
+    assert env["model"]["files"]
+    assert "computed 5 item(s)" in (run / "eval.log").read_text()
+    summary = json.loads((run / "metrics_summary.json").read_text())
+    assert summary["colors"]["config_hash"] == config["tasks"]["colors"]["config_hash"]
+    assert "| colors |" in (run / "summary.md").read_text()
+
+
+def test_identical_runs_give_identical_records(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    first = pytester.runpytest(
+        *_args(tiny_model_dir, "--llm-output=out", "--llm-check-determinism=3")
+    )
+    second = pytester.runpytest(
+        *_args(tiny_model_dir, "--llm-output=out", "--llm-check-determinism=3", "--llm-no-resume")
+    )
+    assert first.ret == second.ret == 0
+    a, b = _runs(pytester.path / "out")
+    assert "reused" not in (b / "eval.log").read_text()
+    for task in ("arith", "colors"):
+        assert [strip_timing(r) for r in _lines(a, task)] == [
+            strip_timing(r) for r in _lines(b, task)
+        ]
+    sa = json.loads((a / "metrics_summary.json").read_text())
+    sb = json.loads((b / "metrics_summary.json").read_text())
+    assert {t: v["score"] for t, v in sa.items()} == {t: v["score"] for t, v in sb.items()}
+
+
+def test_determinism_check_names_differing_items(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    # A model whose outputs change between calls: the check must catch it.
+    pytester.makeconftest(
+        """
+        import itertools, pytest_llmeval.model._hf as hf
+        real = hf.HFBackend.loglikelihood
+        calls = itertools.count()
+        def noisy(self, requests):
+            shift = next(calls) * 0.01
+            out = real(self, requests)
+            return [type(r)(r.logprob + shift, r.is_greedy, r.n_tokens) for r in out]
+        hf.HFBackend.loglikelihood = noisy
+        """
+    )
+    result = pytester.runpytest(*_args(tiny_model_dir, "-k", "colors", "--llm-check-determinism=2"))
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*colors-0000 is not deterministic: log-likelihood of choice 0*",
+            "*ERROR colors: non-deterministic item colors-0001*",
+        ]
+    )
+
+
+KILL_CONFTEST = """
+import os, signal
+seen = []
+def pytest_runtest_logreport(report):
+    if report.when == "call" and os.environ.get("KILL_AFTER"):
+        seen.append(report.nodeid)
+        if len(seen) == int(os.environ["KILL_AFTER"]):
+            os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _count(log: str, verb: str) -> int:
+    """Sum of N over the eval.log lines ``<task>: <verb> N ...``."""
+    import re
+
+    return sum(int(n) for n in re.findall(rf": {verb} (\d+)", log))
+
+
+def test_resume_after_sigkill_recomputes_no_finished_item(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    pytester.makeconftest(KILL_CONFTEST)
+    args = _args(tiny_model_dir, "--llm-output=out", "--llm-batch-size=2", "-k", "arith")
+    reference = pytester.runpytest_subprocess(*args[:-2], "--llm-output=ref", "-k", "arith")
+    assert reference.ret == 0
+
+    monkeypatch.setenv("KILL_AFTER", "3")
+    killed = pytester.runpytest_subprocess(*args)
+    assert killed.ret == -9  # SIGKILL
+    (interrupted,) = _runs(pytester.path / "out")
+    finished = [r["item_id"] for r in _lines(interrupted, "arith")]
+    assert finished == ["arith-0000", "arith-0001", "arith-0002"]
+    assert not (interrupted / "metrics_summary.json").exists()
+
+    monkeypatch.delenv("KILL_AFTER")
+    resumed = pytester.runpytest_subprocess(*args)
+    assert resumed.ret == 0
+    run = next(r for r in _runs(pytester.path / "out") if r != interrupted)
+    log = (run / "eval.log").read_text()
+    assert _count(log, "reused") == 3  # the three items written before the kill
+    assert _count(log, "computed") == 2  # only arith-0003 and arith-0004 ran again
+    (ref,) = _runs(pytester.path / "ref")
+    want = {r["item_id"]: strip_timing(r) for r in _lines(ref, "arith")}
+    got = {r["item_id"]: strip_timing(r) for r in _lines(run, "arith")}
+    assert got == want
+    assert (interrupted / "superseded_by.txt").exists()
+    # A changed config never reuses stale results.
+    again = pytester.runpytest_subprocess(*args[:-2], "--llm-seed=7", "-k", "arith")
+    assert again.ret == 0
+    newest = _runs(pytester.path / "out")[-1]
+    assert _count((newest / "eval.log").read_text(), "computed") == 5
+
+
+SNAPSHOT_TEST = """
+def test_environment_has_not_drifted(llm_drift, snapshot):
+    llm_drift.assert_matches(snapshot)
+"""
+
+
+def test_environment_snapshot_fails_on_drift_naming_the_field(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    pytester.makepyfile(test_environment=SNAPSHOT_TEST)
+    args = _args(tiny_model_dir, "-k", "environment")
+    created = pytester.runpytest(*args, "--snapshot-update")
+    assert created.ret == 0
+    snapshots = list((pytester.path / "__snapshots__").rglob("*.json"))
+    assert len(snapshots) == 1
+    assert "libraries.transformers" in snapshots[0].read_text()
+    assert pytester.runpytest(*args).ret == 0
+
+    # A library upgrade (simulated): the test fails and names the library and both versions.
+    import pytest_llmeval.record._env as env
+
+    real = env.library_versions
+    monkeypatch.setattr(env, "library_versions", lambda: {**real(), "transformers": "99.0.0"})
+    drifted = pytester.runpytest(*args)
+    assert drifted.ret == 1
+    drifted.stdout.fnmatch_lines(["*transformers * -> 99.0.0*", "*--snapshot-update*"])
+    monkeypatch.setattr(env, "library_versions", real)
+
+    # A prompt template change: the task's prompt hash drifts.
+    spec = pytester.path / "colors.yaml"
+    spec.write_text(spec.read_text().replace("\\nAnswer:", "\\nThe answer:"))
+    changed = pytester.runpytest(*args)
+    assert changed.ret == 1
+    changed.stdout.fnmatch_lines(["*tasks.colors.prompt_hash*->*"])
+
+
+def _weaken(model: Path, target: Path) -> Path:
+    """A copy of the tiny model with its output layer scrambled (a deliberately worse model)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    shutil.copytree(model, target)
+    m = AutoModelForCausalLM.from_pretrained(model)
+    torch.manual_seed(99)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    m.save_pretrained(target)
+    AutoTokenizer.from_pretrained(model).save_pretrained(target)
+    return target
+
+
+def test_baseline_comparison(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    assert pytester.runpytest(*_args(tiny_model_dir, "--llm-output=base", "-k", "colors")).ret == 0
+    (base,) = _runs(pytester.path / "base")
+
+    # Same model, different few-shot count: a warning naming the field.
+    spec = pytester.path / "colors.yaml"
+    original = spec.read_text()
+    spec.write_text(
+        original.replace(
+            "mode: multiple_choice",
+            "fewshot:\n  k: 1\n  examples: [{question: 'Which one is a color?', "
+            "options: [red, cat, one], label: 0}]\nmode: multiple_choice",
+        )
+    )
+    few = pytester.runpytest(
+        *_args(tiny_model_dir, "--llm-output=few", "-k", "colors", f"--llm-baseline={base}")
+    )
+    few.stdout.fnmatch_lines(["*llmeval baseline*", "*tasks.colors.fewshot.k: 0 -> 1*"])
+    assert few.ret == 0
+    gated = pytester.runpytest(
+        *_args(
+            tiny_model_dir,
+            "--llm-output=few",
+            "-k",
+            "colors",
+            f"--llm-baseline={base}",
+            "--llm-baseline-fail=config",
+        )
+    )
+    assert gated.ret == 1
+    gated.stdout.fnmatch_lines(["*BASELINE GATE (config)*"])
+    spec.write_text(original)
+
+    # A weakened model: flipped items are listed.
+    weak = _weaken(tiny_model_dir, pytester.path / "weak-model")
+    worse = pytester.runpytest(
+        f"--llm-model={weak}",
+        "--llm-data-dir=.",
+        "-p",
+        "no:cacheprovider",
+        "--llm-output=weak",
+        "-k",
+        "colors",
+        f"--llm-baseline={base}",
+        "--llm-baseline-fail=drop:10",
+    )
+    text = worse.stdout.str()
+    assert "model.sha256" in text or "model_sha256" in text
+    base_items = {r["item_id"]: r["correct"] for r in _lines(base, "colors")}
+    (weak_run,) = _runs(pytester.path / "weak")
+    weak_items = {r["item_id"]: r["correct"] for r in _lines(weak_run, "colors")}
+    flipped = sorted(i for i in base_items if base_items[i] and not weak_items[i])
+    assert flipped, "the weakened model should lose at least one item"
+    for item_id in flipped:
+        assert item_id in text
+    assert worse.ret == 1
+    worse.stdout.fnmatch_lines(["*BASELINE GATE (drop:10)*colors dropped*"])
+
+
+def test_repeats_report_median_and_spread(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, "--llm-output=out", "--llm-repeat=3", "-k", "colors")
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*3 repeats: median*spread 0.0 points*"])
+    (run,) = _runs(pytester.path / "out")
+    summary = json.loads((run / "metrics_summary.json").read_text())
+    assert len(summary["colors"]["repeats"]) == 3
+    assert summary["colors"]["spread"] == 0.0
+    assert "3 repeat(s)" in (run / "eval.log").read_text()
+
+
+def test_one_task_per_process_combined_into_one_record(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    step_summary = pytester.path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    for task in ("arith", "colors"):
+        assert (
+            pytester.runpytest(*_args(tiny_model_dir, "--llm-run-dir=combined", "-k", task)).ret
+            == 0
+        )
+    run = pytester.path / "combined"
+    summary = json.loads((run / "metrics_summary.json").read_text())
+    assert set(summary) == {"arith", "colors"}
+    config = json.loads((run / "eval_config.json").read_text())
+    assert set(config["tasks"]) == {"arith", "colors"}
+    text = step_summary.read_text()
+    assert "| arith |" in text and "| colors |" in text
