@@ -124,7 +124,7 @@ class LlmEvalSession:
         self.specs: dict[str, TaskSpec] = {}
         self.runners: dict[str, TaskRunner] = {}
         self.selected: dict[str, list[EvalItem]] = {}
-        self.evaluator = Evaluator(self.options, config.rootpath)
+        self.evaluator = Evaluator(self.options, config.invocation_params.dir)
         self.environment_sent = False
         self.task_config_sent: set[str] = set()
         # controller side
