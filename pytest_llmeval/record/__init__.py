@@ -1,1 +1,55 @@
-"""Run reproducibility records: hashes, environment snapshots and drift fingerprints."""
+"""Run records: run directories, hashes, environment records, baselines and summaries."""
+
+from pytest_llmeval.record._compare import (
+    Comparison,
+    ConfigDiff,
+    RunRecord,
+    TaskDelta,
+    compare_runs,
+    format_comparison,
+    gate_failures,
+    load_run,
+    mcnemar_exact,
+    parse_gate,
+)
+from pytest_llmeval.record._env import (
+    describe_drift,
+    drift_fingerprint,
+    environment_record,
+    git_info,
+    library_versions,
+)
+from pytest_llmeval.record._hash import HashCache, file_sha256, model_fingerprint, stable_hash
+from pytest_llmeval.record._rundir import RunDir, resumable_items, strip_timing
+from pytest_llmeval.record._summary import append_github_step_summary, markdown_summary
+from pytest_llmeval.record._taskconfig import config_hash, prompt_hash, task_config
+
+__all__ = [
+    "Comparison",
+    "ConfigDiff",
+    "HashCache",
+    "RunDir",
+    "RunRecord",
+    "TaskDelta",
+    "append_github_step_summary",
+    "compare_runs",
+    "config_hash",
+    "describe_drift",
+    "drift_fingerprint",
+    "environment_record",
+    "file_sha256",
+    "format_comparison",
+    "gate_failures",
+    "git_info",
+    "library_versions",
+    "load_run",
+    "markdown_summary",
+    "mcnemar_exact",
+    "model_fingerprint",
+    "parse_gate",
+    "prompt_hash",
+    "resumable_items",
+    "stable_hash",
+    "strip_timing",
+    "task_config",
+]

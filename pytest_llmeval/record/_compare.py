@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pytest_llmeval._errors import LlmEvalError
-from pytest_llmeval.record._env import DRIFT_LIBRARIES
+from pytest_llmeval.record._env import DRIFT_LIBRARIES, flatten
+from pytest_llmeval.record._rundir import iter_item_lines
 
 CONFIG_FILE = "eval_config.json"
 METRICS_FILE = "metrics_summary.json"
@@ -138,24 +139,7 @@ def _read_json_object(path: Path) -> dict[str, Any]:
 
 def _read_items(path: Path) -> dict[str, dict[str, Any]]:
     """Item results of one task file; the last line of an item wins, broken lines are skipped."""
-    items: dict[str, dict[str, Any]] = {}
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise LlmEvalError(f"{path}: cannot be read: {exc}") from exc
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # e.g. a half-written last line after a crash
-        if not isinstance(record, dict) or "item_id" not in record:
-            continue
-        item_id = str(record["item_id"])
-        items.pop(item_id, None)  # keep the order of the last occurrence
-        items[item_id] = record
-    return items
+    return {str(record["item_id"]): record for record in iter_item_lines(path)}
 
 
 def load_run(path: Path) -> RunRecord:
@@ -309,18 +293,6 @@ def _task_delta(
         only_in_baseline=sum(1 for i in base if i not in cur),
         only_in_current=len(cur) - n,
     )
-
-
-def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings as one mapping of dotted keys; lists and empty mappings are leaves."""
-    flat: dict[str, Any] = {}
-    for key, sub in value.items():
-        name = f"{prefix}{key}"
-        if isinstance(sub, Mapping) and sub:
-            flat.update(flatten(sub, name + "."))
-        else:
-            flat[name] = sub
-    return flat
 
 
 def _pattern_matches(pattern: str, parts: Sequence[str]) -> bool:

@@ -256,12 +256,13 @@ def environment_record(
     }
 
 
-def _flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as one mapping of dotted keys; lists and empty mappings are leaves."""
     flat: dict[str, Any] = {}
     for key, item in value.items():
         dotted = f"{prefix}{key}"
         if isinstance(item, Mapping) and item:
-            flat.update(_flatten(item, dotted + "."))
+            flat.update(flatten(item, dotted + "."))
         else:
             flat[dotted] = item
     return flat
@@ -292,7 +293,7 @@ def drift_fingerprint(env: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[
     flat: dict[str, Any] = {f"libraries.{name}": libraries.get(name) for name in DRIFT_LIBRARIES}
     flat["cuda.cuda"] = cuda.get("cuda")
     flat["model.sha256"] = model.get("sha256")
-    for key, value in _flatten(extra).items():
+    for key, value in flatten(extra).items():
         if key in flat:
             raise ValueError(f"drift_fingerprint: extra key {key!r} collides with the record")
         flat[key] = value
