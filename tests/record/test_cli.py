@@ -1,0 +1,55 @@
+"""python -m pytest_llmeval.record: diff and compare on run directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_llmeval.record.__main__ import main
+
+
+def _run(root: Path, name: str, outputs: dict[str, str], seconds: float) -> Path:
+    run = root / name
+    (run / "tasks").mkdir(parents=True)
+    (run / "eval_config.json").write_text(json.dumps({"model": "m", "tasks": {"t": {}}}))
+    lines = [
+        {
+            "item_id": i,
+            "task": "t",
+            "output": o,
+            "correct": o == "1",
+            "score": float(o == "1"),
+            "seconds": seconds,
+        }
+        for i, o in outputs.items()
+    ]
+    (run / "tasks" / "t_output.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    score = sum(x["score"] for x in lines) / len(lines)
+    (run / "metrics_summary.json").write_text(json.dumps({"t": {"score": score}}))
+    return run
+
+
+def test_diff_ignores_timing_and_names_differing_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _run(tmp_path, "a", {"t-0": "1", "t-1": "2"}, seconds=0.5)
+    b = _run(tmp_path, "b", {"t-0": "1", "t-1": "2"}, seconds=9.0)
+    assert main(["diff", str(a), str(b)]) == 0
+    assert "identical apart from timing fields" in capsys.readouterr().out
+    c = _run(tmp_path, "c", {"t-0": "1", "t-1": "1"}, seconds=0.5)
+    assert main(["diff", str(a), str(c)]) == 1
+    out = capsys.readouterr().out
+    assert "t t-1: differs in correct, output, score" in out
+    assert "t: score 0.5 != 1.0" in out
+
+
+def test_compare_gate_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = _run(tmp_path, "base", {f"t-{i}": "1" for i in range(20)}, seconds=0.1)
+    worse = _run(tmp_path, "worse", {f"t-{i}": "1" if i < 5 else "0" for i in range(20)}, 0.1)
+    assert main(["compare", str(worse), str(base)]) == 0
+    assert main(["compare", str(worse), str(base), "--fail", "drop:10:sig"]) == 1
+    assert "GATE (drop:10:sig): t dropped" in capsys.readouterr().out
+    assert main(["compare", str(worse), str(tmp_path / "missing")]) == 2
+    assert main(["compare", str(worse), str(base), "--fail", "bogus"]) == 2
