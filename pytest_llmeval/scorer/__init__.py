@@ -7,6 +7,12 @@ from pytest_llmeval.scorer._extract import (
     numbers,
     parse_number,
 )
+from pytest_llmeval.scorer._math import (
+    extract_math_answer,
+    last_boxed,
+    math_equal,
+    normalize_math_answer,
+)
 from pytest_llmeval.scorer._metrics import Estimate, accuracy, wilson_interval
 
 __all__ = [
@@ -15,6 +21,10 @@ __all__ = [
     "accuracy",
     "answers_match",
     "extract",
+    "extract_math_answer",
+    "last_boxed",
+    "math_equal",
+    "normalize_math_answer",
     "numbers",
     "parse_number",
     "wilson_interval",
