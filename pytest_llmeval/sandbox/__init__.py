@@ -1,0 +1,62 @@
+"""Running model-generated code: only ever in a sandbox, never in the test process.
+
+- :func:`run_program`: run a Python program in a separate, limited process;
+- :func:`check_completion` / :func:`build_program`: HumanEval-style functional checks;
+- :func:`extract_code`: the completion in raw model output;
+- :func:`pass_at_k`: the unbiased pass@k estimator.
+
+How a program is contained (Linux):
+
+- **its own process and session**, started by a small launcher (no ``preexec_fn`` in the
+  test process) that ``execve``\\s the interpreter with ``-s -S -B``, a minimal environment
+  (``PATH``, ``HOME`` and ``TMPDIR`` inside the run directory, ``PYTHONHASHSEED=0``; nothing
+  inherited) and only the standard library importable;
+- **a fresh run directory** as working directory, deleted afterwards (also on timeout);
+- **resource limits** (soft = hard): address space, CPU time (just above the wall-clock
+  limit, which the parent enforces), file size, processes, open files, no core dumps;
+  stdout/stderr go to files in the run directory (bounded by the file-size limit) and only
+  their head is read back;
+- **kill on exit**: the whole process group is SIGKILLed when the program ends or times
+  out; as root, every process of the run's uid too (which catches ``setsid`` escapees);
+- **as root** (as in CI): a per-run unprivileged uid/gid (so file permissions protect the
+  system, ``RLIMIT_NPROC`` applies, and the test process cannot be signalled), new network
+  and IPC namespaces (no network at all), ``PR_SET_NO_NEW_PRIVS``;
+- **the guard**, in the program's interpreter (an audit hook, which the program cannot
+  remove): no writes or deletions outside the run directory, no reads of ``/proc`` or home
+  directories, no process creation, no signals to other processes, no network, no
+  ``ctypes``/``gc`` introspection/tracing; see ``_bootstrap.py`` for the full list.
+
+Not as root there is no separate uid and no namespace: the program runs as the current user,
+so protecting files and other processes rests on the guard (and on the program starting in
+its own directory, session and limits). The guard stops the operations above when ordinary
+code attempts them; a program written to attack the interpreter's internals (e.g.
+re-creating built-in modules through ``importlib``) could get around it. Run untrusted code
+as root, in a container, or on a machine you can afford to lose.
+
+What the sandbox cannot judge: a completion and its tests share one interpreter, so a
+completion can still satisfy the asserts by meaning rather than by force, e.g. by returning
+an object whose ``__eq__`` is always true, or by defining a global function that a test
+uses. Changes to the builtins module are detected and fail the check.
+"""
+
+from pytest_llmeval.sandbox._extract import STOP_SEQUENCES, extract_code
+from pytest_llmeval.sandbox._humaneval import build_program, check_completion
+from pytest_llmeval.sandbox._identity import PYTHON_ENV, SandboxUnavailable
+from pytest_llmeval.sandbox._passk import pass_at_k
+from pytest_llmeval.sandbox._result import STATUSES, ExecutionResult, Limits, Status
+from pytest_llmeval.sandbox._run import run_program
+
+__all__ = [
+    "PYTHON_ENV",
+    "STATUSES",
+    "STOP_SEQUENCES",
+    "ExecutionResult",
+    "Limits",
+    "SandboxUnavailable",
+    "Status",
+    "build_program",
+    "check_completion",
+    "extract_code",
+    "pass_at_k",
+    "run_program",
+]
