@@ -296,3 +296,28 @@ def load_fewshot(
 
 def iter_ids(items: Iterable[Item]) -> list[str]:
     return [i.id for i in items]
+
+
+def load_fewshot_text(
+    spec: TaskSpec, subset: str | None, data_dirs: Sequence[Path]
+) -> tuple[str, str]:
+    """A published few-shot prompt file (``fewshot.text_file``): its text and an id naming it
+    with a digest of the content. A header ending in a line of dashes is dropped."""
+    import hashlib
+
+    assert spec.fewshot.text_file is not None
+    path = resolve_local(spec.fewshot.text_file, subset, data_dirs)
+    if path is None:
+        dirs = ", ".join(str(d) for d in data_dirs) or "(none configured)"
+        raise DataError(
+            f"{spec.source}: fewshot.text_file {spec.fewshot.text_file!r} (subset {subset!r}) "
+            f"not found in the data directories [{dirs}]"
+        )
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    for i, line in enumerate(lines[:5]):
+        if line.strip() and set(line.strip()) == {"-"}:
+            text = "\n".join(lines[i + 1 :])
+            break
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return text.strip("\n"), f"{path.name}#{digest}"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmeval._errors import DataError, SpecError
-from pytest_llmeval.dataset import Item, load_fewshot
+from pytest_llmeval.dataset import Item, load_fewshot, load_fewshot_text
 from pytest_llmeval.model import Backend, GenerateRequest, LoglikelihoodRequest
 from pytest_llmeval.prompt import (
     FewShotBlock,
@@ -23,7 +23,7 @@ from pytest_llmeval.prompt import (
     render,
     render_list,
 )
-from pytest_llmeval.scorer import answers_match, extract
+from pytest_llmeval.scorer import Extraction, answers_match, extract
 from pytest_llmeval.task import TaskSpec
 
 
@@ -37,6 +37,7 @@ class PreparedItem:
     fewshot_ids: tuple[str, ...]
     choices: tuple[str, ...] = ()
     gold: int | None = None
+    question: str = ""  # the item's own template, without description and few-shot block
 
 
 @dataclass
@@ -70,6 +71,8 @@ class ItemResult:
     repeat_scores: list[float] | None = None
     determinism: str | None = None
     reused_from: str | None = None
+    # Scorer-specific detail: IFEval per-instruction results, sandbox status of code.
+    details: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +106,14 @@ class TaskRunner:
         return SpecError(self.spec.source, field, f"item {item.id}: {exc}")
 
     def fewshot_block(self, subset: str | None, context_doc: dict[str, Any]) -> FewShotBlock:
+        if subset not in self._fewshot and self.spec.fewshot.text_file is not None:
+            text, text_id = load_fewshot_text(self.spec, subset, self.data_dirs)
+            try:
+                description = render(self.spec.prompt.description, context_doc)
+            except TemplateRenderProblem as exc:
+                raise SpecError(self.spec.source, "prompt.description", str(exc)) from None
+            sep = self.spec.prompt.fewshot_separator
+            self._fewshot[subset] = FewShotBlock(text=description + text + sep, ids=(text_id,))
         if subset not in self._fewshot:
             spec = self.spec
             examples = load_fewshot(spec, subset, self.data_dirs)
@@ -144,10 +155,12 @@ class TaskRunner:
         if spec.mode == "generate":
             assert spec.generate is not None
             try:
-                target = render(spec.generate.target, doc).strip()
+                target = render(spec.generate.target, doc).strip() if spec.generate.target else ""
             except TemplateRenderProblem as exc:
                 raise self._fail("generate.target", item, exc) from None
-            return PreparedItem(item=item, prompt=prompt, target=target, fewshot_ids=block.ids)
+            return PreparedItem(
+                item=item, prompt=prompt, target=target, fewshot_ids=block.ids, question=question
+            )
         mc = spec.multiple_choice
         assert mc is not None
         try:
@@ -184,6 +197,7 @@ class TaskRunner:
             fewshot_ids=block.ids,
             choices=tuple(choices),
             gold=gold,
+            question=question,
         )
 
     def run(self, items: Sequence[Item], backend: Backend) -> list[ItemResult]:
@@ -211,8 +225,16 @@ class TaskRunner:
             raise DataError(f"backend returned {len(outputs)} results for {len(requests)} requests")
         results = []
         for p, out in zip(prepared, outputs, strict=True):
-            extraction = extract(out.text, gen.extract)
-            correct = answers_match(extraction.answer, p.target, gen.compare)
+            details: dict[str, Any] | None = None
+            if gen.scorer == "execution":
+                correct, answer, details = self._execute(p, out.text)
+                extraction = Extraction(answer=answer, kind="code")
+            elif gen.scorer == "ifeval":
+                correct, details = self._ifeval(p, out.text)
+                extraction = Extraction(answer=out.text, kind="ifeval")
+            else:
+                extraction = extract(out.text, gen.extract)
+                correct = answers_match(extraction.answer, p.target, gen.compare)
             results.append(
                 ItemResult(
                     task=self.spec.name,
@@ -228,9 +250,51 @@ class TaskRunner:
                     extractor=extraction.kind,
                     finish_reason=out.finish_reason,
                     n_output_tokens=out.n_tokens,
+                    details=details,
                 )
             )
         return results
+
+    def _execute(self, p: PreparedItem, output: str) -> tuple[bool, str, dict[str, Any]]:
+        """Run the extracted completion against the item's tests, in the sandbox only."""
+        from pytest_llmeval.sandbox import check_completion, extract_code
+
+        ex = self.spec.generate.execution if self.spec.generate else None
+        assert ex is not None
+        doc = {"subset": p.item.subset, **p.item.doc}
+        try:
+            code_prompt = render(ex.prompt, doc)
+            test = render(ex.test, doc)
+            entry_point = render(ex.entry_point, doc).strip()
+        except TemplateRenderProblem as exc:
+            raise self._fail("generate.execution", p.item, exc) from None
+        completion = extract_code(output, code_prompt, entry_point)
+        result = check_completion(
+            code_prompt,
+            completion,
+            test,
+            entry_point,
+            timeout_s=ex.timeout_s,
+            memory_mb=ex.memory_mb,
+        )
+        details = {"status": result.status, "reason": result.reason, "seconds": result.seconds}
+        return result.status == "passed", completion, details
+
+    def _ifeval(self, p: PreparedItem, output: str) -> tuple[bool, dict[str, Any]]:
+        from pytest_llmeval.ifeval import evaluate_item
+
+        spec = self.spec.generate.ifeval if self.spec.generate else None
+        assert spec is not None
+        doc = p.item.doc
+        try:
+            ids, kwargs = doc[spec.instructions], doc[spec.kwargs]
+        except KeyError as exc:
+            raise self._fail("generate.ifeval", p.item, KeyError(f"no field {exc}")) from None
+        try:
+            result = evaluate_item(p.question, output, ids, kwargs)
+        except ValueError as exc:
+            raise self._fail("generate.ifeval", p.item, exc) from None
+        return result.prompt_strict, result.to_dict()
 
     def _run_multiple_choice(
         self, prepared: Sequence[PreparedItem], backend: Backend

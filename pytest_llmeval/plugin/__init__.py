@@ -18,7 +18,7 @@ from ._collect import SESSION_KEY, EvalItem, collect_file, get_session
 from ._drift import DriftCheck
 from ._options import add_options
 from ._session import LlmEvalSession
-from ._terminal import report_teststatus, write_details, write_summary
+from ._terminal import report_teststatus, write_catalog, write_details, write_summary
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,7 +57,11 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    get_session(config).set_selection(items)
+    llm = get_session(config)
+    if llm.options.catalog:  # show the catalog, run nothing
+        config.hook.pytest_deselected(items=list(items))
+        items[:] = []
+    llm.set_selection(items)
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
@@ -74,6 +78,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     llm = get_session(session.config)
     if llm.is_worker:
         return
+    if llm.options.catalog and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK
     verdicts = llm.decide()
     failed = any(v.failed for v in verdicts) or bool(llm.gate_failures)
     if failed and session.exitstatus == pytest.ExitCode.OK:
@@ -84,6 +90,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     llm = get_session(config)
     if llm.is_worker:
         return
+    if llm.options.catalog:
+        write_catalog(llm, terminalreporter)
     write_details(llm, terminalreporter)
     write_summary(llm, terminalreporter)
 

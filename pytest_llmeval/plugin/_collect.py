@@ -100,6 +100,7 @@ class TaskFile(pytest.File):
             spec: TaskSpec = load_task_spec(self.path)
             items = load_items(spec, session.options.data_dirs)
             spec = session.register_task(spec)
+            session.total_items[spec.name] = len(items)
             chosen = first_n(items, session.options.limit)
             if chosen:
                 session.runners[spec.name].prepare(chosen[0])  # fail at collection on bad templates
@@ -110,7 +111,10 @@ class TaskFile(pytest.File):
             node = EvalItem.from_parent(self, name=item.id, task=spec.name, item=item, meta=meta)
             node.add_marker(pytest.mark.llmeval)
             node.add_marker(pytest.mark.xdist_group(name=f"llmeval-{spec.name}"))
-            for marker in spec.markers:
+            markers = dict.fromkeys(spec.markers)
+            if spec.catalog.capability:
+                markers[spec.catalog.capability] = None
+            for marker in markers:
                 node.add_marker(getattr(pytest.mark, marker))
             yield node
 

@@ -106,6 +106,13 @@ def add_options(parser: pytest.Parser) -> None:
     )
     parser.addini("llm_strict", help="wrong answers fail their test", type="bool", default=False)
     group.addoption(
+        "--llm-catalog",
+        dest="llm_catalog",
+        action="store_true",
+        default=False,
+        help="print the capability catalog of the collected tasks and run nothing",
+    )
+    group.addoption(
         "--llm-no-resume",
         dest="llm_no_resume",
         action="store_true",
@@ -207,6 +214,7 @@ class Options:
     baseline: Path | None = None
     baseline_fail: str | None = None
     run_dir: Path | None = None
+    catalog: bool = False
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
@@ -231,4 +239,5 @@ class Options:
             baseline=_path(config, "llm_baseline"),
             baseline_fail=_raw(config, "llm_baseline_fail") or None,
             run_dir=_path(config, "llm_run_dir"),
+            catalog=bool(config.getoption("llm_catalog")),
         )

@@ -47,6 +47,8 @@ def task_meta(spec: TaskSpec, total_items: int) -> dict[str, Any]:
         "metric": spec.metric,
         "total_items": total_items,
         "source": spec.source,
+        "saturation": spec.catalog.saturation,
+        "successor": spec.catalog.successor,
     }
 
 
@@ -59,6 +61,8 @@ class TaskTally:
     floor: float | None
     total_items: int
     source: str = ""
+    saturation: str = ""
+    successor: str | None = None
     selected: int = 0
     skipped: int = 0
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -122,6 +126,7 @@ class LlmEvalSession:
         self.options = Options.from_config(config)
         self.is_worker = hasattr(config, "workerinput")
         self.specs: dict[str, TaskSpec] = {}
+        self.total_items: dict[str, int] = {}
         self.runners: dict[str, TaskRunner] = {}
         self.selected: dict[str, list[EvalItem]] = {}
         self.evaluator = Evaluator(self.options, config.invocation_params.dir)
@@ -157,6 +162,26 @@ class LlmEvalSession:
         self.specs[spec.name] = spec
         self.runners[spec.name] = TaskRunner(spec, self.options.data_dirs)
         return spec
+
+    def catalog_rows(self) -> list[dict[str, str]]:
+        """One row per collected task for ``--llm-catalog``."""
+        rows = []
+        for name, spec in sorted(self.specs.items()):
+            cat = spec.catalog
+            rows.append(
+                {
+                    "task": name,
+                    "capability": cat.capability or "-",
+                    "style": cat.style
+                    or ("multiple_choice" if spec.mode == "multiple_choice" else "generative"),
+                    "freshness": cat.freshness,
+                    "markers": ",".join(spec.markers) or "-",
+                    "items": str(self.total_items.get(name, "?")),
+                    "notes": cat.saturation
+                    + (f" Successor: {cat.successor}." if cat.successor else ""),
+                }
+            )
+        return rows
 
     def set_selection(self, items: list[pytest.Item]) -> None:
         from ._collect import EvalItem
@@ -240,6 +265,8 @@ class LlmEvalSession:
                 floor=meta["floor"],
                 total_items=int(meta["total_items"]),
                 source=str(meta.get("source", "")),
+                saturation=str(meta.get("saturation") or ""),
+                successor=meta.get("successor"),
             )
         if report.when == "setup":
             tally.selected += 1

@@ -69,6 +69,13 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             tr.write_line(
                 f"INCOMPLETE {v.task}: only {v.n} of {v.selected} selected items ran", red=True
             )
+    for v in verdicts:
+        tally = session.tallies[v.task]
+        if tally.saturation and v.floor is not None and v.status in ("pass", "FAIL"):
+            advice = f" Consider {tally.successor} as the gate." if tally.successor else ""
+            tr.write_line(
+                f"WARNING {v.task} is a saturated gate: {tally.saturation}{advice}", yellow=True
+            )
     if session.comparison is not None:
         from pytest_llmeval.record._compare import format_comparison
 
@@ -104,3 +111,16 @@ def report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
         if name == "llmeval_result" and isinstance(value, dict) and not value.get("correct"):
             return "wrong", "w", "WRONG"
     return None
+
+
+def write_catalog(session: LlmEvalSession, tr: Any) -> None:
+    rows = session.catalog_rows()
+    tr.write_sep("=", "llmeval capability catalog")
+    if not rows:
+        tr.write_line("no task specs collected")
+        return
+    columns = ("task", "capability", "style", "freshness", "markers", "items")
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+    tr.write_line("  ".join(c.ljust(widths[c]) for c in columns) + "  notes")
+    for r in rows:
+        tr.write_line("  ".join(r[c].ljust(widths[c]) for c in columns) + "  " + r["notes"])

@@ -39,6 +39,7 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
             "seed": spec.fewshot.seed,
             "source": _plain(asdict(spec.fewshot.source)) if spec.fewshot.source else None,
             "examples_digest": stable_hash(_plain(list(spec.fewshot.examples))),
+            "text_file": spec.fewshot.text_file,
             "ids": fewshot_ids,
         },
     }

@@ -70,6 +70,10 @@ def _apply(step: Extractor, text: str) -> str | None:
         return value.strip() if value is not None else None
     if step.kind == "choice_letter":
         return _choice_letter(text, step.letters, step.which)
+    if step.kind == "boxed":
+        from pytest_llmeval.scorer._math import extract_math_answer
+
+        return extract_math_answer(text)
     raise ValueError(f"unknown extractor kind {step.kind!r}")
 
 
@@ -106,7 +110,8 @@ def parse_number(text: str) -> Fraction | None:
 def answers_match(predicted: str | None, target: str, how: str) -> bool:
     """Compare an extracted answer with the target.
 
-    ``how`` is ``numeric``, ``exact`` or ``exact_ignore_case``.
+    ``how`` is ``numeric``, ``exact``, ``exact_ignore_case`` or ``math`` (MATH answer
+    equivalence after normalisation).
     """
     if predicted is None:
         return False
@@ -119,4 +124,8 @@ def answers_match(predicted: str | None, target: str, how: str) -> bool:
         return predicted.strip() == target.strip()
     if how == "exact_ignore_case":
         return predicted.strip().casefold() == target.strip().casefold()
+    if how == "math":
+        from pytest_llmeval.scorer._math import math_equal
+
+        return math_equal(predicted, target)
     raise ValueError(f"unknown comparison {how!r}")

@@ -35,8 +35,10 @@ CAPABILITIES = (
 )
 KNOWN_MARKERS = (*SUITE_MARKERS, *CAPABILITIES, "contamination")
 
-EXTRACTORS = ("last_number", "first_number", "regex", "choice_letter", "strip")
-COMPARISONS = ("numeric", "exact", "exact_ignore_case")
+EXTRACTORS = ("last_number", "first_number", "regex", "choice_letter", "boxed", "strip")
+COMPARISONS = ("numeric", "exact", "exact_ignore_case", "math")
+SCORERS = ("match", "ifeval", "execution")
+STYLES = ("multiple_choice", "generative", "rule_check", "execution")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,9 @@ class FewShotSpec:
     examples: tuple[Mapping[str, Any], ...] = ()
     order: Literal["first", "seeded"] = "first"
     seed: int = 1234
+    # A published few-shot prompt file used verbatim (e.g. BBH's cot-prompts/<subset>.txt);
+    # a header ending in a line of dashes (BBH's canary) is dropped.
+    text_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,14 +111,53 @@ class Extractor:
 
 
 @dataclass(frozen=True)
-class GenerateSpec:
-    """Greedy generation, then answer extraction and comparison with ``target``."""
+class ExecutionSpec:
+    """How to check generated code: templates for the code the model continues, the test
+    code (defining ``check(candidate)``) and the function under test; sandbox limits."""
 
-    target: str
+    prompt: str = "{{ prompt }}"
+    test: str = "{{ test }}"
+    entry_point: str = "{{ entry_point }}"
+    timeout_s: float = 10.0
+    memory_mb: int = 1024
+
+
+@dataclass(frozen=True)
+class IFEvalSpec:
+    """Which document fields hold IFEval's instruction ids and their arguments."""
+
+    instructions: str = "instruction_id_list"
+    kwargs: str = "kwargs"
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """Greedy generation, then scoring.
+
+    ``scorer: match`` extracts an answer and compares it with ``target``; ``ifeval`` runs
+    the IFEval instruction checks (an item is correct when every instruction is followed,
+    strict); ``execution`` runs the extracted code against the item's tests in the sandbox.
+    """
+
+    target: str = ""
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     extract: tuple[Extractor, ...] = (Extractor(kind="strip"),)
     compare: str = "exact"
+    scorer: str = "match"
+    execution: ExecutionSpec | None = None
+    ifeval: IFEvalSpec | None = None
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """Where a task sits in the capability catalog (``pytest --llm-catalog``)."""
+
+    capability: str | None = None
+    style: str | None = None
+    freshness: str = "stable"
+    saturation: str = ""
+    successor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +187,7 @@ class TaskSpec:
     floor: float | None = None
     markers: tuple[str, ...] = ()
     description: str = ""
+    catalog: CatalogEntry = field(default_factory=CatalogEntry)
     source: str = "<python>"
 
     @property
@@ -356,7 +401,59 @@ def _check_template(reader: _Reader, key: str, template: str | None) -> None:
         raise reader.fail(key, f"invalid template: {exc}") from None
 
 
+def _execution(gen: _Reader) -> ExecutionSpec:
+    sub = gen.child("execution")
+    if sub is None:
+        return ExecutionSpec()
+    sub.unknown_keys(("prompt", "test", "entry_point", "timeout_s", "memory_mb"))
+    timeout = sub.data.get("timeout_s", 10.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise sub.fail("timeout_s", f"must be a positive number of seconds, got {timeout!r}")
+    spec = ExecutionSpec(
+        prompt=sub.str_("prompt", default="{{ prompt }}") or "",
+        test=sub.str_("test", default="{{ test }}") or "",
+        entry_point=sub.str_("entry_point", default="{{ entry_point }}") or "",
+        timeout_s=float(timeout),
+        memory_mb=sub.int_("memory_mb", default=1024, minimum=64),
+    )
+    for key in ("prompt", "test", "entry_point"):
+        _check_template(sub, key, getattr(spec, key))
+    return spec
+
+
+def _ifeval(gen: _Reader) -> IFEvalSpec:
+    sub = gen.child("ifeval")
+    if sub is None:
+        return IFEvalSpec()
+    sub.unknown_keys(("instructions", "kwargs"))
+    return IFEvalSpec(
+        instructions=sub.str_("instructions", default="instruction_id_list") or "",
+        kwargs=sub.str_("kwargs", default="kwargs") or "",
+    )
+
+
+def _catalog(top: _Reader, mode: str) -> CatalogEntry:
+    sub = top.child("catalog")
+    if sub is None:
+        return CatalogEntry(style="multiple_choice" if mode == "multiple_choice" else None)
+    sub.unknown_keys(("capability", "style", "freshness", "saturation", "successor"))
+    capability = sub.str_("capability")
+    if capability is not None and capability not in CAPABILITIES:
+        raise sub.fail("capability", f"unknown {capability!r}; known: {', '.join(CAPABILITIES)}")
+    style = sub.str_("style")
+    if style is not None and style not in STYLES:
+        raise sub.fail("style", f"unknown {style!r}; known: {', '.join(STYLES)}")
+    return CatalogEntry(
+        capability=capability,
+        style=style,
+        freshness=sub.choice("freshness", ("stable", "fresh"), default="stable"),
+        saturation=sub.str_("saturation", default="") or "",
+        successor=sub.str_("successor"),
+    )
+
+
 TOP_LEVEL = (
+    "catalog",
     "task",
     "description",
     "dataset",
@@ -407,13 +504,28 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
     if mode == "generate":
         gen = top.child("generate", required=True)
         assert gen is not None
-        gen.unknown_keys(("target", "max_new_tokens", "stop", "extract", "compare"))
+        gen.unknown_keys(
+            (
+                "target",
+                "max_new_tokens",
+                "stop",
+                "extract",
+                "compare",
+                "scorer",
+                "execution",
+                "ifeval",
+            )
+        )
+        scorer = gen.choice("scorer", SCORERS, default="match")
         generate = GenerateSpec(
-            target=gen.req_str("target"),
+            target=(gen.req_str("target") if scorer == "match" else gen.str_("target") or ""),
             max_new_tokens=gen.int_("max_new_tokens", default=256, minimum=1),
             stop=gen.str_list("stop"),
             extract=_extractors(gen, "extract"),
             compare=gen.choice("compare", COMPARISONS, default="exact"),
+            scorer=scorer,
+            execution=_execution(gen) if scorer == "execution" else None,
+            ifeval=_ifeval(gen) if scorer == "ifeval" else None,
         )
         _check_template(gen, "target", generate.target)
         if top.has("multiple_choice"):
@@ -447,8 +559,9 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
     fewshot = FewShotSpec()
     fs = top.child("fewshot")
     if fs is not None:
-        fs.unknown_keys(("k", "source", "examples", "order", "seed"))
+        fs.unknown_keys(("k", "source", "examples", "order", "seed", "text_file"))
         k = fs.int_("k", default=0)
+        text_file = fs.str_("text_file")
         source_reader = fs.child("source")
         fs_source = _dataset(source_reader) if source_reader is not None else None
         raw_examples = fs.data.get("examples") or []
@@ -458,7 +571,9 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
             raise fs.fail("examples", "must be a list of mappings (one document each)")
         if fs_source is not None and raw_examples:
             raise fs.fail("examples", "give either 'source' or 'examples', not both")
-        if k > 0 and fs_source is None and not raw_examples:
+        if text_file is not None and (fs_source is not None or raw_examples):
+            raise fs.fail("text_file", "give one of 'text_file', 'source' or 'examples'")
+        if k > 0 and fs_source is None and not raw_examples and text_file is None:
             raise fs.fail("k", f"is {k} but neither 'source' nor 'examples' is given")
         if raw_examples and k > len(raw_examples):
             raise fs.fail("k", f"is {k} but only {len(raw_examples)} examples are given")
@@ -468,6 +583,7 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
             examples=tuple(raw_examples),
             order=fs.choice("order", ("first", "seeded"), default="first"),  # type: ignore[arg-type]
             seed=fs.int_("seed", default=1234),
+            text_file=text_file,
         )
 
     markers = top.str_list("markers")
@@ -488,6 +604,7 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
         floor=_floor(top),
         markers=markers,
         description=top.str_("description", default="") or "",
+        catalog=_catalog(top, mode),
         source=source,
     )
 

@@ -89,7 +89,7 @@ def test_real_gsm8k_spec_loads() -> None:
     assert len(spec.fewshot.examples) == 8
     assert spec.fewshot.source is None
     assert spec.markers == ("regression", "math")
-    assert spec.floor == 0.0
+    assert spec.floor == 0.01
     assert spec.metric == "exact_match"
     assert spec.generate is not None
     assert spec.generate.compare == "numeric"
@@ -109,7 +109,7 @@ def test_real_mmlu_spec_loads() -> None:
     assert spec.fewshot.source is not None
     assert spec.fewshot.source.path == "mmlu/dev/{subset}_dev.csv"
     assert spec.markers == ("regression", "knowledge")
-    assert spec.floor == 0.0
+    assert spec.floor == 0.1
     assert spec.metric == "acc"
     assert spec.multiple_choice is not None
     assert spec.multiple_choice.choices == ("A", "B", "C", "D")
