@@ -1,5 +1,21 @@
 """Evaluation: turning selected items into backend requests and scored item results."""
 
+from pytest_llmeval.eval._failures import (
+    FAILURE_CLASSES,
+    ClassifiedFailure,
+    FailureReport,
+    analyse_failures,
+    classify,
+)
 from pytest_llmeval.eval._run import ItemResult, PreparedItem, TaskRunner
 
-__all__ = ["ItemResult", "PreparedItem", "TaskRunner"]
+__all__ = [
+    "FAILURE_CLASSES",
+    "ClassifiedFailure",
+    "FailureReport",
+    "ItemResult",
+    "PreparedItem",
+    "TaskRunner",
+    "analyse_failures",
+    "classify",
+]

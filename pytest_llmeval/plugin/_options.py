@@ -70,6 +70,12 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         None,
     ),
     (
+        "--llm-failures",
+        "llm_failures",
+        "after the run, classify failed items per task and show N sampled ones (seeded)",
+        "0",
+    ),
+    (
         "--llm-run-dir",
         "llm_run_dir",
         "write into this run directory (combine one-task-per-process runs into one record)",
@@ -215,6 +221,7 @@ class Options:
     baseline_fail: str | None = None
     run_dir: Path | None = None
     catalog: bool = False
+    failures: int = 0
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
@@ -240,4 +247,5 @@ class Options:
             baseline_fail=_raw(config, "llm_baseline_fail") or None,
             run_dir=_path(config, "llm_run_dir"),
             catalog=bool(config.getoption("llm_catalog")),
+            failures=_int(config, "llm_failures", 0) or 0,
         )

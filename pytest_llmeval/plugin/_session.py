@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_llmeval.eval import ItemResult, TaskRunner
+from pytest_llmeval.eval import FailureReport, ItemResult, TaskRunner, analyse_failures
 from pytest_llmeval.record._rundir import (
     CONFIG,
     MARKDOWN,
@@ -140,6 +140,7 @@ class LlmEvalSession:
         self.comparison: Comparison | None = None
         self.gate_failures: list[str] = []
         self.resumed_from: set[str] = set()
+        self.failure_reports: list[FailureReport] = []
         self.started = _dt.datetime.now()
         if self.options.baseline_fail and not self.is_worker:
             from pytest_llmeval.record._compare import parse_gate
@@ -405,6 +406,7 @@ class LlmEvalSession:
                 entry["spread"] = v.spread
             summary[v.task] = entry
         self._compare_with_baseline()
+        self._analyse_failures()
         write_json_atomic(self.run.path / SUMMARY, summary)
         from pytest_llmeval.record._summary import append_github_step_summary, markdown_summary
 
@@ -425,6 +427,24 @@ class LlmEvalSession:
                 for v in self.verdicts
                 if not math.isnan(v.score)
             )
+        )
+
+    def _analyse_failures(self) -> None:
+        if self.options.failures <= 0 or self.run is None:
+            return
+        for name, tally in sorted(self.tallies.items()):
+            compare = (tally.config.get("generation") or {}).get("compare")
+            self.failure_reports.append(
+                analyse_failures(
+                    name,
+                    list(tally.results.values()),
+                    self.options.failures,
+                    seed=self.options.seed,
+                    compare=compare,
+                )
+            )
+        write_json_atomic(
+            self.run.path / "failures.json", [r.to_dict() for r in self.failure_reports]
         )
 
     def _compare_with_baseline(self) -> None:

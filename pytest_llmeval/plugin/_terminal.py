@@ -84,6 +84,7 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             tr.write_line(line)
     for failure in session.gate_failures:
         tr.write_line(f"BASELINE GATE ({session.options.baseline_fail}): {failure}", red=True)
+    write_failures(session, tr)
     if session.run is not None:
         tr.write_line(f"run record: {session.run.path}")
 
@@ -124,3 +125,26 @@ def write_catalog(session: LlmEvalSession, tr: Any) -> None:
     tr.write_line("  ".join(c.ljust(widths[c]) for c in columns) + "  notes")
     for r in rows:
         tr.write_line("  ".join(r[c].ljust(widths[c]) for c in columns) + "  " + r["notes"])
+
+
+def write_failures(session: LlmEvalSession, tr: Any) -> None:
+    """The failure classes per task, then the sampled failed items (answer in output first)."""
+    for report in session.failure_reports:
+        if not report.n_failed:
+            continue
+        tr.write_sep("-", f"llmeval failures: {report.task}")
+        dist = ", ".join(
+            f"{k} {v} ({100 * v / report.n_failed:.0f}%)" for k, v in report.distribution.items()
+        )
+        tr.write_line(f"{report.n_failed} of {report.n_items} items failed: {dist}")
+        if report.answer_in_output:
+            tr.write_line(
+                f"{report.answer_in_output} failed item(s) contain the target in their output: "
+                "check the extraction and stop sequences first",
+                yellow=True,
+            )
+        for s in report.samples:
+            flag = " [target in output]" if s.answer_in_output else ""
+            tr.write_line(
+                f"  {s.item_id}: {s.kind}{flag}: extracted {s.extracted!r}, target {s.target!r}"
+            )

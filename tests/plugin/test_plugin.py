@@ -241,3 +241,15 @@ def test_xdist_aggregates_on_the_controller(
 
     assert items("serial") == items("par")
     assert len(items("par")) == 9
+
+
+def test_failure_analysis_option(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-output=out", "--llm-failures=2"))
+    result.stdout.fnmatch_lines(["*llmeval failures: arith*", "5 of 5 items failed: *"])
+    run = next((pytester.path / "out").iterdir())
+    report = json.loads((run / "failures.json").read_text())
+    assert {r["task"] for r in report} == {"arith", "colors"}
+    assert len(report[0]["samples"]) == 2
