@@ -1,9 +1,11 @@
 """Datasets: loading benchmark items from local files or the hub."""
 
 from pytest_llmeval.dataset._source import (
+    DataNotInstalled,
     Item,
     discover_subsets,
     first_n,
+    hub_allowed,
     load_fewshot,
     load_fewshot_text,
     load_items,
@@ -14,9 +16,11 @@ from pytest_llmeval.dataset._source import (
 )
 
 __all__ = [
+    "DataNotInstalled",
     "Item",
     "discover_subsets",
     "first_n",
+    "hub_allowed",
     "load_fewshot",
     "load_fewshot_text",
     "load_items",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,30 @@ from pytest_llmeval._errors import DataError
 from pytest_llmeval.task import DatasetSpec, TaskSpec
 
 Doc = dict[str, Any]
+
+
+class DataNotInstalled(DataError):
+    """A benchmark's data folder is absent from every data directory (not a typo in a path
+    inside it): its items are reported as skipped rather than failing collection."""
+
+
+def hub_allowed() -> bool:
+    """Whether specs may fall back to the Hugging Face hub (``--llm-hub`` or
+    ``LLMEVAL_ALLOW_HUB=1``). Off by default: runs never touch the network unless asked."""
+    return os.environ.get("LLMEVAL_ALLOW_HUB", "") not in ("", "0", "false", "no")
+
+
+def _root(path_template: str) -> str:
+    """The benchmark's folder: the first component of a relative data path."""
+    return Path(path_template).parts[0]
+
+
+def benchmark_installed(path_template: str, data_dirs: Sequence[Path]) -> bool:
+    """False when the data path's top folder exists in no data directory."""
+    path = Path(path_template)
+    if path.is_absolute() or len(path.parts) < 2 or "{subset}" in path.parts[0]:
+        return True  # a bare file name or absolute path: a missing file is an error
+    return any((base / path.parts[0]).exists() for base in data_dirs)
 
 
 @dataclass(frozen=True)
@@ -172,16 +197,26 @@ def load_rows(
         if local is not None:
             rows = read_records(local, spec.format, spec.json_key)
             return [_apply_fields(r, spec.fields, f"{local}") for r in rows], str(local)
-    if spec.hub is not None:
+    if spec.hub is not None and hub_allowed():
         rows = _load_hub(spec, subset, hub_split)
         fields = spec.hub.fields if spec.hub.fields is not None else spec.fields
         where = f"hub:{spec.hub.id}"
         return [_apply_fields(r, fields, where) for r in rows], where
     dirs = ", ".join(str(d) for d in data_dirs) or "(none configured)"
     relative = spec.path.replace("{subset}", subset) if (spec.path and subset) else spec.path
+    hub = (
+        f" or allow the hub ({spec.hub.id}) with --llm-hub"
+        if spec.hub is not None
+        else " (the spec names no hub dataset)"
+    )
+    if spec.path is not None and not benchmark_installed(spec.path, data_dirs):
+        raise DataNotInstalled(
+            f"{what}: benchmark data not installed: no {_root(spec.path)!r} in the data "
+            f"directories [{dirs}]; put a local copy there{hub}"
+        )
     raise DataError(
         f"{what}: data file {relative!r} not found in the data directories [{dirs}]; "
-        "set --llm-data-dir or LLMEVAL_DATA_DIR, or give dataset.hub for the online path"
+        f"set --llm-data-dir or LLMEVAL_DATA_DIR{hub}"
     )
 
 
@@ -195,6 +230,11 @@ def task_subsets(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[str | None]:
         found = discover_subsets(spec.dataset.path, data_dirs)
         if not found:
             dirs = ", ".join(str(d) for d in data_dirs) or "(none configured)"
+            if not benchmark_installed(spec.dataset.path, data_dirs):
+                raise DataNotInstalled(
+                    f"{spec.source}: benchmark data not installed: no "
+                    f"{_root(spec.dataset.path)!r} in the data directories [{dirs}]"
+                )
             raise DataError(
                 f"{spec.source}: dataset.subsets is '*' but no file matches "
                 f"{spec.dataset.path!r} in the data directories [{dirs}]"

@@ -6,6 +6,7 @@ that never touch a model never load one.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,9 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     for capability in CAPABILITIES:
         config.addinivalue_line("markers", f"{capability}: capability dimension {capability}")
+    if config.getoption("llm_hub"):
+        # An environment variable, so that xdist workers (started later) inherit it.
+        os.environ["LLMEVAL_ALLOW_HUB"] = "1"
     llm = LlmEvalSession(config)
     config.stash[SESSION_KEY] = llm
     # The session object receives item reports itself (pytest_runtest_logreport).

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_llmeval._errors import LlmEvalError
-from pytest_llmeval.dataset import Item, first_n, load_items
+from pytest_llmeval.dataset import DataNotInstalled, Item, first_n, load_items
 from pytest_llmeval.eval import ItemResult
 from pytest_llmeval.task import TaskSpec, is_task_file, load_task_spec
 
@@ -91,14 +91,38 @@ class EvalItem(pytest.Item):
         return self.path, None, f"{self.task}[{self.item.id}]"
 
 
+class MissingDataItem(pytest.Item):
+    """Stands for a task whose benchmark data is not installed: skipped with the reason."""
+
+    def __init__(self, *, reason: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_marker(pytest.mark.skip(reason=reason))
+
+    def runtest(self) -> None:  # never reached: the item is marked skip
+        raise AssertionError("not reached")
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, self.name
+
+
 class TaskFile(pytest.File):
     """A YAML task spec. Collection validates the spec and renders the first prompt."""
 
-    def collect(self) -> Iterator[EvalItem]:
+    def collect(self) -> Iterator[pytest.Item]:
         session = get_session(self.config)
         try:
             spec: TaskSpec = load_task_spec(self.path)
-            items = load_items(spec, session.options.data_dirs)
+            try:
+                items = load_items(spec, session.options.data_dirs)
+            except DataNotInstalled as exc:
+                session.register_task(spec)
+                missing = MissingDataItem.from_parent(
+                    self, name=f"{spec.name}-data", reason=str(exc)
+                )
+                for marker in _markers(spec):
+                    missing.add_marker(getattr(pytest.mark, marker))
+                yield missing
+                return
             spec = session.register_task(spec)
             session.total_items[spec.name] = len(items)
             chosen = first_n(items, session.options.limit)
@@ -111,12 +135,17 @@ class TaskFile(pytest.File):
             node = EvalItem.from_parent(self, name=item.id, task=spec.name, item=item, meta=meta)
             node.add_marker(pytest.mark.llmeval)
             node.add_marker(pytest.mark.xdist_group(name=f"llmeval-{spec.name}"))
-            markers = dict.fromkeys(spec.markers)
-            if spec.catalog.capability:
-                markers[spec.catalog.capability] = None
-            for marker in markers:
+            for marker in _markers(spec):
                 node.add_marker(getattr(pytest.mark, marker))
             yield node
+
+
+def _markers(spec: TaskSpec) -> list[str]:
+    """The spec's markers plus its catalog capability (so ``-m code`` selects code tasks)."""
+    markers = dict.fromkeys(spec.markers)
+    if spec.catalog.capability:
+        markers[spec.catalog.capability] = None
+    return list(markers)
 
 
 def collect_file(file_path: Path, parent: pytest.Collector) -> TaskFile | None:

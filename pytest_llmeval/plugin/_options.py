@@ -119,6 +119,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="print the capability catalog of the collected tasks and run nothing",
     )
     group.addoption(
+        "--llm-hub",
+        dest="llm_hub",
+        action="store_true",
+        default=False,
+        help="let specs fall back to their Hugging Face hub dataset when no local copy is found "
+        "(needs `datasets` and internet; same as LLMEVAL_ALLOW_HUB=1)",
+    )
+    group.addoption(
         "--llm-no-resume",
         dest="llm_no_resume",
         action="store_true",

@@ -177,7 +177,7 @@ class LlmEvalSession:
                     or ("multiple_choice" if spec.mode == "multiple_choice" else "generative"),
                     "freshness": cat.freshness,
                     "markers": ",".join(spec.markers) or "-",
-                    "items": str(self.total_items.get(name, "?")),
+                    "items": str(self.total_items.get(name, "not installed")),
                     "notes": cat.saturation
                     + (f" Successor: {cat.successor}." if cat.successor else ""),
                 }

@@ -253,3 +253,22 @@ def test_failure_analysis_option(
     report = json.loads((run / "failures.json").read_text())
     assert {r["task"] for r in report} == {"arith", "colors"}
     assert len(report[0]["samples"]) == 2
+
+
+def test_benchmark_not_installed_is_skipped_not_an_error(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".yaml",
+        absent=(
+            "task: absent\nmarkers: [regression]\n"
+            "dataset: {path: absent_bench/test.jsonl, hub: {id: org/absent}}\n"
+            'prompt: {template: "{{ q }}"}\nmode: generate\ngenerate: {target: "{{ a }}"}\n'
+        ),
+    )
+    result = pytester.runpytest("--llm-data-dir=.", "-rs", "-m", "regression")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        ["*benchmark data not installed: no 'absent_bench'*--llm-hub*", "*1 skipped*"]
+    )
+    catalog = pytester.runpytest("--llm-data-dir=.", "--llm-catalog")
+    assert catalog.ret == 0
+    catalog.stdout.fnmatch_lines(["absent *not installed*"])
