@@ -211,8 +211,9 @@ def load_rows(
     )
     if spec.path is not None and not benchmark_installed(spec.path, data_dirs):
         raise DataNotInstalled(
-            f"{what}: benchmark data not installed: no {_root(spec.path)!r} in the data "
-            f"directories [{dirs}]; put a local copy there{hub}"
+            f"{what}: benchmark data not installed: data file {relative!r} not found, and no "
+            f"{_root(spec.path)!r} folder in the data directories [{dirs}]; put a local copy "
+            f"there (--llm-data-dir, LLMEVAL_DATA_DIR){hub}"
         )
     raise DataError(
         f"{what}: data file {relative!r} not found in the data directories [{dirs}]; "
@@ -232,8 +233,9 @@ def task_subsets(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[str | None]:
             dirs = ", ".join(str(d) for d in data_dirs) or "(none configured)"
             if not benchmark_installed(spec.dataset.path, data_dirs):
                 raise DataNotInstalled(
-                    f"{spec.source}: benchmark data not installed: no "
-                    f"{_root(spec.dataset.path)!r} in the data directories [{dirs}]"
+                    f"{spec.source}: dataset.subsets is '*' but the benchmark data is not "
+                    f"installed: no {_root(spec.dataset.path)!r} folder in the data directories "
+                    f"[{dirs}] (--llm-data-dir, LLMEVAL_DATA_DIR)"
                 )
             raise DataError(
                 f"{spec.source}: dataset.subsets is '*' but no file matches "

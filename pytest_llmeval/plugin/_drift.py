@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_llmeval._errors import LlmEvalError
+from pytest_llmeval.dataset import DataNotInstalled
 
 if TYPE_CHECKING:
     from ._session import LlmEvalSession
@@ -33,7 +34,12 @@ class DriftCheck:
                 "seed": evaluator.model_settings.get("seed"),
             }
             for name in sorted(llm.runners):
-                state = evaluator.state(llm.runners[name])
+                try:
+                    state = evaluator.state(llm.runners[name])
+                except DataNotInstalled:  # recorded as such: installing it is a change too
+                    extra[f"tasks.{name}.config_hash"] = "not installed"
+                    extra[f"tasks.{name}.prompt_hash"] = "not installed"
+                    continue
                 extra[f"tasks.{name}.config_hash"] = state.config_hash
                 extra[f"tasks.{name}.prompt_hash"] = state.prompt_hash
         except LlmEvalError as exc:

@@ -7,7 +7,9 @@ typo in a field name fails loudly instead of rendering an empty string.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
+import builtins
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -29,10 +31,54 @@ def _after(value: str, marker: str) -> str:
     return str(value).rsplit(marker, 1)[-1]
 
 
+def _seeded_permutation(values: Iterable[Any], seed: object) -> list[Any]:
+    """``values`` shuffled by a permutation that depends only on ``seed`` and their number.
+
+    Position ``i`` is ranked by the SHA-256 hex digest of ``f"{seed}\\x00{i}"`` (UTF-8), so
+    the order is the same on every machine and Python version, and two lists of the same
+    length get the same permutation with the same seed: ``[0, 1, 2, 3] |
+    seeded_permutation(id)`` tells where each element of a 4-item list went. Used to shuffle
+    answer options per item (GPQA) without relying on a global random state.
+    """
+    items = list(values)
+    keys = [hashlib.sha256(f"{seed}\x00{i}".encode()).hexdigest() for i in range(len(items))]
+    return [items[i] for i in sorted(range(len(items)), key=keys.__getitem__)]
+
+
+def _called_function(code: str) -> str:
+    """The function a line of Python test code calls: the first call of a plain name, in
+    source order, that is not a builtin (``assert set(common(a, b)) == {1}`` gives
+    ``common``), else the first call of a plain name. Used to find the function under test
+    in an assert (MBPP). Code that does not parse or calls no plain name is a template error.
+    """
+    text = str(code).strip()
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        raise jinja2.exceptions.FilterArgumentError(
+            f"called_function: not Python code: {text[:80]!r}"
+        ) from None
+    calls = sorted(
+        (node.lineno, node.col_offset, node.func.id)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    )
+    if not calls:
+        raise jinja2.exceptions.FilterArgumentError(
+            f"called_function: no function call in {text[:80]!r}"
+        )
+    for _, _, name in calls:
+        if not hasattr(builtins, name):
+            return name
+    return calls[0][2]
+
+
 _ENV = ImmutableSandboxedEnvironment(
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
 )
 _ENV.filters["after"] = _after
+_ENV.filters["seeded_permutation"] = _seeded_permutation
+_ENV.filters["called_function"] = _called_function
 
 
 @lru_cache(maxsize=512)
@@ -57,6 +103,8 @@ def render(template: str, doc: Mapping[str, Any]) -> str:
         raise TemplateRenderProblem(f"{exc.message}; the document has fields: {fields}") from None
     except jinja2.TemplateError as exc:
         raise TemplateRenderProblem(str(exc)) from None
+    except Exception as exc:  # a method called in a template failed on this document's data
+        raise TemplateRenderProblem(f"{type(exc).__name__}: {exc}") from None
 
 
 def render_list(template: str, doc: Mapping[str, Any]) -> list[str]:
@@ -71,6 +119,10 @@ def render_list(template: str, doc: Mapping[str, Any]) -> list[str]:
             value = _ENV.compile_expression(stripped[2:-2].strip(), undefined_to_none=False)(**doc)
         except jinja2.UndefinedError as exc:
             raise TemplateRenderProblem(exc.message or str(exc)) from None
+        except jinja2.TemplateError as exc:
+            raise TemplateRenderProblem(str(exc)) from None
+        except Exception as exc:  # a method called in the expression failed on this data
+            raise TemplateRenderProblem(f"{type(exc).__name__}: {exc}") from None
         if isinstance(value, (list, tuple)):
             return [str(v) for v in value]
     text = render(template, doc)

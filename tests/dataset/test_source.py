@@ -473,3 +473,16 @@ def test_real_mmlu_items() -> None:
     assert {i.subset for i in first_n(items, 51)} == set(subsets)
     shots = load_fewshot(spec, "abstract_algebra", [shared])
     assert [i for i, _ in shots] == [f"abstract_algebra-{i}" for i in range(5)]
+
+
+def test_not_installed_vs_missing_file(tmp_path: Path) -> None:
+    from pytest_llmeval.dataset import DataNotInstalled
+
+    spec = _spec({"path": "bench/test.jsonl"})
+    with pytest.raises(DataNotInstalled):
+        load_items(spec, [tmp_path])
+    (tmp_path / "bench").mkdir()  # the benchmark is installed, the file is not: an error
+    with pytest.raises(DataError) as info:
+        load_items(spec, [tmp_path])
+    assert not isinstance(info.value, DataNotInstalled)
+    assert "'bench/test.jsonl' not found" in str(info.value)
