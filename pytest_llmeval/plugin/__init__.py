@@ -29,6 +29,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "llmeval: a benchmark item evaluated by pytest-llmeval")
+    # Items carry xdist_group marks (one group per task); register the name for runs
+    # without pytest-xdist so that --strict-markers and warnings stay quiet.
+    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist scheduling group")
     config.addinivalue_line("markers", "regression: part of the regression suite (gates merges)")
     config.addinivalue_line("markers", "release: part of the release suite")
     config.addinivalue_line("markers", "contamination: a contamination probe")

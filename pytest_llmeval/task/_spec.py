@@ -196,7 +196,10 @@ class TaskSpec:
         if self.mode == "multiple_choice":
             assert self.multiple_choice is not None
             return self.multiple_choice.metric
-        return "exact_match"
+        scorer = self.generate.scorer if self.generate is not None else "match"
+        return {"execution": "pass@1", "ifeval": "prompt_level_strict_acc"}.get(
+            scorer, "exact_match"
+        )
 
 
 # --------------------------------------------------------------------------- loading

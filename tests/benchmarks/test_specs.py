@@ -67,7 +67,7 @@ EXPECTED_META = {
     "hellaswag": (("reasoning",), "reasoning", "multiple_choice", "acc_norm"),
     "cmmlu": (("chinese", "knowledge"), "chinese", "multiple_choice", "acc"),
     "truthfulqa_mc1": (("knowledge",), "knowledge", "multiple_choice", "acc"),
-    "mbpp": (("code",), "code", "execution", "exact_match"),
+    "mbpp": (("code",), "code", "execution", "pass@1"),
 }
 
 

@@ -109,7 +109,7 @@ def test_real_mmlu_spec_loads() -> None:
     assert spec.fewshot.source is not None
     assert spec.fewshot.source.path == "mmlu/dev/{subset}_dev.csv"
     assert spec.markers == ("regression", "knowledge")
-    assert spec.floor == 0.1
+    assert spec.floor is None
     assert spec.metric == "acc"
     assert spec.multiple_choice is not None
     assert spec.multiple_choice.choices == ("A", "B", "C", "D")
