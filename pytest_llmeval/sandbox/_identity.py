@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,20 +108,25 @@ def _mapped(ident: int, map_file: str) -> bool:
     return False
 
 
-def user_processes(uid: int) -> list[int]:
-    """Live (non-zombie) processes whose real uid is ``uid``, from ``/proc``."""
-    found: list[int] = []
+def _proc_files(name: str) -> Iterator[tuple[int, str]]:
+    """(pid, content of /proc/<pid>/<name>) for every process still readable."""
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return found
+        return
     for entry in entries:
         if not entry.isdigit():
             continue
         try:
-            status = Path("/proc", entry, "status").read_text()
+            yield int(entry), Path("/proc", entry, name).read_text()
         except OSError:
             continue
+
+
+def user_processes(uid: int) -> list[int]:
+    """Live (non-zombie) processes whose real uid is ``uid``, from ``/proc``."""
+    found: list[int] = []
+    for pid, status in _proc_files("status"):
         real_uid = state = None
         for line in status.splitlines():
             if line.startswith("Uid:"):
@@ -128,28 +134,18 @@ def user_processes(uid: int) -> list[int]:
             elif line.startswith("State:"):
                 state = line.split()[1]
         if real_uid == uid and state not in ("Z", "X"):
-            found.append(int(entry))
+            found.append(pid)
     return found
 
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes in process group ``pgid``, from ``/proc``."""
     found: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            stat_line = Path("/proc", entry, "stat").read_text()
-        except OSError:
-            continue
+    for pid, stat_line in _proc_files("stat"):
         # "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses.
         fields = stat_line.rpartition(")")[2].split()
         if len(fields) >= 3 and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
-            found.append(int(entry))
+            found.append(pid)
     return found
 
 
