@@ -11,7 +11,7 @@ import csv
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -335,9 +335,6 @@ def load_fewshot(
         return random.Random(fs.seed).sample(pool, fs.k)
     return pool[: fs.k]
 
-
-def iter_ids(items: Iterable[Item]) -> list[str]:
-    return [i.id for i in items]
 
 
 def load_fewshot_text(
