@@ -336,7 +336,6 @@ def load_fewshot(
     return pool[: fs.k]
 
 
-
 def load_fewshot_text(
     spec: TaskSpec, subset: str | None, data_dirs: Sequence[Path]
 ) -> tuple[str, str]:
