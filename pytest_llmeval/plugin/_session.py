@@ -241,7 +241,8 @@ class LlmEvalSession:
                 )
             self.run = RunDir(path)
             self.run.log(
-                f"run started {self.started:%Y-%m-%dT%H:%M:%S} (first result now): model={self.options.model} args={self.config.invocation_params.args}"
+                f"run started {self.started:%Y-%m-%dT%H:%M:%S} (first result now): "
+                f"model={self.options.model} args={self.config.invocation_params.args}"
             )
         return self.run
 
