@@ -201,7 +201,7 @@ def sandbox_python(user: SandboxUser) -> str:
     """The interpreter that runs programs as ``user``.
 
     Not as root it is ``sys.executable``. As root it must be runnable by an unprivileged
-    user, which ``sys.executable`` is not when it lives in, say, ``/root/.pyenv``: the
+    user, which ``sys.executable`` is not when it lives in, say, a root-only home directory: the
     candidates are ``$LLMEVAL_SANDBOX_PYTHON`` (alone, when set), ``sys.executable`` and its
     base interpreter, then ``pythonX.Y`` and ``python3`` from the system directories; each is
     probed once, as an unprivileged uid, and the first of the same X.Y wins (else the first
