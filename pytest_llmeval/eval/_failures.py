@@ -3,7 +3,7 @@
 Every failed item gets one class:
 
 - ``truncated``: generation hit its token budget (``finish_reason == "length"``);
-- ``extraction_failure``: no answer could be parsed from the output (post-processing);
+- ``extraction_failure``: no answer (or no code) could be parsed from the output;
 - ``format_failure``: an answer was parsed but not in a comparable form (e.g. not a number
   for a numeric task);
 - ``execution_timeout`` / ``execution_error``: generated code timed out, or crashed for a
@@ -88,6 +88,8 @@ def classify(record: Mapping[str, Any], compare: str | None = None) -> str:
     if record.get("choices"):
         return "wrong_answer"
     if status is not None:  # code execution
+        if not str(record.get("extracted") or "").strip():
+            return "extraction_failure"  # no code came out of the output at all
         if status == "timeout":
             return "execution_timeout"
         if status == "failed" and "AssertionError" in str(details.get("reason", "")):

@@ -27,16 +27,26 @@ def rec(item_id: str = "t-0", **fields: Any) -> dict[str, Any]:
         (rec(output="The answer is 16.", extracted="16"), "wrong_answer"),
         (rec(output="16 + 2 = ", extracted="2", finish_reason="length"), "truncated"),
         (rec(choices=["A", "B"], extracted="A"), "wrong_answer"),
-        (rec(output="x", details={"status": "timeout"}), "execution_timeout"),
+        (rec(output="x", extracted="f()", details={"status": "timeout"}), "execution_timeout"),
         (
-            rec(output="x", details={"status": "failed", "reason": "NameError: y"}),
+            rec(
+                output="x", extracted="f()", details={"status": "failed", "reason": "NameError: y"}
+            ),
             "execution_error",
         ),
         (
-            rec(output="x", details={"status": "failed", "reason": "AssertionError"}),
+            rec(
+                output="x",
+                extracted="f()",
+                details={"status": "failed", "reason": "AssertionError"},
+            ),
             "wrong_answer",
         ),
         (rec(output="text", extractor="ifeval"), "wrong_answer"),
+        (
+            rec(output="```\n\nProse only.", extracted="", details={"status": "failed"}),
+            "extraction_failure",
+        ),
     ],
 )
 def test_classify(record: dict[str, Any], kind: str) -> None:
