@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,9 +138,9 @@ class Evaluator:
         return self.states[name]
 
     def results(
-        self, runner: TaskRunner, wanted: Item, pending: list[Item]
+        self, runner: TaskRunner, wanted: Item, selection: Callable[[], list[Item]]
     ) -> tuple[ItemResult, list[str]]:
-        """The result of ``wanted``, computing it with the pending items that follow it.
+        """The result of ``wanted``, computing it with the selected items that follow it.
 
         Returns the result and log lines for the run's eval.log.
         """
@@ -148,6 +149,7 @@ class Evaluator:
         backend = self.backend()
         state = self.state(runner)
         log: list[str] = []
+        pending = selection()
         if wanted not in pending:
             pending = [wanted]
         start = pending.index(wanted)

@@ -196,8 +196,11 @@ class LlmEvalSession:
 
     def result_for(self, item: EvalItem) -> tuple[ItemResult, list[str]]:
         """This item's result (computed with the next pending items of its task)."""
-        pending = [it.item for it in self.selected.get(item.task, [item])]
-        return self.evaluator.results(self.runners[item.task], item.item, pending)
+        selected = self.selected.get(item.task, [item])
+        # The selection is only listed on a cache miss (once per batch, not once per item).
+        return self.evaluator.results(
+            self.runners[item.task], item.item, lambda: [it.item for it in selected]
+        )
 
     def properties_for(self, item: EvalItem, result: ItemResult, log: list[str]) -> list[Any]:
         """User properties that carry an item's outcome to the controller."""
