@@ -7,7 +7,7 @@ from pytest_llmeval.eval._failures import (
     analyse_failures,
     classify,
 )
-from pytest_llmeval.eval._run import ItemResult, PreparedItem, TaskRunner
+from pytest_llmeval.eval._run import ItemResult, PreparedItem, TaskRunner, true_probability_mass
 
 __all__ = [
     "FAILURE_CLASSES",
@@ -18,4 +18,5 @@ __all__ = [
     "TaskRunner",
     "analyse_failures",
     "classify",
+    "true_probability_mass",
 ]

@@ -7,6 +7,7 @@ items it has selected; so can any script.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -38,6 +39,7 @@ class PreparedItem:
     choices: tuple[str, ...] = ()
     gold: int | None = None
     question: str = ""  # the item's own template, without description and few-shot block
+    labels: tuple[bool, ...] = ()  # metric mc2: which choices are true
 
 
 @dataclass
@@ -84,6 +86,16 @@ class ItemResult:
     @property
     def prompt_sha256(self) -> str:
         return hashlib.sha256(self.prompt.encode()).hexdigest()
+
+
+def true_probability_mass(logprobs: Sequence[float], labels: Sequence[bool]) -> float:
+    """TruthfulQA MC2: the share of the choices' total probability on the true ones,
+    ``sum(exp(ll_true)) / sum(exp(ll_all))``, computed stably (shifted by the maximum)."""
+    if len(logprobs) != len(labels) or not logprobs:
+        raise ValueError("one label per log-likelihood needed")
+    top = max(logprobs)
+    weights = [math.exp(lp - top) for lp in logprobs]
+    return sum(w for w, true in zip(weights, labels, strict=True) if true) / sum(weights)
 
 
 def _argmax(values: Sequence[float]) -> int:
@@ -190,6 +202,9 @@ class TaskRunner:
                 item,
                 ValueError(f"index {gold} out of range for {len(choices)} choices"),
             )
+        labels: tuple[bool, ...] = ()
+        if mc.labels is not None:
+            labels = self._labels(mc.labels, item, doc, len(choices))
         return PreparedItem(
             item=item,
             prompt=prompt,
@@ -198,7 +213,30 @@ class TaskRunner:
             choices=tuple(choices),
             gold=gold,
             question=question,
+            labels=labels,
         )
+
+    def _labels(
+        self, template: str, item: Item, doc: dict[str, Any], n_choices: int
+    ) -> tuple[bool, ...]:
+        try:
+            raw = render_list(template, doc)
+        except TemplateRenderProblem as exc:
+            raise self._fail("multiple_choice.labels", item, exc) from None
+        if len(raw) != n_choices or any(v not in ("0", "1", "True", "False") for v in raw):
+            raise self._fail(
+                "multiple_choice.labels",
+                item,
+                ValueError(f"needs one 1/0 per choice ({n_choices}), got {raw[:12]}"),
+            )
+        labels = tuple(v in ("1", "True") for v in raw)
+        if not any(labels) or all(labels):
+            raise self._fail(
+                "multiple_choice.labels",
+                item,
+                ValueError("needs at least one true and one false choice"),
+            )
+        return labels
 
     def run(self, items: Sequence[Item], backend: Backend) -> list[ItemResult]:
         """Evaluate ``items`` (already selected) in one batched call to the backend."""
@@ -322,14 +360,19 @@ class TaskRunner:
             )
             acc = float(pred == p.gold)
             acc_norm = float(pred_norm == p.gold)
-            score = acc if mc.metric == "acc" else acc_norm
-            chosen = pred if mc.metric == "acc" else pred_norm
+            chosen = pred_norm if mc.metric == "acc_norm" else pred
+            if mc.metric == "mc2":
+                score = true_probability_mass(logprobs, p.labels)
+                correct = score > 0.5
+            else:
+                score = acc if mc.metric == "acc" else acc_norm
+                correct = bool(score)
             results.append(
                 ItemResult(
                     task=self.spec.name,
                     item_id=p.item.id,
                     subset=p.item.subset,
-                    correct=bool(score),
+                    correct=correct,
                     score=score,
                     prompt=p.prompt,
                     target=p.target,

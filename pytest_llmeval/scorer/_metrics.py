@@ -1,4 +1,4 @@
-"""Task-level statistics: accuracy with a 95% confidence interval."""
+"""Task-level statistics: a mean score with a 95% confidence interval."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ Z95 = 1.959963984540054
 
 @dataclass(frozen=True)
 class Estimate:
-    """A proportion with its standard error and 95% Wilson score interval."""
+    """A mean score with its standard error and 95% interval (Wilson for 0/1 scores)."""
 
     n: int
     value: float
@@ -32,7 +32,12 @@ def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, fl
 
 
 def accuracy(correct: Sequence[bool | float]) -> Estimate:
-    """Mean of per-item scores in [0, 1] with stderr (sample sd / sqrt(n)) and a Wilson CI."""
+    """Mean of per-item scores in [0, 1] with stderr (sample sd / sqrt(n)) and a 95% CI.
+
+    Scores that are all 0 or 1 get the Wilson score interval; fractional scores (TruthfulQA
+    MC2's probability mass, F1) get the normal interval ``mean +- 1.96 stderr``, clipped
+    to [0, 1] (an n of 1 gives [0, 1]).
+    """
     n = len(correct)
     if n == 0:
         return Estimate(n=0, value=float("nan"), stderr=float("nan"), ci_low=0.0, ci_high=1.0)
@@ -43,5 +48,10 @@ def accuracy(correct: Sequence[bool | float]) -> Estimate:
         stderr = math.sqrt(var / n)
     else:
         stderr = float("nan")
-    low, high = wilson_interval(total, n)
+    if all(float(c) in (0.0, 1.0) for c in correct):
+        low, high = wilson_interval(total, n)
+    elif n > 1:
+        low, high = max(0.0, mean - Z95 * stderr), min(1.0, mean + Z95 * stderr)
+    else:
+        low, high = 0.0, 1.0
     return Estimate(n=n, value=mean, stderr=stderr, ci_low=low, ci_high=high)

@@ -166,11 +166,17 @@ class MultipleChoiceSpec:
 
     ``choices`` is a list of templates (one per choice) or one template expression that
     renders a list (``"{{ choices }}"``); ``gold`` renders the index of the correct choice.
+
+    ``metric: mc2`` (TruthfulQA MC2) scores an item by the probability mass of its true
+    choices: ``labels`` renders one 1 (true) or 0 (false) per choice, and the item's score
+    is ``sum(p_true) / sum(p_all)`` with ``p = exp(log-likelihood)`` (it counts as correct
+    when that is above one half).
     """
 
     choices: tuple[str, ...] | str
     gold: str
-    metric: Literal["acc", "acc_norm"] = "acc"
+    metric: Literal["acc", "acc_norm", "mc2"] = "acc"
+    labels: str | None = None
 
 
 @dataclass(frozen=True)
@@ -536,7 +542,7 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
     else:
         mc = top.child("multiple_choice", required=True)
         assert mc is not None
-        mc.unknown_keys(("choices", "gold", "metric"))
+        mc.unknown_keys(("choices", "gold", "metric", "labels"))
         raw_choices = mc.data.get("choices")
         choices: tuple[str, ...] | str
         if isinstance(raw_choices, str):
@@ -553,9 +559,19 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
         multiple_choice = MultipleChoiceSpec(
             choices=choices,
             gold=mc.req_str("gold"),
-            metric=mc.choice("metric", ("acc", "acc_norm"), default="acc"),  # type: ignore[arg-type]
+            metric=mc.choice("metric", ("acc", "acc_norm", "mc2"), default="acc"),  # type: ignore[arg-type]
+            labels=mc.str_("labels"),
         )
         _check_template(mc, "gold", multiple_choice.gold)
+        if multiple_choice.labels is not None:
+            _check_template(mc, "labels", multiple_choice.labels)
+        if (multiple_choice.metric == "mc2") != (multiple_choice.labels is not None):
+            raise mc.fail(
+                "labels",
+                "metric mc2 needs labels (a template rendering 1/0 per choice)"
+                if multiple_choice.metric == "mc2"
+                else "only used by metric mc2",
+            )
         if top.has("generate"):
             raise top.fail("generate", "given, but mode is 'multiple_choice'")
 

@@ -6,6 +6,8 @@ another option scores 0."""
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -14,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pytest_llmeval._errors import SpecError
 from pytest_llmeval.dataset import Item, load_items
 from pytest_llmeval.eval import ItemResult, PreparedItem, TaskRunner
 from pytest_llmeval.model import (
@@ -38,9 +41,11 @@ NEW_TASKS = (
     "hellaswag",
     "cmmlu",
     "truthfulqa_mc1",
+    "truthfulqa_mc2",
     "mbpp",
 )
-MC_TASKS = tuple(t for t in NEW_TASKS if t != "mbpp")
+# Tasks whose item score is 1 for the gold choice and 0 otherwise (not mc2's probability mass).
+MC_TASKS = tuple(t for t in NEW_TASKS if t not in ("mbpp", "truthfulqa_mc2"))
 
 EXPECTED_IDS = {
     "mmlu_pro": ["mmlu_pro-101", "mmlu_pro-102", "mmlu_pro-103", "mmlu_pro-104"],
@@ -55,6 +60,7 @@ EXPECTED_IDS = {
         "cmmlu-world_history-0001",
     ],
     "truthfulqa_mc1": [f"truthfulqa_mc1-000{i}" for i in range(3)],
+    "truthfulqa_mc2": [f"truthfulqa_mc2-000{i}" for i in range(3)],
     "mbpp": ["mbpp-11", "mbpp-12", "mbpp-13"],
 }
 
@@ -67,6 +73,7 @@ EXPECTED_META = {
     "hellaswag": (("reasoning",), "reasoning", "multiple_choice", "acc_norm"),
     "cmmlu": (("chinese", "knowledge"), "chinese", "multiple_choice", "acc"),
     "truthfulqa_mc1": (("knowledge",), "knowledge", "multiple_choice", "acc"),
+    "truthfulqa_mc2": (("knowledge",), "knowledge", "multiple_choice", "mc2"),
     "mbpp": (("code",), "code", "execution", "pass@1"),
 }
 
@@ -380,6 +387,56 @@ def test_truthfulqa_mc1_prompt_is_lm_eval_qa_preamble() -> None:
         assert list(p.choices) == item.doc["mc1_targets"]["choices"]
         assert p.gold == 0
     assert [len(p.choices) for p in prepared] == [4, 3, 5]
+
+
+def test_truthfulqa_mc2_scores_probability_mass_of_true_answers() -> None:
+    spec, items, prepared = _prepared("truthfulqa_mc2")
+    mc1 = _prepared("truthfulqa_mc1")[2]
+    for item, p, p1 in zip(items, prepared, mc1, strict=True):
+        assert p.prompt == p1.prompt  # same preamble and question as MC1
+        assert list(p.choices) == item.doc["mc2_targets"]["choices"]
+        assert p.labels == tuple(bool(x) for x in item.doc["mc2_targets"]["labels"])
+    # Log-probabilities log(1), log(2), log(3), ... per choice: the item's score is the mass of
+    # the true choices over the mass of all, computed here by hand.
+    table = {
+        (p.prompt, " " + c): math.log(i + 1) for p in prepared for i, c in enumerate(p.choices)
+    }
+    results = TaskRunner(spec, DATA).run(
+        items, ScriptedBackend(logprob=lambda r: table[(r.context, r.continuation)])
+    )
+    for p, r in zip(prepared, results, strict=True):
+        weights = [i + 1 for i in range(len(p.choices))]
+        expected = sum(w for w, t in zip(weights, p.labels, strict=True) if t) / sum(weights)
+        assert r.score == pytest.approx(expected, rel=1e-12)
+        assert r.correct == (expected > 0.5)
+    assert results[0].score == pytest.approx(3 / 6)  # labels 1, 1, 0: weights 1 + 2 of 6
+
+
+def test_mc2_needs_labels_and_labels_need_mc2(tmp_path: Path) -> None:
+    src = (BENCHMARKS / "truthfulqa_mc2.yaml").read_text()
+    no_labels = tmp_path / "a.yaml"
+    no_labels.write_text(src.replace('  labels: "{{ mc2_targets.labels }}"\n', ""))
+    with pytest.raises(SpecError, match=r"a.yaml.*multiple_choice.labels.*needs labels"):
+        load_task_spec(no_labels)
+    not_mc2 = tmp_path / "b.yaml"
+    not_mc2.write_text(src.replace("metric: mc2", "metric: acc"))
+    with pytest.raises(SpecError, match=r"b.yaml.*multiple_choice.labels.*only used by metric mc2"):
+        load_task_spec(not_mc2)
+
+
+def test_mc2_label_count_mismatch_names_the_item(tmp_path: Path) -> None:
+    data = tmp_path / "truthful_qa" / "multiple_choice"
+    data.mkdir(parents=True)
+    row = {
+        "question": "Q?",
+        "mc1_targets": {"choices": ["a", "b"], "labels": [1, 0]},
+        "mc2_targets": {"choices": ["a", "b", "c"], "labels": [1, 0]},
+    }
+    (data / "validation.jsonl").write_text(json.dumps(row) + "\n")
+    spec = _spec("truthfulqa_mc2")
+    [item] = load_items(spec, [tmp_path])
+    with pytest.raises(SpecError, match=r"multiple_choice.labels.*truthfulqa_mc2-0000.*one 1/0"):
+        TaskRunner(spec, [tmp_path]).prepare(item)
 
 
 # --------------------------------------------------------------------------- MBPP

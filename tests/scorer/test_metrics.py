@@ -126,3 +126,14 @@ def test_accuracy_matches_definition(correct: list[bool]) -> None:
     sd = math.sqrt(sum((c - mean) ** 2 for c in correct) / (n - 1))
     assert est.stderr == pytest.approx(sd / math.sqrt(n))
     assert est.ci_low - EPS <= est.value <= est.ci_high + EPS
+
+
+def test_fractional_scores_get_the_normal_interval() -> None:
+    scores = [0.2, 0.4, 0.6, 0.8]
+    est = accuracy(scores)
+    sd = math.sqrt(sum((s - 0.5) ** 2 for s in scores) / 3)
+    assert est.value == pytest.approx(0.5)
+    assert est.stderr == pytest.approx(sd / 2)
+    assert (est.ci_low, est.ci_high) == pytest.approx((0.5 - Z95 * sd / 2, 0.5 + Z95 * sd / 2))
+    assert accuracy([0.99, 0.5]).ci_high == 1.0  # clipped
+    assert (accuracy([0.3]).ci_low, accuracy([0.3]).ci_high) == (0.0, 1.0)
