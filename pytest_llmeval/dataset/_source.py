@@ -8,6 +8,7 @@ field map adds canonical names (``question``, ``choices``, ...) next to the raw 
 from __future__ import annotations
 
 import csv
+import datetime
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmeval._errors import DataError
-from pytest_llmeval.task import DatasetSpec, TaskSpec
+from pytest_llmeval.task import DatasetSpec, DateWindow, TaskSpec
 
 Doc = dict[str, Any]
 
@@ -256,7 +257,10 @@ def load_items(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[Item]:
         rows, where = load_rows(spec.dataset, subset, data_dirs, f"{spec.source}: dataset")
         width = max(4, len(str(len(rows) - 1)))
         prefix = f"{spec.name}-{subset}-" if subset is not None else f"{spec.name}-"
+        window = spec.dataset.window
         for index, row in enumerate(rows):
+            if window is not None and not in_window(window, row, f"{where}: row {index}"):
+                continue
             if spec.dataset.id_field is not None:
                 if spec.dataset.id_field not in row:
                     raise DataError(
@@ -271,6 +275,23 @@ def load_items(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[Item]:
         dup = next(i for i in ids if ids.count(i) > 1)
         raise DataError(f"{spec.source}: item id {dup!r} occurs twice (check dataset.id_field)")
     return items
+
+
+def in_window(window: DateWindow, row: Doc, where: str) -> bool:
+    """Whether the row's date field lies in the window (both ends inclusive)."""
+    if window.field not in row:
+        raise DataError(f"{where} has no date field {window.field!r} (dataset.window.field)")
+    raw = row[window.field]
+    text = raw.isoformat() if isinstance(raw, (datetime.date, datetime.datetime)) else str(raw)
+    try:
+        day = datetime.date.fromisoformat(text[:10]).isoformat()
+    except ValueError:
+        raise DataError(
+            f"{where}: {window.field} {raw!r} is not an ISO date (dataset.window.field)"
+        ) from None
+    return (window.start is None or day >= window.start) and (
+        window.end is None or day <= window.end
+    )
 
 
 def first_n(items: Sequence[Item], n: int | None) -> list[Item]:

@@ -25,7 +25,7 @@ from pytest_llmeval.prompt import (
     render_list,
 )
 from pytest_llmeval.scorer import Extraction, answers_match, extract
-from pytest_llmeval.task import TaskSpec
+from pytest_llmeval.task import ExecutionSpec, TaskSpec
 
 
 @dataclass(frozen=True)
@@ -300,6 +300,8 @@ class TaskRunner:
         ex = self.spec.generate.execution if self.spec.generate else None
         assert ex is not None
         doc = {"subset": p.item.subset, **p.item.doc}
+        if ex.kind == "io":
+            return self._execute_io(p, output, ex, doc)
         try:
             code_prompt = render(ex.prompt, doc)
             test = render(ex.test, doc)
@@ -317,6 +319,51 @@ class TaskRunner:
         )
         details = {"status": result.status, "reason": result.reason, "seconds": result.seconds}
         return result.status == "passed", completion, details
+
+    def _execute_io(
+        self, p: PreparedItem, output: str, ex: ExecutionSpec, doc: dict[str, Any]
+    ) -> tuple[bool, str, dict[str, Any]]:
+        """A whole program judged on the item's input/output test cases (LiveCodeBench)."""
+        from pytest_llmeval.sandbox import (
+            IOTestError,
+            check_io_program,
+            extract_program,
+            parse_io_tests,
+        )
+
+        tests = []
+        for i, template in enumerate(ex.tests):
+            try:
+                tests.extend(parse_io_tests(render(template, doc)))
+            except (TemplateRenderProblem, IOTestError) as exc:
+                raise self._fail(f"generate.execution.tests[{i}]", p.item, exc) from None
+        try:
+            func_name = render(ex.func_name, doc).strip()
+        except TemplateRenderProblem as exc:
+            raise self._fail("generate.execution.func_name", p.item, exc) from None
+        if not tests:
+            raise self._fail("generate.execution.tests", p.item, ValueError("no test cases"))
+        if any(t.kind == "functional" for t in tests) and not func_name.isidentifier():
+            raise self._fail(
+                "generate.execution.func_name",
+                p.item,
+                ValueError(f"functional tests need a method name, got {func_name!r}"),
+            )
+        program = extract_program(output)
+        result = check_io_program(
+            program,
+            tests,
+            func_name=func_name,
+            per_test_timeout_s=ex.timeout_s,
+            memory_mb=ex.memory_mb,
+        )
+        details = {
+            "status": result.status,
+            "reason": result.reason,
+            "seconds": result.seconds,
+            "n_tests": len(tests),
+        }
+        return result.status == "passed", program, details
 
     def _ifeval(self, p: PreparedItem, output: str) -> tuple[bool, dict[str, Any]]:
         from pytest_llmeval.ifeval import evaluate_item

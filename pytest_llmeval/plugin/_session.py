@@ -178,8 +178,17 @@ class LlmEvalSession:
                     "freshness": cat.freshness,
                     "markers": ",".join(spec.markers) or "-",
                     "items": str(self.total_items.get(name, "not installed")),
-                    "notes": cat.saturation
-                    + (f" Successor: {cat.successor}." if cat.successor else ""),
+                    "notes": " ".join(
+                        part
+                        for part in (
+                            cat.saturation,
+                            f"Successor: {cat.successor}." if cat.successor else "",
+                            f"Window: {spec.dataset.window.describe()}."
+                            if spec.dataset.window
+                            else "",
+                        )
+                        if part
+                    ),
                 }
             )
         return rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -73,12 +74,24 @@ def _called_function(code: str) -> str:
     return calls[0][2]
 
 
+def _from_json(text: str) -> Any:
+    """Parse a JSON string field (LiveCodeBench's ``metadata``); empty text gives ``{}``."""
+    text = str(text).strip()
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise jinja2.exceptions.FilterArgumentError(f"from_json: {exc}: {text[:80]!r}") from None
+
+
 _ENV = ImmutableSandboxedEnvironment(
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
 )
 _ENV.filters["after"] = _after
 _ENV.filters["seeded_permutation"] = _seeded_permutation
 _ENV.filters["called_function"] = _called_function
+_ENV.filters["from_json"] = _from_json
 
 
 @lru_cache(maxsize=512)

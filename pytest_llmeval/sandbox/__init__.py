@@ -2,7 +2,10 @@
 
 - :func:`run_program`: run a Python program in a separate, limited process;
 - :func:`check_completion` / :func:`build_program`: HumanEval-style functional checks;
-- :func:`extract_code`: the completion in raw model output;
+- :func:`check_io_program` / :func:`parse_io_tests`: whole programs judged on input/output
+  test cases (LiveCodeBench: standard input/output and LeetCode-style ``Solution`` calls);
+- :func:`extract_code` / :func:`extract_program`: the completion (or whole program) in raw
+  model output;
 - :func:`pass_at_k`: the unbiased pass@k estimator.
 
 How a program is contained (Linux):
@@ -39,9 +42,10 @@ an object whose ``__eq__`` is always true, or by defining a global function that
 uses. Changes to the builtins module are detected and fail the check.
 """
 
-from pytest_llmeval.sandbox._extract import STOP_SEQUENCES, extract_code
+from pytest_llmeval.sandbox._extract import STOP_SEQUENCES, extract_code, extract_program
 from pytest_llmeval.sandbox._humaneval import build_program, check_completion
 from pytest_llmeval.sandbox._identity import PYTHON_ENV, SandboxUnavailable
+from pytest_llmeval.sandbox._iotests import IOTest, IOTestError, check_io_program, parse_io_tests
 from pytest_llmeval.sandbox._passk import pass_at_k
 from pytest_llmeval.sandbox._result import STATUSES, ExecutionResult, Limits, Status
 from pytest_llmeval.sandbox._run import run_program
@@ -51,12 +55,17 @@ __all__ = [
     "STATUSES",
     "STOP_SEQUENCES",
     "ExecutionResult",
+    "IOTest",
+    "IOTestError",
     "Limits",
     "SandboxUnavailable",
     "Status",
     "build_program",
     "check_completion",
+    "check_io_program",
     "extract_code",
+    "extract_program",
+    "parse_io_tests",
     "pass_at_k",
     "run_program",
 ]

@@ -16,6 +16,11 @@ Three shapes of output are recognised:
   still does not parse, at the first line at column 0.
 
 ``<think>...</think>`` reasoning is removed first. :func:`extract_code` never raises.
+
+:func:`extract_program` is for whole programs (LiveCodeBench), where top-level statements
+such as ``print(...)`` and ``input()`` are the program itself: the last Python (or
+untagged) fenced block that parses, else the last such block; without fences, the longest
+leading run of lines that parses.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ _CONTINUATION_LINE = re.compile(r"^(?:[)\]}]|else\b|elif\b|except\b|finally\b|ca
 _DEMO_CALLS = frozenset({"print", "input", "main", "testmod", "pprint"})
 _MAX_MERGE = 8  # segments tried together before one counts as prose
 _MAX_CUTS = 16  # stop positions tried before falling back to the first
+_MAX_PROSE_LINES = 64  # trailing lines dropped, at most, to find a program that parses
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,28 @@ def extract_code(text: str, prompt: str | None = None, entry_point: str | None =
         return ""
     try:
         return _extract(text, prompt, entry_point)
+    except Exception:
+        return text
+
+
+def extract_program(text: str) -> str:
+    """The whole Python program in model output ``text`` (see the module docstring).
+    Never raises: on unexpected input the text comes back unchanged."""
+    if not isinstance(text, str):
+        return ""
+    try:
+        text = _strip_thinking(text.replace("\r\n", "\n"))
+        blocks = _fenced_blocks(text)
+        pool = [b for b in blocks if b.tag in _PYTHON_TAGS] or blocks
+        if pool:
+            parsing = [b for b in pool if _parse(b.code) is not None]
+            return (parsing or pool)[-1].code.rstrip() + "\n"
+        lines = text.split("\n")
+        for end in range(len(lines), max(0, len(lines) - _MAX_PROSE_LINES) - 1, -1):
+            code = "\n".join(lines[:end]).rstrip()
+            if code and _parse(code) is not None:
+                return code + "\n"
+        return text
     except Exception:
         return text
 

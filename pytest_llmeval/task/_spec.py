@@ -8,6 +8,7 @@ the file and the dotted field at fault.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,20 @@ class HubSource:
 
 
 @dataclass(frozen=True)
+class DateWindow:
+    """Keep only items whose date ``field`` lies in ``[start, end]`` (ISO dates, inclusive;
+    either end open). Used for fresh benchmarks (LiveCodeBench's contest dates): the
+    window is part of the task config, so a score always says which period it covers."""
+
+    field: str
+    start: str | None = None
+    end: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.field} {self.start or '...'} to {self.end or '...'}"
+
+
+@dataclass(frozen=True)
 class DatasetSpec:
     """Where a task's items come from.
 
@@ -67,6 +82,7 @@ class DatasetSpec:
     subsets: tuple[str, ...] | Literal["*"] | None = None
     fields: FieldMap = field(default_factory=dict)
     id_field: str | None = None
+    window: DateWindow | None = None
 
 
 @dataclass(frozen=True)
@@ -112,14 +128,24 @@ class Extractor:
 
 @dataclass(frozen=True)
 class ExecutionSpec:
-    """How to check generated code: templates for the code the model continues, the test
-    code (defining ``check(candidate)``) and the function under test; sandbox limits."""
+    """How to check generated code in the sandbox.
+
+    ``kind: function`` (HumanEval, MBPP): templates for the code the model continues, the
+    test code (defining ``check(candidate)``) and the function under test; ``timeout_s``
+    for the whole check. ``kind: io`` (LiveCodeBench): the output is a whole program judged
+    on test cases; ``tests`` are templates each rendering a list of cases (JSON, or
+    LiveCodeBench's compressed encoding), ``func_name`` renders the ``Solution`` method of
+    functional cases (empty for standard input/output); ``timeout_s`` is per case.
+    """
 
     prompt: str = "{{ prompt }}"
     test: str = "{{ test }}"
     entry_point: str = "{{ entry_point }}"
     timeout_s: float = 10.0
     memory_mb: int = 1024
+    kind: Literal["function", "io"] = "function"
+    tests: tuple[str, ...] = ()
+    func_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -302,7 +328,9 @@ def _field_map(reader: _Reader, key: str) -> FieldMap:
 
 
 def _dataset(reader: _Reader, *, needs_data: bool = True) -> DatasetSpec:
-    reader.unknown_keys(("path", "format", "json_key", "hub", "subsets", "fields", "id_field"))
+    reader.unknown_keys(
+        ("path", "format", "json_key", "hub", "subsets", "fields", "id_field", "window")
+    )
     hub_reader = reader.child("hub")
     hub = None
     if hub_reader is not None:
@@ -339,7 +367,42 @@ def _dataset(reader: _Reader, *, needs_data: bool = True) -> DatasetSpec:
         subsets=subsets,
         fields=_field_map(reader, "fields"),
         id_field=reader.str_("id_field"),
+        window=_window(reader),
     )
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that dates stay strings: spec fields that hold dates
+    (``dataset.window``) are validated with a message naming the field."""
+
+
+_SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _window(reader: _Reader) -> DateWindow | None:
+    sub = reader.child("window")
+    if sub is None:
+        return None
+    sub.unknown_keys(("field", "start", "end"))
+    ends: list[str | None] = []
+    for key in ("start", "end"):
+        value = sub.data.get(key)
+        if value is None:
+            ends.append(None)
+            continue
+        try:
+            ends.append(datetime.date.fromisoformat(str(value)).isoformat())
+        except ValueError:
+            raise sub.fail(key, f"must be an ISO date (YYYY-MM-DD), got {value!r}") from None
+    start, end = ends
+    if start is None and end is None:
+        raise sub.fail("start", "give start, end or both")
+    if start is not None and end is not None and start > end:
+        raise sub.fail("end", f"{end} is before start {start}")
+    return DateWindow(field=sub.req_str("field"), start=start, end=end)
 
 
 def _extractors(reader: _Reader, key: str) -> tuple[Extractor, ...]:
@@ -414,16 +477,34 @@ def _execution(gen: _Reader) -> ExecutionSpec:
     sub = gen.child("execution")
     if sub is None:
         return ExecutionSpec()
-    sub.unknown_keys(("prompt", "test", "entry_point", "timeout_s", "memory_mb"))
+    kind = sub.choice("kind", ("function", "io"), default="function")
+    own = ("tests", "func_name") if kind == "io" else ("prompt", "test", "entry_point")
+    sub.unknown_keys(("kind", "timeout_s", "memory_mb", *own))
     timeout = sub.data.get("timeout_s", 10.0)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise sub.fail("timeout_s", f"must be a positive number of seconds, got {timeout!r}")
+    memory_mb = sub.int_("memory_mb", default=1024, minimum=64)
+    if kind == "io":
+        tests = sub.str_list("tests")
+        if not tests:
+            raise sub.fail("tests", "is required for kind io (templates rendering test cases)")
+        spec = ExecutionSpec(
+            kind="io",
+            tests=tests,
+            func_name=sub.str_("func_name", default="") or "",
+            timeout_s=float(timeout),
+            memory_mb=memory_mb,
+        )
+        for i, template in enumerate(tests):
+            _check_template(sub, f"tests[{i}]", template)
+        _check_template(sub, "func_name", spec.func_name)
+        return spec
     spec = ExecutionSpec(
         prompt=sub.str_("prompt", default="{{ prompt }}") or "",
         test=sub.str_("test", default="{{ test }}") or "",
         entry_point=sub.str_("entry_point", default="{{ entry_point }}") or "",
         timeout_s=float(timeout),
-        memory_mb=sub.int_("memory_mb", default=1024, minimum=64),
+        memory_mb=memory_mb,
     )
     for key in ("prompt", "test", "entry_point"):
         _check_template(sub, key, getattr(spec, key))
@@ -648,7 +729,7 @@ def load_task_spec(path: str | Path) -> TaskSpec:
     except OSError as exc:
         raise SpecError(str(path), "<file>", f"cannot be read: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SpecLoader)
     except yaml.YAMLError as exc:
         raise SpecError(str(path), "<yaml>", f"is not valid YAML: {exc}") from None
     return task_spec_from_dict(data, source=str(path))

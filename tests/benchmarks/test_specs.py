@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_llmeval._errors import SpecError
+from pytest_llmeval._errors import DataError, SpecError
 from pytest_llmeval.dataset import Item, load_items
 from pytest_llmeval.eval import ItemResult, PreparedItem, TaskRunner
 from pytest_llmeval.model import (
@@ -43,9 +43,10 @@ NEW_TASKS = (
     "truthfulqa_mc1",
     "truthfulqa_mc2",
     "mbpp",
+    "livecodebench",
 )
 # Tasks whose item score is 1 for the gold choice and 0 otherwise (not mc2's probability mass).
-MC_TASKS = tuple(t for t in NEW_TASKS if t not in ("mbpp", "truthfulqa_mc2"))
+MC_TASKS = tuple(t for t in NEW_TASKS if t not in ("mbpp", "livecodebench", "truthfulqa_mc2"))
 
 EXPECTED_IDS = {
     "mmlu_pro": ["mmlu_pro-101", "mmlu_pro-102", "mmlu_pro-103", "mmlu_pro-104"],
@@ -62,6 +63,12 @@ EXPECTED_IDS = {
     "truthfulqa_mc1": [f"truthfulqa_mc1-000{i}" for i in range(3)],
     "truthfulqa_mc2": [f"truthfulqa_mc2-000{i}" for i in range(3)],
     "mbpp": ["mbpp-11", "mbpp-12", "mbpp-13"],
+    # fix001_a (2023-05-20) is outside the window; 1999F is on its first day.
+    "livecodebench": [
+        "livecodebench-test5-fix101_a",
+        "livecodebench-test5-1999F",
+        "livecodebench-test6-9001",
+    ],
 }
 
 # task: (suite markers and capability markers, catalog capability, catalog style, metric)
@@ -75,6 +82,7 @@ EXPECTED_META = {
     "truthfulqa_mc1": (("knowledge",), "knowledge", "multiple_choice", "acc"),
     "truthfulqa_mc2": (("knowledge",), "knowledge", "multiple_choice", "mc2"),
     "mbpp": (("code",), "code", "execution", "pass@1"),
+    "livecodebench": (("release", "code"), "code", "execution", "pass@1"),
 }
 
 
@@ -507,6 +515,116 @@ def test_mbpp_reference_code_passes_and_wrong_code_fails() -> None:
     failed, _ = _mbpp_run(wrong)
     assert [r.score for r in failed] == [0.0, 0.0, 0.0]
     assert all(r.details and r.details["status"] != "passed" for r in failed)
+
+
+# --------------------------------------------------------------------------- LiveCodeBench
+
+LCB_SOLUTIONS = {
+    "livecodebench-test5-fix101_a": "Sum it up:\n```python\nn = int(input())\n"
+    "print(sum(map(int, input().split())))\n```\nThat reads the input.",
+    "livecodebench-test5-1999F": "```python\na, b = map(int, input().split())\nprint(a / b)\n```",
+    "livecodebench-test6-9001": "```python\nclass Solution:\n"
+    "    def kLargest(self, nums: List[int], k: int) -> List[int]:\n"
+    "        return sorted(nums, reverse=True)[:k]\n```",
+}
+
+
+def _lcb_run(replies: Mapping[str, str], data: list[Path] = DATA) -> list[ItemResult]:
+    spec = _spec("livecodebench")
+    items = load_items(spec, data)
+    runner = TaskRunner(spec, data)
+    by_prompt = {runner.prepare(item).prompt: item.id for item in items}
+    backend = ScriptedBackend(text=lambda r: replies[by_prompt[r.context]])
+    return TaskRunner(spec, data).run(items, backend)
+
+
+def test_livecodebench_window_is_recorded_and_shown() -> None:
+    from pytest_llmeval.record._taskconfig import task_config
+
+    spec = _spec("livecodebench")
+    assert spec.catalog.freshness == "fresh"
+    assert spec.dataset.window is not None
+    assert spec.dataset.window.describe() == "contest_date 2024-08-01 to ..."
+    config = task_config(TaskRunner(spec, DATA), [])
+    assert config["dataset"]["window"] == {
+        "field": "contest_date",
+        "start": "2024-08-01",
+        "end": None,
+    }
+
+
+def test_livecodebench_prompts_for_stdin_and_starter_code() -> None:
+    _, items, prepared = _prepared("livecodebench")
+    stdin, _, leetcode = prepared
+    assert stdin.prompt.startswith("### Question:\nYou are given N and then N integers")
+    assert "standard input" in stdin.prompt
+    assert "```python\n# YOUR CODE HERE\n```\n\n### Answer: (a Python code block)\n\n" in (
+        stdin.prompt
+    )
+    assert stdin.prompt.endswith("### Answer: (a Python code block)\n\n")
+    assert "Complete the starter code below" in leetcode.prompt
+    assert "```python\n" + items[2].doc["starter_code"] + "\n```" in leetcode.prompt
+    assert "standard input" not in leetcode.prompt
+    assert all(p.fewshot_ids == () for p in prepared)
+
+
+def test_livecodebench_correct_programs_pass_on_public_and_private_tests() -> None:
+    results = _lcb_run(LCB_SOLUTIONS)
+    assert [r.score for r in results] == [1.0, 1.0, 1.0], [r.details for r in results]
+    assert [r.details["n_tests"] for r in results if r.details] == [3, 2, 3]
+    assert results[0].extracted == "n = int(input())\nprint(sum(map(int, input().split())))\n"
+
+
+def test_livecodebench_private_tests_are_run() -> None:
+    # Right on each problem's public case only.
+    replies = {
+        "livecodebench-test5-fix101_a": "```python\nprint(6)\n```",
+        "livecodebench-test5-1999F": "```python\nprint(0.25)\n```",
+        "livecodebench-test6-9001": "```python\nclass Solution:\n"
+        "    def kLargest(self, nums, k):\n        return [3, 2]\n```",
+    }
+    results = _lcb_run(replies)
+    assert [r.score for r in results] == [0.0, 0.0, 0.0]
+    assert all(r.details and "test 2" in r.details["reason"] for r in results)
+
+
+def test_livecodebench_window_bounds_and_errors(tmp_path: Path) -> None:
+    src = (BENCHMARKS / "livecodebench.yaml").read_text()
+    window = "window: {field: contest_date, start: 2024-08-01}"
+    assert window in src
+    closed = tmp_path / "closed.yaml"
+    closed.write_text(src.replace(window, "window: {field: contest_date, end: 2024-12-31}"))
+    items = load_items(load_task_spec(closed), DATA)
+    assert [i.id for i in items] == [
+        "livecodebench-test5-fix101_a",
+        "livecodebench-test5-fix001_a",
+        "livecodebench-test5-1999F",
+    ]  # 2025-01-18 (test6) is after the end
+    for bad, message in [
+        ("window: {field: contest_date, start: 2024-13-01}", "window.start.*ISO date"),
+        ("window: {field: contest_date, start: 2025-01-01, end: 2024-01-01}", "window.end"),
+        ("window: {field: contest_date}", "window.start.*give start, end or both"),
+    ]:
+        broken = tmp_path / "broken.yaml"
+        broken.write_text(src.replace(window, bad))
+        with pytest.raises(SpecError, match=message):
+            load_task_spec(broken)
+    wrong_field = tmp_path / "wrong.yaml"
+    wrong_field.write_text(src.replace("field: contest_date", "field: released"))
+    with pytest.raises(DataError, match=r"test5.jsonl: row 0 has no date field 'released'"):
+        load_items(load_task_spec(wrong_field), DATA)
+
+
+def test_livecodebench_undecodable_tests_name_the_item_and_field(tmp_path: Path) -> None:
+    folder = tmp_path / "livecodebench" / "code_generation_lite"
+    folder.mkdir(parents=True)
+    row = json.loads(
+        (FIXTURES / "livecodebench/code_generation_lite/test5.jsonl").read_text().splitlines()[0]
+    )
+    row["private_test_cases"] = "%%% not an encoding"
+    (folder / "test5.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(SpecError, match=r"execution.tests\[1\].*fix101_a.*neither JSON"):
+        _lcb_run(LCB_SOLUTIONS, [tmp_path])
 
 
 # --------------------------------------------------------------------------- collection
