@@ -24,7 +24,7 @@ from pytest_llmeval.prompt import (
     render,
     render_list,
 )
-from pytest_llmeval.scorer import Extraction, answers_match, extract
+from pytest_llmeval.scorer import Extraction, answers_match, best_f1, extract
 from pytest_llmeval.task import ExecutionSpec, TaskSpec
 
 
@@ -40,6 +40,7 @@ class PreparedItem:
     gold: int | None = None
     question: str = ""  # the item's own template, without description and few-shot block
     labels: tuple[bool, ...] = ()  # metric mc2: which choices are true
+    references: tuple[str, ...] = ()  # generate.targets: every accepted answer
 
 
 @dataclass
@@ -170,8 +171,24 @@ class TaskRunner:
                 target = render(spec.generate.target, doc).strip() if spec.generate.target else ""
             except TemplateRenderProblem as exc:
                 raise self._fail("generate.target", item, exc) from None
+            references: tuple[str, ...] = ()
+            if spec.generate.targets is not None:
+                try:
+                    references = tuple(
+                        r.strip() for r in render_list(spec.generate.targets, doc) if r.strip()
+                    )
+                except TemplateRenderProblem as exc:
+                    raise self._fail("generate.targets", item, exc) from None
+                if not references:
+                    raise self._fail("generate.targets", item, ValueError("no reference answer"))
+                target = target or " | ".join(references)
             return PreparedItem(
-                item=item, prompt=prompt, target=target, fewshot_ids=block.ids, question=question
+                item=item,
+                prompt=prompt,
+                target=target,
+                fewshot_ids=block.ids,
+                question=question,
+                references=references,
             )
         mc = spec.multiple_choice
         assert mc is not None
@@ -255,7 +272,12 @@ class TaskRunner:
         gen = self.spec.generate
         assert gen is not None
         requests = [
-            GenerateRequest(context=p.prompt, max_new_tokens=gen.max_new_tokens, stop=gen.stop)
+            GenerateRequest(
+                context=p.prompt,
+                max_new_tokens=gen.budget(p.item.subset),
+                stop=gen.stop,
+                overflow=gen.overflow,  # type: ignore[arg-type]  # validated by the spec
+            )
             for p in prepared
         ]
         outputs = backend.generate(requests)
@@ -264,22 +286,35 @@ class TaskRunner:
         results = []
         for p, out in zip(prepared, outputs, strict=True):
             details: dict[str, Any] | None = None
-            if gen.scorer == "execution":
+            score: float | None = None
+            if out.finish_reason == "context_overflow":
+                correct, extraction = False, Extraction(answer=None, kind="none")
+                details = {
+                    "context_overflow": {
+                        "prompt_tokens": out.n_prompt_tokens,
+                        "max_new_tokens": gen.budget(p.item.subset),
+                        "context_window": out.context_window,
+                    }
+                }
+            elif gen.scorer == "execution":
                 correct, answer, details = self._execute(p, out.text)
                 extraction = Extraction(answer=answer, kind="code")
             elif gen.scorer == "ifeval":
                 correct, details = self._ifeval(p, out.text)
                 extraction = Extraction(answer=out.text, kind="ifeval")
             else:
-                extraction = extract(out.text, gen.extract)
-                correct = answers_match(extraction.answer, p.target, gen.compare)
+                extraction = extract(out.text, gen.extract, truncated=out.finish_reason == "length")
+                score = self._match_score(extraction.answer, p)
+                correct = score > 0.5 if gen.compare == "f1" else bool(score)
+            if out.truncated_tokens:
+                details = {**(details or {}), "truncated_prompt_tokens": out.truncated_tokens}
             results.append(
                 ItemResult(
                     task=self.spec.name,
                     item_id=p.item.id,
                     subset=p.item.subset,
                     correct=correct,
-                    score=float(correct),
+                    score=float(correct) if score is None else score,
                     prompt=p.prompt,
                     target=p.target,
                     fewshot_ids=list(p.fewshot_ids),
@@ -292,6 +327,15 @@ class TaskRunner:
                 )
             )
         return results
+
+    def _match_score(self, answer: str | None, p: PreparedItem) -> float:
+        """1/0 for a match with the target (or any reference); the best F1 for f1."""
+        gen = self.spec.generate
+        assert gen is not None
+        references = p.references or (p.target,)
+        if gen.compare == "f1":
+            return best_f1(answer, references)
+        return float(any(answers_match(answer, ref, gen.compare) for ref in references))
 
     def _execute(self, p: PreparedItem, output: str) -> tuple[bool, str, dict[str, Any]]:
         """Run the extracted completion against the item's tests, in the sandbox only."""

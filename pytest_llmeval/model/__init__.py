@@ -6,12 +6,14 @@ from typing import TYPE_CHECKING
 
 from pytest_llmeval.model._resolve import EMBEDDED, cache_dir, resolve_model_path
 from pytest_llmeval.model._types import (
+    OVERFLOW_POLICIES,
     Backend,
     GenerateRequest,
     GenerateResult,
     LoglikelihoodRequest,
     LoglikelihoodResult,
     ModelSettings,
+    Overflow,
 )
 
 if TYPE_CHECKING:
@@ -27,12 +29,14 @@ def load_backend(settings: ModelSettings) -> Backend:
 
 __all__ = [
     "EMBEDDED",
+    "OVERFLOW_POLICIES",
     "Backend",
     "GenerateRequest",
     "GenerateResult",
     "LoglikelihoodRequest",
     "LoglikelihoodResult",
     "ModelSettings",
+    "Overflow",
     "cache_dir",
     "load_backend",
     "resolve_model_path",

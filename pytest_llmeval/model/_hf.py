@@ -205,16 +205,32 @@ class HFBackend:
 
         out: list[GenerateResult | None] = [None] * len(requests)
         groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        prompt_tokens: dict[int, int] = {}
+        encoded: dict[int, list[int]] = {}
         for i, req in enumerate(requests):
+            budget = self.max_length - req.max_new_tokens
+            if budget < 1:
+                raise ModelError(
+                    f"max_new_tokens={req.max_new_tokens} leaves no room in max_length "
+                    f"{self.max_length}"
+                )
+            tokens = self._encode(req.context)
+            prompt_tokens[i] = len(tokens)
+            if len(tokens) > budget:
+                if req.overflow == "skip":
+                    out[i] = GenerateResult(
+                        text="",
+                        n_tokens=0,
+                        finish_reason="context_overflow",
+                        n_prompt_tokens=len(tokens),
+                        context_window=self.max_length,
+                    )
+                    continue
+                tokens = _fit(tokens, budget, req.overflow)
+            encoded[i] = tokens
             groups.setdefault((req.max_new_tokens, req.stop), []).append(i)
         eos = self.tokenizer.eos_token_id
         for (max_new, stop), indices in groups.items():
-            budget = self.max_length - max_new
-            if budget < 1:
-                raise ModelError(
-                    f"max_new_tokens={max_new} leaves no room in max_length {self.max_length}"
-                )
-            encoded = {i: self._encode(requests[i].context)[-budget:] for i in indices}
             order = sorted(indices, key=lambda i: (-len(encoded[i]), i))
             config = GenerationConfig(  # type: ignore[no-untyped-call]
                 max_new_tokens=max_new,
@@ -257,5 +273,21 @@ class HFBackend:
                     if cut >= 0:
                         text = text[:cut]
                         finish = "stop"
-                    out[i] = GenerateResult(text=text, n_tokens=len(toks), finish_reason=finish)
+                    out[i] = GenerateResult(
+                        text=text,
+                        n_tokens=len(toks),
+                        finish_reason=finish,
+                        n_prompt_tokens=prompt_tokens[i],
+                        truncated_tokens=prompt_tokens[i] - len(encoded[i]),
+                        context_window=self.max_length,
+                    )
         return [r for r in out if r is not None]
+
+
+def _fit(tokens: list[int], budget: int, overflow: str) -> list[int]:
+    """Cut a prompt to ``budget`` tokens: keep its end (``truncate_left``) or its first and
+    last halves (``truncate_middle``, as LongBench does)."""
+    if overflow == "truncate_left":
+        return tokens[-budget:]
+    head = budget // 2
+    return tokens[:head] + tokens[len(tokens) - (budget - head) :]

@@ -3,13 +3,21 @@
 A backend answers two kinds of request, in batches it chooses itself:
 log-likelihood of a continuation given a context (multiple choice), and greedy
 generation until a stop sequence or a token budget (generative tasks).
+
+A generation whose prompt plus ``max_new_tokens`` does not fit the model's context window
+is handled as the request's ``overflow`` says: ``skip`` (the default) does not run it and
+answers ``finish_reason="context_overflow"`` with the prompt's token count, so that the
+item is reported as not fitting instead of being scored on a silently cut prompt;
+``truncate_middle`` (LongBench's protocol) keeps the first and last halves of the room
+left, ``truncate_left`` (lm-evaluation-harness's) the end of the prompt. Either way the
+result says how many prompt tokens were dropped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -28,20 +36,33 @@ class LoglikelihoodResult:
     n_tokens: int
 
 
+Overflow = Literal["skip", "truncate_middle", "truncate_left"]
+OVERFLOW_POLICIES: tuple[Overflow, ...] = ("skip", "truncate_middle", "truncate_left")
+
+
 @dataclass(frozen=True)
 class GenerateRequest:
     context: str
     max_new_tokens: int
     stop: tuple[str, ...] = ()
+    overflow: Overflow = "skip"
 
 
 @dataclass(frozen=True)
 class GenerateResult:
-    """The generated text, cut before the first stop sequence."""
+    """The generated text, cut before the first stop sequence.
+
+    ``finish_reason``: ``stop``, ``length``, ``eos``, or ``context_overflow`` (not run: the
+    prompt does not fit, see the module docstring). ``n_prompt_tokens`` is the prompt's
+    length in tokens before any truncation, ``truncated_tokens`` how many were dropped.
+    """
 
     text: str
     n_tokens: int
-    finish_reason: str  # "stop", "length" or "eos"
+    finish_reason: str
+    n_prompt_tokens: int | None = None
+    truncated_tokens: int = 0
+    context_window: int | None = None
 
 
 @runtime_checkable

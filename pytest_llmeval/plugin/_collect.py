@@ -75,6 +75,14 @@ class EvalItem(pytest.Item):
         except LlmEvalError as exc:
             pytest.fail(str(exc), pytrace=False)
         self.user_properties.extend(session.properties_for(self, result, log))
+        overflow = (result.details or {}).get("context_overflow")
+        if overflow:
+            pytest.skip(
+                f"{self.item.id} does not fit the context window: {overflow['prompt_tokens']} "
+                f"prompt tokens + {overflow['max_new_tokens']} new tokens > "
+                f"{overflow['context_window']} (reported, not scored; generate.overflow "
+                "truncate_middle/truncate_left would cut the prompt instead)"
+            )
         if result.determinism not in (None, "ok"):
             pytest.fail(f"{self.item.id} is not deterministic: {result.determinism}", pytrace=False)
         if not result.correct and session.options.strict:

@@ -72,6 +72,7 @@ class Evaluator:
             dtype=self.options.dtype,
             batch_size=self.options.batch_size,
             seed=self.options.seed,
+            max_length=self.options.max_length,
         )
         try:
             backend = load_backend(settings)

@@ -30,6 +30,13 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "fixed batch size (default 8; never changed silently)",
         "8",
     ),
+    (
+        "--llm-max-length",
+        "llm_max_length",
+        "the model's context window in tokens (default: its max_position_embeddings); "
+        "longer prompts are reported as not fitting, per task spec",
+        None,
+    ),
     ("--llm-limit", "llm_limit", "evaluate the deterministic first N items of each task", None),
     ("--llm-seed", "llm_seed", "seed for python, numpy and torch (default 1234)", "1234"),
     (
@@ -230,6 +237,7 @@ class Options:
     run_dir: Path | None = None
     catalog: bool = False
     failures: int = 0
+    max_length: int | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
@@ -256,4 +264,5 @@ class Options:
             run_dir=_path(config, "llm_run_dir"),
             catalog=bool(config.getoption("llm_catalog")),
             failures=_int(config, "llm_failures", 0) or 0,
+            max_length=_int(config, "llm_max_length", 16),
         )

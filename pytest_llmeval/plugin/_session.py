@@ -68,6 +68,8 @@ class TaskTally:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     nondeterministic: list[str] = field(default_factory=list)
+    # Items whose prompt does not fit the model's context window: reported, not scored.
+    not_fitting: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
     config: dict[str, Any] = field(default_factory=dict)
 
@@ -304,6 +306,11 @@ class LlmEvalSession:
         tally.seconds += duration
         result = props.get("llmeval_result")
         if isinstance(result, dict):
+            overflow = (result.get("details") or {}).get("context_overflow")
+            if overflow:
+                tally.not_fitting[result["item_id"]] = overflow
+                self.run_dir().append_item(tally.name, result)
+                return
             tally.results[result["item_id"]] = result
             if result.get("determinism") not in (None, "ok"):
                 tally.nondeterministic.append(f"{result['item_id']}: {result['determinism']}")
@@ -361,7 +368,7 @@ class LlmEvalSession:
                 status = "error"
             elif tally.selected and tally.skipped == tally.selected:
                 status = "skipped"
-            elif n < tally.selected - tally.skipped:
+            elif n < tally.selected - tally.skipped - len(tally.not_fitting):
                 status = "incomplete"
             elif tally.floor is None:
                 status = "no floor"
@@ -402,7 +409,7 @@ class LlmEvalSession:
             entry: dict[str, Any] = {
                 "n": v.n,
                 "total_items": v.total,
-                "partial": v.n < v.total,
+                "partial": v.n + len(self.tallies[v.task].not_fitting) < v.total,
                 "metric": v.metric,
                 "score": v.score,
                 "mean": v.estimate.value,
@@ -414,6 +421,9 @@ class LlmEvalSession:
                 "config_hash": self.tallies[v.task].config.get("config_hash"),
                 "prompt_hash": self.tallies[v.task].config.get("prompt_hash"),
             }
+            not_fitting = self.tallies[v.task].not_fitting
+            if not_fitting:
+                entry["not_fitting"] = {"n": len(not_fitting), "items": sorted(not_fitting)}
             if v.repeats:
                 entry["repeats"] = list(v.repeats)
                 entry["spread"] = v.spread

@@ -30,7 +30,7 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     partial = False
     for v in verdicts:
         items = f"{v.n}/{v.total}"
-        partial = partial or v.n < v.total
+        partial = partial or v.n + len(session.tallies[v.task].not_fitting) < v.total
         ci = f"[{_pct(v.estimate.ci_low).strip()},{_pct(v.estimate.ci_high).strip()}]"
         floor = "-" if v.floor is None else _pct(v.floor)
         markup = {"red": True} if v.failed else {"green": True} if v.status == "pass" else {}
@@ -50,6 +50,15 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             "partial: scores cover only the selected items (--llm-limit or -k), not whole tasks",
             yellow=True,
         )
+    for v in verdicts:
+        not_fitting = session.tallies[v.task].not_fitting
+        if not_fitting:
+            window = next(iter(not_fitting.values())).get("context_window")
+            tr.write_line(
+                f"{v.task}: {len(not_fitting)} of {v.selected} items do not fit the context "
+                f"window ({window} tokens) and are not scored: listed in metrics_summary.json",
+                yellow=True,
+            )
     for v in verdicts:
         if v.status == "FAIL":
             tr.write_line(

@@ -44,14 +44,9 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
         },
     }
     if spec.generate is not None:
-        config["generation"] = {
-            **SAMPLING,
-            "max_new_tokens": spec.generate.max_new_tokens,
-            "stop": list(spec.generate.stop),
-            "extract": [asdict(e) for e in spec.generate.extract],
-            "compare": spec.generate.compare,
-            "target": spec.generate.target,
-        }
+        # The whole generate block: budgets, stops, extraction, comparison, the scorer and
+        # its settings (sandbox templates and limits, IFEval fields), context overflow.
+        config["generation"] = {**SAMPLING, **_plain(asdict(spec.generate))}
     if spec.multiple_choice is not None:
         config["multiple_choice"] = _plain(asdict(spec.multiple_choice))
     return config

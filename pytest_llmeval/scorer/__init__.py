@@ -7,6 +7,7 @@ from pytest_llmeval.scorer._extract import (
     numbers,
     parse_number,
 )
+from pytest_llmeval.scorer._f1 import best_f1, normalize_answer, token_f1
 from pytest_llmeval.scorer._math import (
     extract_math_answer,
     last_boxed,
@@ -20,12 +21,15 @@ __all__ = [
     "Extraction",
     "accuracy",
     "answers_match",
+    "best_f1",
     "extract",
     "extract_math_answer",
     "last_boxed",
     "math_equal",
+    "normalize_answer",
     "normalize_math_answer",
     "numbers",
     "parse_number",
+    "token_f1",
     "wilson_interval",
 ]

@@ -77,9 +77,15 @@ def _apply(step: Extractor, text: str) -> str | None:
     raise ValueError(f"unknown extractor kind {step.kind!r}")
 
 
-def extract(text: str, steps: Sequence[Extractor]) -> Extraction:
-    """Run the extraction steps in order; the first that finds an answer wins."""
+def extract(text: str, steps: Sequence[Extractor], *, truncated: bool = False) -> Extraction:
+    """Run the extraction steps in order; the first that finds an answer wins.
+
+    ``truncated``: the output was cut at its token budget; steps marked ``if_finished``
+    are then skipped.
+    """
     for i, step in enumerate(steps):
+        if truncated and step.if_finished:
+            continue
         answer = _apply(step, text)
         if answer is not None:
             return Extraction(answer=answer, step=i, kind=step.kind)
@@ -87,8 +93,10 @@ def extract(text: str, steps: Sequence[Extractor]) -> Extraction:
 
 
 def parse_number(text: str) -> Fraction | None:
-    """Parse a written number (``$1,234.50``, ``-3``, ``3/4``, ``12.``) exactly, or None."""
-    cleaned = text.strip().replace(",", "").replace("$", "").replace("%", "").rstrip(".")
+    """Parse a written number exactly, or None: ``$1,234.50``, ``\\$12`` (LaTeX), ``-3``,
+    ``3/4``, ``12.``."""
+    cleaned = text.strip().replace(",", "").replace("\\$", "").replace("$", "").replace("%", "")
+    cleaned = cleaned.rstrip(".")
     cleaned = cleaned.replace("\u2212", "-").strip()
     if not cleaned or len(cleaned) > 64:
         return None

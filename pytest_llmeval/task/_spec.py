@@ -37,8 +37,10 @@ CAPABILITIES = (
 KNOWN_MARKERS = (*SUITE_MARKERS, *CAPABILITIES, "contamination")
 
 EXTRACTORS = ("last_number", "first_number", "regex", "choice_letter", "boxed", "strip")
-COMPARISONS = ("numeric", "exact", "exact_ignore_case", "math")
+COMPARISONS = ("numeric", "exact", "exact_ignore_case", "math", "f1")
 SCORERS = ("match", "ifeval", "execution")
+# Mirrors pytest_llmeval.model.OVERFLOW_POLICIES (the core does not import the model package).
+OVERFLOW_POLICIES = ("skip", "truncate_middle", "truncate_left")
 STYLES = ("multiple_choice", "generative", "rule_check", "execution")
 
 
@@ -117,13 +119,19 @@ class PromptSpec:
 
 @dataclass(frozen=True)
 class Extractor:
-    """One answer extraction step. The first step that finds an answer wins."""
+    """One answer extraction step. The first step that finds an answer wins.
+
+    ``if_finished``: the step only applies to outputs that ended on their own (a stop
+    sequence or end of text), not to outputs cut at ``max_new_tokens``: a fallback such as
+    the last number of a cut-off chain of thought is not an answer the model gave.
+    """
 
     kind: str
     pattern: str | None = None
     group: int = 1
     which: Literal["first", "last"] = "last"
     letters: str = "ABCD"
+    if_finished: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,18 @@ class GenerateSpec:
     scorer: str = "match"
     execution: ExecutionSpec | None = None
     ifeval: IFEvalSpec | None = None
+    # A prompt that does not fit the context window with max_new_tokens: "skip" (report
+    # the item as not fitting, the default), "truncate_middle" (LongBench), "truncate_left".
+    overflow: str = "skip"
+    # Several reference answers (a template rendering a list): an item's score is the best
+    # over them. `compare: f1` scores token-overlap F1 (a fraction) instead of a match.
+    targets: str | None = None
+    # Per-subset generation budgets (LongBench's per-dataset maximum lengths).
+    max_new_tokens_by_subset: Mapping[str, int] = field(default_factory=dict)
+
+    def budget(self, subset: str | None) -> int:
+        """The max_new_tokens of an item of ``subset``."""
+        return self.max_new_tokens_by_subset.get(subset or "", self.max_new_tokens)
 
 
 @dataclass(frozen=True)
@@ -229,6 +249,8 @@ class TaskSpec:
             assert self.multiple_choice is not None
             return self.multiple_choice.metric
         scorer = self.generate.scorer if self.generate is not None else "match"
+        if self.generate is not None and self.generate.compare == "f1":
+            return "f1"
         return {"execution": "pass@1", "ifeval": "prompt_level_strict_acc"}.get(
             scorer, "exact_match"
         )
@@ -421,7 +443,10 @@ def _extractors(reader: _Reader, key: str) -> tuple[Extractor, ...]:
         if not isinstance(step, Mapping):
             raise reader.fail(where, f"must be a name or a mapping, got {step!r}")
         sub = _Reader(step, reader.source, f"{reader.path(where)}.")
-        sub.unknown_keys(("kind", "pattern", "group", "which", "letters"))
+        sub.unknown_keys(("kind", "pattern", "group", "which", "letters", "if_finished"))
+        if_finished = sub.data.get("if_finished", False)
+        if not isinstance(if_finished, bool):
+            raise sub.fail("if_finished", f"must be true or false, got {if_finished!r}")
         kind = sub.choice("kind", EXTRACTORS, default="strip")
         pattern = sub.str_("pattern")
         if kind == "regex":
@@ -446,6 +471,7 @@ def _extractors(reader: _Reader, key: str) -> tuple[Extractor, ...]:
                 group=group,
                 which=which,  # type: ignore[arg-type]
                 letters=sub.str_("letters", default="ABCD") or "ABCD",
+                if_finished=if_finished,
             )
         )
     return tuple(steps)
@@ -604,11 +630,27 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
                 "scorer",
                 "execution",
                 "ifeval",
+                "overflow",
+                "targets",
+                "max_new_tokens_by_subset",
             )
         )
         scorer = gen.choice("scorer", SCORERS, default="match")
+        targets = gen.str_("targets")
+        if targets is not None:
+            _check_template(gen, "targets", targets)
+        budgets = gen.child("max_new_tokens_by_subset")
+        by_subset = (
+            {str(k): budgets.int_(str(k), default=1, minimum=1) for k in budgets.data}
+            if budgets is not None
+            else {}
+        )
         generate = GenerateSpec(
-            target=(gen.req_str("target") if scorer == "match" else gen.str_("target") or ""),
+            target=(
+                gen.req_str("target")
+                if scorer == "match" and targets is None
+                else gen.str_("target") or ""
+            ),
             max_new_tokens=gen.int_("max_new_tokens", default=256, minimum=1),
             stop=gen.str_list("stop"),
             extract=_extractors(gen, "extract"),
@@ -616,8 +658,13 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
             scorer=scorer,
             execution=_execution(gen) if scorer == "execution" else None,
             ifeval=_ifeval(gen) if scorer == "ifeval" else None,
+            overflow=gen.choice("overflow", OVERFLOW_POLICIES, default="skip"),
+            targets=targets,
+            max_new_tokens_by_subset=by_subset,
         )
         _check_template(gen, "target", generate.target)
+        if generate.compare == "f1" and scorer != "match":
+            raise gen.fail("compare", f"f1 applies to scorer match, not {scorer}")
         if top.has("multiple_choice"):
             raise top.fail("multiple_choice", "given, but mode is 'generate'")
     else:

@@ -44,9 +44,12 @@ NEW_TASKS = (
     "truthfulqa_mc2",
     "mbpp",
     "livecodebench",
+    "longbench",
 )
 # Tasks whose item score is 1 for the gold choice and 0 otherwise (not mc2's probability mass).
-MC_TASKS = tuple(t for t in NEW_TASKS if t not in ("mbpp", "livecodebench", "truthfulqa_mc2"))
+MC_TASKS = tuple(
+    t for t in NEW_TASKS if t not in ("mbpp", "livecodebench", "longbench", "truthfulqa_mc2")
+)
 
 EXPECTED_IDS = {
     "mmlu_pro": ["mmlu_pro-101", "mmlu_pro-102", "mmlu_pro-103", "mmlu_pro-104"],
@@ -69,6 +72,15 @@ EXPECTED_IDS = {
         "livecodebench-test5-1999F",
         "livecodebench-test6-9001",
     ],
+    "longbench": [
+        "longbench-narrativeqa-fixnqa0001",
+        "longbench-qasper-fixqas0001",
+        "longbench-multifieldqa_en-fixmfq0001",
+        "longbench-hotpotqa-fixhot0001",
+        "longbench-hotpotqa-fixhot0002",
+        "longbench-2wikimqa-fix2wk0001",
+        "longbench-musique-fixmus0001",
+    ],
 }
 
 # task: (suite markers and capability markers, catalog capability, catalog style, metric)
@@ -83,6 +95,7 @@ EXPECTED_META = {
     "truthfulqa_mc2": (("knowledge",), "knowledge", "multiple_choice", "mc2"),
     "mbpp": (("code",), "code", "execution", "pass@1"),
     "livecodebench": (("release", "code"), "code", "execution", "pass@1"),
+    "longbench": (("release", "long_context"), "long_context", "generative", "f1"),
 }
 
 
@@ -625,6 +638,128 @@ def test_livecodebench_undecodable_tests_name_the_item_and_field(tmp_path: Path)
     (folder / "test5.jsonl").write_text(json.dumps(row) + "\n")
     with pytest.raises(SpecError, match=r"execution.tests\[1\].*fix101_a.*neither JSON"):
         _lcb_run(LCB_SOLUTIONS, [tmp_path])
+
+
+# --------------------------------------------------------------------------- LongBench
+
+
+class WindowedBackend(ScriptedBackend):
+    """A scripted backend with a context window counted in characters: a prompt that does
+    not fit is answered as the HF backend answers under ``overflow: skip``."""
+
+    def __init__(self, text: Callable[[GenerateRequest], str], window: int) -> None:
+        super().__init__(text=text)
+        self.window = window
+
+    def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        self.gen_requests.extend(requests)
+        out = []
+        for r in requests:
+            if len(r.context) + r.max_new_tokens > self.window:
+                assert r.overflow == "skip"
+                out.append(
+                    GenerateResult(
+                        text="",
+                        n_tokens=0,
+                        finish_reason="context_overflow",
+                        n_prompt_tokens=len(r.context),
+                        context_window=self.window,
+                    )
+                )
+            else:
+                out.append(
+                    GenerateResult(
+                        text=self._text(r) if self._text else "", n_tokens=1, finish_reason="stop"
+                    )
+                )
+        return out
+
+
+LONGBENCH_ANSWERS = {
+    "fixnqa0001": " Ilse Varga.",  # F1 1
+    "fixqas0001": " Yes, both English and Finnish.",  # 1 of 5 tokens: F1 1/3
+    "fixmfq0001": " 24 months",  # 1
+    "fixhot0001": " The Aster",  # "aster" vs "aster": 1
+    "fixhot0002": " green",  # fits this window only
+    "fix2wk0001": " no",  # 0
+    "fixmus0001": " It was founded in 1891",  # 1 of 5: 1/3
+}
+
+
+def test_longbench_prompts_budgets_and_f1_scores() -> None:
+    spec, items, prepared = _prepared("longbench")
+    by_prompt = {p.prompt: it.doc["_id"] for p, it in zip(prepared, items, strict=True)}
+    backend = WindowedBackend(lambda r: LONGBENCH_ANSWERS[by_prompt[r.context]], window=1_000_000)
+    results = TaskRunner(spec, DATA).run(items, backend)
+    budgets = {by_prompt[r.context]: r.max_new_tokens for r in backend.gen_requests}
+    assert budgets == {
+        "fixnqa0001": 128,
+        "fixqas0001": 128,
+        "fixmfq0001": 64,
+        "fixhot0001": 32,
+        "fixhot0002": 32,
+        "fix2wk0001": 32,
+        "fixmus0001": 32,
+    }
+    story = prepared[0].prompt
+    assert story.startswith("Below is a story (a novel or a film script)")
+    assert items[0].doc["context"] in story
+    assert story.endswith("(answer with a short phrase): Who kept the north lighthouse?\n\nAnswer:")
+    assert prepared[3].prompt.startswith("Answer the question using the passages below.")
+    assert prepared[3].references == ("Aster", "the river Aster")
+    scores = {r.item_id.rsplit("-", 1)[1]: round(r.score, 4) for r in results}
+    assert scores == {
+        "fixnqa0001": 1.0,
+        "fixqas0001": round(1 / 3, 4),
+        "fixmfq0001": 1.0,
+        "fixhot0001": 1.0,
+        "fixhot0002": 1.0,
+        "fix2wk0001": 0.0,
+        "fixmus0001": round(1 / 3, 4),
+    }
+    assert [r.correct for r in results] == [True, False, True, True, True, False, False]
+
+
+def test_longbench_item_that_does_not_fit_is_reported_not_scored() -> None:
+    spec, items, prepared = _prepared("longbench")
+    long_prompt = max(len(p.prompt) for p in prepared)
+    assert long_prompt > 50_000  # the long fixture item
+    backend = WindowedBackend(lambda r: " green", window=8_192)
+    results = TaskRunner(spec, DATA).run(items, backend)
+    [overflow] = [r for r in results if r.finish_reason == "context_overflow"]
+    assert overflow.item_id == "longbench-hotpotqa-fixhot0002"
+    assert overflow.details == {
+        "context_overflow": {
+            "prompt_tokens": long_prompt,
+            "max_new_tokens": 32,
+            "context_window": 8_192,
+        }
+    }
+    assert (overflow.correct, overflow.score, overflow.output) == (False, 0.0, "")
+
+
+def test_overflow_and_targets_are_validated(tmp_path: Path) -> None:
+    src = (BENCHMARKS / "longbench.yaml").read_text()
+    for old, new, message in [
+        ("overflow: skip", "overflow: cut", "generate.overflow.*unknown value 'cut'"),
+        (
+            "{multifieldqa_en: 64,",
+            "{multifieldqa_en: 0,",
+            "max_new_tokens_by_subset.multifieldqa_en",
+        ),
+        ("compare: f1", "compare: fuzzy", "generate.compare.*unknown value 'fuzzy'"),
+    ]:
+        broken = tmp_path / "broken.yaml"
+        broken.write_text(src.replace(old, new))
+        with pytest.raises(SpecError, match=message):
+            load_task_spec(broken)
+
+
+def test_overflow_policies_of_spec_and_backend_agree() -> None:
+    from pytest_llmeval.model import OVERFLOW_POLICIES
+    from pytest_llmeval.task._spec import OVERFLOW_POLICIES as SPEC_POLICIES
+
+    assert SPEC_POLICIES == OVERFLOW_POLICIES
 
 
 # --------------------------------------------------------------------------- collection

@@ -121,3 +121,71 @@ def test_bad_settings_are_reported(tiny_model_dir: Path) -> None:
         load_backend(ModelSettings(model=str(tiny_model_dir), dtype="float8"))
     with pytest.raises(ModelError, match="--llm-model"):
         load_backend(ModelSettings(model=str(tiny_model_dir / "nope")))
+
+
+# ------------------------------------------------------------------ context window
+
+LONG = " ".join(f"word{k}" for k in range(400))  # far more than 64 tokens
+
+
+@pytest.fixture(scope="module")
+def short_window(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
+    """The tiny model with a 64-token window (--llm-max-length)."""
+    return load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=3, max_length=64))
+
+
+def test_a_prompt_that_does_not_fit_is_not_run_by_default(short_window) -> None:  # type: ignore[no-untyped-def]
+    n_prompt = len(short_window.tokenizer(LONG, add_special_tokens=False)["input_ids"])
+    assert n_prompt > 64
+    fits, too_long = short_window.generate(
+        [GenerateRequest("one two", max_new_tokens=4), GenerateRequest(LONG, max_new_tokens=4)]
+    )
+    assert fits.finish_reason in ("stop", "length", "eos")
+    assert (fits.truncated_tokens, fits.context_window) == (0, 64)
+    assert too_long.finish_reason == "context_overflow"
+    assert (too_long.text, too_long.n_tokens) == ("", 0)
+    assert (too_long.n_prompt_tokens, too_long.context_window) == (n_prompt, 64)
+    # Exactly at the limit still runs; one token more does not.
+    ids = short_window.tokenizer(LONG, add_special_tokens=False)["input_ids"]
+    edge = short_window.tokenizer.decode(ids[:60])
+    n_edge = len(short_window.tokenizer(edge, add_special_tokens=False)["input_ids"])
+    at_limit = short_window.generate([GenerateRequest(edge, max_new_tokens=64 - n_edge)])[0]
+    over = short_window.generate([GenerateRequest(edge, max_new_tokens=65 - n_edge)])[0]
+    assert at_limit.finish_reason != "context_overflow"
+    assert over.finish_reason == "context_overflow"
+
+
+@pytest.mark.parametrize("policy", ["truncate_middle", "truncate_left"])
+def test_truncation_is_opt_in_and_counted(short_window, policy: str) -> None:  # type: ignore[no-untyped-def]
+    from pytest_llmeval.model._hf import _fit
+
+    ids = short_window.tokenizer(LONG, add_special_tokens=False)["input_ids"]
+    result = short_window.generate(
+        [GenerateRequest(LONG, max_new_tokens=4, overflow=policy)]  # type: ignore[arg-type]
+    )[0]
+    assert result.finish_reason != "context_overflow"
+    assert result.n_prompt_tokens == len(ids)
+    assert result.truncated_tokens == len(ids) - 60
+    # The generation is the model's greedy continuation of exactly the kept tokens.
+    kept = _fit(ids, 60, policy)
+    with torch.inference_mode():
+        direct = short_window.model.generate(
+            input_ids=torch.tensor([kept]),
+            attention_mask=torch.ones(1, len(kept), dtype=torch.long),
+            max_new_tokens=4,
+            do_sample=False,
+            pad_token_id=short_window.tokenizer.pad_token_id,
+        )[0, len(kept) :].tolist()
+    eos = short_window.tokenizer.eos_token_id
+    if eos in direct:
+        direct = direct[: direct.index(eos)]
+    assert result.text == short_window.tokenizer.decode(direct, skip_special_tokens=True)
+
+
+def test_fit_keeps_head_and_tail_or_the_end() -> None:
+    from pytest_llmeval.model._hf import _fit
+
+    tokens = list(range(10))
+    assert _fit(tokens, 5, "truncate_middle") == [0, 1, 7, 8, 9]
+    assert _fit(tokens, 4, "truncate_middle") == [0, 1, 8, 9]
+    assert _fit(tokens, 5, "truncate_left") == [5, 6, 7, 8, 9]

@@ -272,3 +272,56 @@ def test_benchmark_not_installed_is_skipped_not_an_error(pytester: pytest.Pytest
     catalog = pytester.runpytest("--llm-data-dir=.", "--llm-catalog")
     assert catalog.ret == 0
     catalog.stdout.fnmatch_lines(["absent *not installed*"])
+
+
+LONG_SPEC = """\
+task: reading
+markers: [long_context]
+floor: 0.0
+dataset: {path: reading.jsonl}
+prompt:
+  template: "{{ context }}\\nQuestion: {{ q }}\\nAnswer:"
+mode: generate
+generate:
+  targets: "{{ answers }}"
+  compare: f1
+  max_new_tokens: 4
+"""
+
+
+def test_items_that_do_not_fit_the_window_are_reported_not_scored(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    rows = [
+        {"context": "A short note.", "q": "What is it?", "answers": ["a note"]},
+        {"context": " ".join(f"w{k}" for k in range(300)), "q": "Which?", "answers": ["w1"]},
+        {"context": "Another note.", "q": "What?", "answers": ["note"]},
+    ]
+    (pytester.path / "reading.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (pytester.path / "reading.yaml").write_text(LONG_SPEC)
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, "--llm-max-length=64", "--llm-output=out", "-rs")
+    )
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "reading*2/3*f1*",
+            "reading: 1 of 3 items do not fit the context window (64 tokens) and are not scored*",
+            "*reading-0001 does not fit the context window: * prompt tokens + 4 new tokens > 64*",
+        ]
+    )
+    assert "partial:" not in result.stdout.str()  # every item ran: none was deselected
+    run = next((pytester.path / "out").iterdir())
+    summary = json.loads((run / "metrics_summary.json").read_text())["reading"]
+    assert summary["n"] == 2
+    assert summary["not_fitting"] == {"n": 1, "items": ["reading-0001"]}
+    assert summary["verdict"] == "pass"
+    records = [
+        json.loads(line)
+        for line in (run / "tasks" / "reading_output.jsonl").read_text().splitlines()
+    ]
+    assert sorted(r["item_id"] for r in records) == ["reading-0000", "reading-0001", "reading-0002"]
+    [overflow] = [r for r in records if r["finish_reason"] == "context_overflow"]
+    assert overflow["details"]["context_overflow"]["context_window"] == 64
+    config = json.loads((run / "eval_config.json").read_text())
+    assert config["environment"]["backend"]["max_length"] == 64

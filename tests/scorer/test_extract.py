@@ -247,3 +247,14 @@ def test_hyphen_between_numbers_is_not_a_minus_sign() -> None:
 
     assert numbers("pages 10-15") == ["10", "15"]
     assert numbers("x-1 = (-7), total -3") == ["1", "-7", "-3"]
+
+
+def test_if_finished_steps_are_skipped_for_cut_outputs() -> None:
+    steps = (
+        Extractor(kind="regex", pattern=r"The answer is (\d+)"),
+        Extractor(kind="last_number", if_finished=True),
+    )
+    cut = "48 / 2 = 24 clips in May, then 48 + 24 ="
+    assert extract(cut, steps).answer == "24"
+    assert extract(cut, steps, truncated=True).answer is None
+    assert extract("The answer is 72", steps, truncated=True).answer == "72"

@@ -89,11 +89,12 @@ def test_real_gsm8k_spec_loads() -> None:
     assert len(spec.fewshot.examples) == 8
     assert spec.fewshot.source is None
     assert spec.markers == ("regression", "math")
-    assert spec.floor == 0.01
+    assert spec.floor is None  # floors are per model
     assert spec.metric == "exact_match"
     assert spec.generate is not None
     assert spec.generate.compare == "numeric"
     assert [s.kind for s in spec.generate.extract] == ["regex", "last_number"]
+    assert [s.if_finished for s in spec.generate.extract] == [False, True]
     assert spec.generate.extract[0].group == 1
     assert spec.dataset.path == "gsm8k/test.jsonl"
     assert spec.dataset.hub is not None and spec.dataset.hub.id == "openai/gsm8k"
@@ -278,6 +279,38 @@ ERROR_CASES = [
         ["last_word"],
         "generate.extract[0].kind",
         "'last_word'",
+    ),
+    (
+        "if-finished-not-bool",
+        _generate_spec,
+        "generate.extract",
+        [{"kind": "last_number", "if_finished": "yes"}],
+        "generate.extract[0].if_finished",
+        "true or false",
+    ),
+    (
+        "io-without-tests",
+        _generate_spec,
+        "generate",
+        {"scorer": "execution", "execution": {"kind": "io"}},
+        "generate.execution.tests",
+        "is required for kind io",
+    ),
+    (
+        "io-with-function-fields",
+        _generate_spec,
+        "generate",
+        {"scorer": "execution", "execution": {"kind": "io", "tests": ["x"], "entry_point": "f"}},
+        "generate.execution.entry_point",
+        "unknown field",
+    ),
+    (
+        "f1-with-execution",
+        _generate_spec,
+        "generate",
+        {"scorer": "execution", "compare": "f1"},
+        "generate.compare",
+        "f1 applies to scorer match",
     ),
     ("unknown-compare", _generate_spec, "generate.compare", "fuzzy", "generate.compare", "fuzzy"),
     (
