@@ -9,7 +9,6 @@ from pytest_llmeval.record._compare import (
     format_comparison,
     gate_failures,
     load_run,
-    mcnemar_exact,
     parse_gate,
 )
 from pytest_llmeval.record._env import (
@@ -23,6 +22,7 @@ from pytest_llmeval.record._hash import HashCache, file_sha256, model_fingerprin
 from pytest_llmeval.record._rundir import RunDir, resumable_items, strip_timing
 from pytest_llmeval.record._summary import append_github_step_summary, markdown_summary
 from pytest_llmeval.record._taskconfig import config_hash, prompt_hash, task_config
+from pytest_llmeval.scorer import mcnemar_exact  # re-exported: baseline comparisons use it
 
 __all__ = [
     "Comparison",

@@ -15,13 +15,13 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
 from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.record._env import DRIFT_LIBRARIES, flatten
 from pytest_llmeval.record._rundir import iter_item_lines
+from pytest_llmeval.scorer import mcnemar_exact
 
 CONFIG_FILE = "eval_config.json"
 METRICS_FILE = "metrics_summary.json"
@@ -166,32 +166,6 @@ def load_run(path: Path) -> RunRecord:
 
 
 # ---------------------------------------------------------------------------- statistics
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value for ``b`` correct->wrong and ``c`` wrong->correct pairs.
-
-    The binomial test of the discordant pairs at p = 1/2: ``min(1, 2 * P(X <= min(b, c)))``
-    with X ~ Binomial(b + c, 1/2); 1.0 when there are no discordant pairs. Computed exactly
-    with integers, so it neither underflows nor loses precision for thousands of pairs; a
-    p-value below the smallest positive float is returned as that float (never 0).
-    """
-    if b < 0 or c < 0:
-        raise ValueError(f"discordant counts must be >= 0, got b={b}, c={c}")
-    n = b + c
-    if n == 0:
-        return 1.0
-    k = min(b, c)
-    term = 1  # comb(n, 0), then comb(n, i) by the recurrence
-    tail = 0
-    for i in range(k + 1):
-        tail += term
-        term = term * (n - i) // (i + 1)
-    # 2 * tail / 2**n
-    p = Fraction(tail, 1 << (n - 1))
-    if p >= 1:
-        return 1.0
-    return max(float(p), math.ulp(0.0))
 
 
 # ---------------------------------------------------------------------------- comparison

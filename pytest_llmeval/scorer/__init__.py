@@ -14,7 +14,13 @@ from pytest_llmeval.scorer._math import (
     math_equal,
     normalize_math_answer,
 )
-from pytest_llmeval.scorer._metrics import Estimate, accuracy, wilson_interval
+from pytest_llmeval.scorer._metrics import (
+    Estimate,
+    accuracy,
+    binomial_upper_tail,
+    mcnemar_exact,
+    wilson_interval,
+)
 
 __all__ = [
     "Estimate",
@@ -22,10 +28,12 @@ __all__ = [
     "accuracy",
     "answers_match",
     "best_f1",
+    "binomial_upper_tail",
     "extract",
     "extract_math_answer",
     "last_boxed",
     "math_equal",
+    "mcnemar_exact",
     "normalize_answer",
     "normalize_math_answer",
     "numbers",

@@ -1,10 +1,11 @@
-"""Task-level statistics: a mean score with a 95% confidence interval."""
+"""Task-level statistics: a mean score with a 95% confidence interval, and exact tests."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 Z95 = 1.959963984540054
 
@@ -55,3 +56,41 @@ def accuracy(correct: Sequence[bool | float]) -> Estimate:
     else:
         low, high = 0.0, 1.0
     return Estimate(n=n, value=mean, stderr=stderr, ci_low=low, ci_high=high)
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value for ``b`` correct->wrong and ``c`` wrong->correct pairs.
+
+    The binomial test of the discordant pairs at p = 1/2: ``min(1, 2 * P(X <= min(b, c)))``
+    with X ~ Binomial(b + c, 1/2); 1.0 when there are no discordant pairs. Computed exactly
+    with integers, so it neither underflows nor loses precision for thousands of pairs; a
+    p-value below the smallest positive float is returned as that float (never 0).
+    """
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, got b={b}, c={c}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    term = 1  # comb(n, 0), then comb(n, i) by the recurrence
+    tail = 0
+    for i in range(k + 1):
+        tail += term
+        term = term * (n - i) // (i + 1)
+    # 2 * tail / 2**n
+    p = Fraction(tail, 1 << (n - 1))
+    if p >= 1:
+        return 1.0
+    return max(float(p), math.ulp(0.0))
+
+
+def binomial_upper_tail(k: int, n: int, p: Fraction) -> float:
+    """``P(X >= k)`` for X ~ Binomial(n, p), exactly (a one-sided binomial test's p-value)."""
+    if not 0 <= k <= n + 1 or n < 0:
+        raise ValueError(f"need 0 <= k <= n + 1, got k={k}, n={n}")
+    if not 0 <= p <= 1:
+        raise ValueError(f"p must be in [0, 1], got {p}")
+    total = Fraction(0)
+    for i in range(k, n + 1):
+        total += math.comb(n, i) * p**i * (1 - p) ** (n - i)
+    return min(1.0, max(float(total), 0.0))

@@ -65,7 +65,9 @@ class DateWindow:
     end: str | None = None
 
     def describe(self) -> str:
-        return f"{self.field} {self.start or '...'} to {self.end or '...'}"
+        if self.start and self.end:
+            return f"{self.field} {self.start} to {self.end}"
+        return f"{self.field} from {self.start}" if self.start else f"{self.field} up to {self.end}"
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,22 @@ class MultipleChoiceSpec:
 
 
 @dataclass(frozen=True)
+class ProbeSpec:
+    """Which document fields the contamination probes rewrite (``contamination:`` block).
+
+    ``options`` / ``gold``: the list field of a multiple-choice item's options and the field
+    of the right option's index (option shuffling). ``question`` / ``solution``: the
+    question text and the worked solution with GSM8K-style ``<<48/2=24>>`` calculations and
+    a final ``#### 72`` (number rewrites; entity rewrites use ``question`` too).
+    """
+
+    options: str | None = None
+    gold: str | None = None
+    question: str | None = None
+    solution: str | None = None
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """A benchmark task: data, prompt, mode, floor and markers."""
 
@@ -240,6 +258,7 @@ class TaskSpec:
     markers: tuple[str, ...] = ()
     description: str = ""
     catalog: CatalogEntry = field(default_factory=CatalogEntry)
+    probes: ProbeSpec = field(default_factory=ProbeSpec)
     source: str = "<python>"
 
     @property
@@ -568,8 +587,27 @@ def _catalog(top: _Reader, mode: str) -> CatalogEntry:
     )
 
 
+def _probes(top: _Reader) -> ProbeSpec:
+    sub = top.child("contamination")
+    if sub is None:
+        return ProbeSpec()
+    sub.unknown_keys(("options", "gold", "question", "solution"))
+    spec = ProbeSpec(
+        options=sub.str_("options"),
+        gold=sub.str_("gold"),
+        question=sub.str_("question"),
+        solution=sub.str_("solution"),
+    )
+    if (spec.options is None) != (spec.gold is None):
+        raise sub.fail("gold" if spec.gold is None else "options", "options and gold go together")
+    if spec.solution is not None and spec.question is None:
+        raise sub.fail("question", "is required with solution")
+    return spec
+
+
 TOP_LEVEL = (
     "catalog",
+    "contamination",
     "task",
     "description",
     "dataset",
@@ -752,6 +790,7 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
         markers=markers,
         description=top.str_("description", default="") or "",
         catalog=_catalog(top, mode),
+        probes=_probes(top),
         source=source,
     )
 

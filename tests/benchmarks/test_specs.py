@@ -26,7 +26,7 @@ from pytest_llmeval.model import (
     LoglikelihoodRequest,
     LoglikelihoodResult,
 )
-from pytest_llmeval.task import TaskSpec, load_task_spec
+from pytest_llmeval.task import DateWindow, TaskSpec, load_task_spec
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = REPO / "benchmarks"
@@ -557,7 +557,9 @@ def test_livecodebench_window_is_recorded_and_shown() -> None:
     spec = _spec("livecodebench")
     assert spec.catalog.freshness == "fresh"
     assert spec.dataset.window is not None
-    assert spec.dataset.window.describe() == "contest_date 2024-08-01 to ..."
+    assert spec.dataset.window.describe() == "contest_date from 2024-08-01"
+    assert DateWindow("d", None, "2025-01-31").describe() == "d up to 2025-01-31"
+    assert DateWindow("d", "2024-01-01", "2025-01-31").describe() == "d 2024-01-01 to 2025-01-31"
     config = task_config(TaskRunner(spec, DATA), [])
     assert config["dataset"]["window"] == {
         "field": "contest_date",
