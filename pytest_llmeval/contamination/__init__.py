@@ -4,6 +4,13 @@ Plain Python (no torch, no pytest wiring): the probes take a :class:`~pytest_llm
 and task items; the scan streams a corpus against a benchmark's n-grams.
 """
 
+from pytest_llmeval.contamination._membership import (
+    MembershipReport,
+    MembershipScore,
+    membership_probe,
+    membership_scores,
+    min_k,
+)
 from pytest_llmeval.contamination._probes import (
     OrderTestReport,
     PairedItem,
@@ -25,6 +32,8 @@ from pytest_llmeval.contamination._rewrite import (
 
 __all__ = [
     "CalculationError",
+    "MembershipReport",
+    "MembershipScore",
     "NumberRewrite",
     "OrderTestReport",
     "PairedItem",
@@ -32,6 +41,9 @@ __all__ = [
     "calculations",
     "canonical_order_test",
     "evaluate",
+    "membership_probe",
+    "membership_scores",
+    "min_k",
     "number_rewrite_probe",
     "option_orders",
     "option_shuffle_probe",

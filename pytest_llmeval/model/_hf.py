@@ -144,6 +144,7 @@ class HFBackend:
 
         # (context, continuation) -> (model input tokens, continuation tokens)
         encoded: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        detailed = {(r.context, r.continuation) for r in requests if r.token_detail}
         for req in requests:
             key = (req.context, req.continuation)
             if key in encoded:
@@ -184,8 +185,19 @@ class HFBackend:
                     target = torch.tensor(cont).unsqueeze(-1)
                     chosen = torch.gather(window, 1, target).squeeze(-1)
                     greedy = bool((window.argmax(dim=-1) == target.squeeze(-1)).all())
+                    zscores: tuple[float, ...] = ()
+                    if key in detailed:
+                        probs = window.exp()
+                        mean = (probs * window).sum(-1)
+                        var = (probs * window * window).sum(-1) - mean * mean
+                        std = var.clamp_min(1e-12).sqrt()
+                        zscores = tuple(float(z) for z in (chosen - mean) / std)
                     done[key] = LoglikelihoodResult(
-                        logprob=float(chosen.sum()), is_greedy=greedy, n_tokens=len(cont)
+                        logprob=float(chosen.sum()),
+                        is_greedy=greedy,
+                        n_tokens=len(cont),
+                        token_logprobs=(tuple(float(x) for x in chosen) if key in detailed else ()),
+                        token_zscores=zscores,
                     )
         return [done[(r.context, r.continuation)] for r in requests]
 

@@ -22,18 +22,30 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class LoglikelihoodRequest:
+    """Score ``continuation`` after ``context``. ``token_detail`` asks for per-token
+    statistics (membership scores such as Min-K% and Min-K%++ need them)."""
+
     context: str
     continuation: str
+    token_detail: bool = False
 
 
 @dataclass(frozen=True)
 class LoglikelihoodResult:
     """Sum of log-probabilities of the continuation tokens, and whether greedy decoding
-    would have produced exactly those tokens."""
+    would have produced exactly those tokens.
+
+    With ``token_detail``: ``token_logprobs`` per continuation token, and ``token_zscores``,
+    each token's log-probability standardised by the mean and standard deviation of the
+    log-probability under the model's own next-token distribution at that position
+    (Min-K%++'s normalisation).
+    """
 
     logprob: float
     is_greedy: bool
     n_tokens: int
+    token_logprobs: tuple[float, ...] = ()
+    token_zscores: tuple[float, ...] = ()
 
 
 Overflow = Literal["skip", "truncate_middle", "truncate_left"]

@@ -18,6 +18,7 @@ from pytest_llmeval.task import CAPABILITIES
 from ._collect import SESSION_KEY, EvalItem, collect_file, get_session
 from ._drift import DriftCheck
 from ._options import add_options
+from ._probe import ProbeRunner
 from ._session import LlmEvalSession
 from ._terminal import report_teststatus, write_catalog, write_details, write_summary
 
@@ -131,4 +132,12 @@ def llm_drift(pytestconfig: pytest.Config) -> DriftCheck:
     return DriftCheck.for_session(llm)
 
 
-__all__ = ["DriftCheck", "EvalItem", "LlmEvalSession"]
+@pytest.fixture(scope="session")
+def llm_probe(pytestconfig: pytest.Config, llm_model: Any) -> ProbeRunner:
+    """Contamination probes on collected tasks with the model under evaluation:
+    ``report = llm_probe.run("mmlu", "option_shuffle")`` then ``llm_probe.check(report)``
+    (fails with the verdict at ``--llm-probe-alpha``); reports go to the run directory."""
+    return ProbeRunner(get_session(pytestconfig), llm_model)
+
+
+__all__ = ["DriftCheck", "EvalItem", "LlmEvalSession", "ProbeRunner"]

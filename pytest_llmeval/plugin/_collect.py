@@ -132,6 +132,8 @@ class TaskFile(pytest.File):
                 yield missing
                 return
             spec = session.register_task(spec)
+            if session.excluded:
+                items = [item for item in items if item.id not in session.excluded]
             session.total_items[spec.name] = len(items)
             chosen = first_n(items, session.options.limit)
             if chosen:

@@ -83,6 +83,25 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "0",
     ),
     (
+        "--llm-exclude",
+        "llm_exclude",
+        "a file of item ids (one per line, '#' comments) left out of every task: the reduced "
+        "set is scored and the list's SHA256 is recorded",
+        None,
+    ),
+    (
+        "--llm-probe-items",
+        "llm_probe_items",
+        "contamination probes (-m contamination): items per task, the first N (default 50)",
+        "50",
+    ),
+    (
+        "--llm-probe-alpha",
+        "llm_probe_alpha",
+        "contamination probes: significance level of a task's verdict (default 0.01)",
+        "0.01",
+    ),
+    (
         "--llm-run-dir",
         "llm_run_dir",
         "write into this run directory (combine one-task-per-process runs into one record)",
@@ -209,6 +228,19 @@ def _data_dirs(config: pytest.Config) -> list[Path]:
     return [d.resolve() if d.exists() else d for d in dirs]
 
 
+def _alpha(config: pytest.Config) -> float:
+    value = _raw(config, "llm_probe_alpha")
+    try:
+        alpha = float(value) if value not in (None, "") else 0.01
+    except (TypeError, ValueError):
+        alpha = -1.0
+    if not 0 < alpha < 1:
+        raise pytest.UsageError(
+            f"--llm-probe-alpha (ini llm_probe_alpha): expected a level in (0, 1), got {value!r}"
+        )
+    return alpha
+
+
 def _path(config: pytest.Config, name: str) -> Path | None:
     value = _raw(config, name)
     return Path(str(value)).expanduser() if value else None
@@ -238,6 +270,9 @@ class Options:
     catalog: bool = False
     failures: int = 0
     max_length: int | None = None
+    exclude: Path | None = None
+    probe_items: int = 50
+    probe_alpha: float = 0.01
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
@@ -265,4 +300,7 @@ class Options:
             catalog=bool(config.getoption("llm_catalog")),
             failures=_int(config, "llm_failures", 0) or 0,
             max_length=_int(config, "llm_max_length", 16),
+            exclude=_path(config, "llm_exclude"),
+            probe_items=_int(config, "llm_probe_items", 1) or 50,
+            probe_alpha=_alpha(config),
         )

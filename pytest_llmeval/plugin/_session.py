@@ -9,6 +9,7 @@ writes the run directory and compares with a baseline.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import math
 import os
 import statistics
@@ -38,6 +39,25 @@ if TYPE_CHECKING:
     from pytest_llmeval.record._compare import Comparison
 
     from ._collect import EvalItem
+
+
+def _read_exclusions(path: Path | None) -> tuple[frozenset[str], str | None]:
+    """Item ids of an exclusion file (the first word of each line; blank lines and ``#``
+    comments skipped) and the file's SHA256."""
+    if path is None:
+        return frozenset(), None
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"--llm-exclude (ini llm_exclude): cannot read {path}: {exc}"
+        ) from None
+    ids = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            ids.append(line.split()[0])
+    return frozenset(ids), hashlib.sha256(data).hexdigest()
 
 
 def task_meta(spec: TaskSpec, total_items: int) -> dict[str, Any]:
@@ -144,6 +164,7 @@ class LlmEvalSession:
         self.resumed_from: set[str] = set()
         self.failure_reports: list[FailureReport] = []
         self.started = _dt.datetime.now()
+        self.excluded, self.exclude_sha256 = _read_exclusions(self.options.exclude)
         if self.options.baseline_fail and not self.is_worker:
             from pytest_llmeval.record._compare import parse_gate
 
@@ -340,7 +361,15 @@ class LlmEvalSession:
             "torch_deterministic_algorithms": True,
             "repeat": opts.repeat,
             "check_determinism": opts.check_determinism,
-            "excluded_items": [],
+            "excluded_items": (
+                {
+                    "file": str(opts.exclude),
+                    "sha256": self.exclude_sha256,
+                    "ids": sorted(self.excluded),
+                }
+                if opts.exclude is not None
+                else None
+            ),
             "data_dirs": [str(d) for d in opts.data_dirs],
             "started": self.started.isoformat(timespec="seconds"),
             "tasks": {

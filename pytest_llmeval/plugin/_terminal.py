@@ -50,6 +50,12 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             "partial: scores cover only the selected items (--llm-limit or -k), not whole tasks",
             yellow=True,
         )
+    if session.options.exclude is not None:
+        tr.write_line(
+            f"excluded: the {len(session.excluded)} item ids listed in {session.options.exclude} "
+            f"(sha256 {str(session.exclude_sha256)[:12]}); scores are on the reduced sets",
+            yellow=True,
+        )
     for v in verdicts:
         not_fitting = session.tallies[v.task].not_fitting
         if not_fitting:

@@ -17,6 +17,7 @@ from pytest_llmeval.scorer._math import (
 from pytest_llmeval.scorer._metrics import (
     Estimate,
     accuracy,
+    auroc,
     binomial_upper_tail,
     mcnemar_exact,
     wilson_interval,
@@ -27,6 +28,7 @@ __all__ = [
     "Extraction",
     "accuracy",
     "answers_match",
+    "auroc",
     "best_f1",
     "binomial_upper_tail",
     "extract",

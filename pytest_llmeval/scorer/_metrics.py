@@ -94,3 +94,22 @@ def binomial_upper_tail(k: int, n: int, p: Fraction) -> float:
     for i in range(k, n + 1):
         total += math.comb(n, i) * p**i * (1 - p) ** (n - i)
     return min(1.0, max(float(total), 0.0))
+
+
+def auroc(positives: Sequence[float], negatives: Sequence[float]) -> float:
+    """Area under the ROC curve of a score separating ``positives`` from ``negatives``: the
+    probability that a random positive scores higher than a random negative, ties counting
+    one half (the Mann-Whitney U statistic over ``n_pos * n_neg``). NaN without both."""
+    if not positives or not negatives:
+        return float("nan")
+    ranked = sorted([(v, 1) for v in positives] + [(v, 0) for v in negatives])
+    rank_sum, i = 0.0, 0
+    while i < len(ranked):
+        j = i
+        while j < len(ranked) and ranked[j][0] == ranked[i][0]:
+            j += 1
+        mid_rank = (i + 1 + j) / 2  # ranks i+1 .. j share their mean
+        rank_sum += mid_rank * sum(label for _, label in ranked[i:j])
+        i = j
+    n_pos, n_neg = len(positives), len(negatives)
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)

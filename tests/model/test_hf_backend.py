@@ -189,3 +189,31 @@ def test_fit_keeps_head_and_tail_or_the_end() -> None:
     assert _fit(tokens, 5, "truncate_middle") == [0, 1, 7, 8, 9]
     assert _fit(tokens, 4, "truncate_middle") == [0, 1, 8, 9]
     assert _fit(tokens, 5, "truncate_left") == [5, 6, 7, 8, 9]
+
+
+def test_token_detail_gives_per_token_logprobs_and_zscores(backend) -> None:  # type: ignore[no-untyped-def]
+    context, continuation = "Q: How many apples", " are left in the basket today?"
+    plain, detailed = backend.loglikelihood(
+        [
+            LoglikelihoodRequest(context, continuation),
+            LoglikelihoodRequest(context + " ", continuation.lstrip(), token_detail=True),
+        ]
+    )
+    assert plain.token_logprobs == plain.token_zscores == ()
+    assert len(detailed.token_logprobs) == len(detailed.token_zscores) == detailed.n_tokens
+    assert sum(detailed.token_logprobs) == pytest.approx(detailed.logprob, abs=1e-4)
+    assert detailed.logprob == pytest.approx(plain.logprob, abs=1e-4)  # same split
+    # The z-scores by hand, from the model's own next-token distributions.
+    tok = backend.tokenizer
+    ctx = tok(context, add_special_tokens=False)["input_ids"]
+    whole = tok(context + continuation, add_special_tokens=False)["input_ids"]
+    cont = whole[len(ctx) :]
+    with torch.inference_mode():
+        logits = backend.model(input_ids=torch.tensor([(ctx + cont)[:-1]])).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)[len(ctx) - 1 :]
+    probs = logprobs.exp()
+    mean = (probs * logprobs).sum(-1)
+    std = ((probs * logprobs**2).sum(-1) - mean**2).sqrt()
+    chosen = logprobs[torch.arange(len(cont)), torch.tensor(cont)]
+    expected = ((chosen - mean) / std).tolist()
+    assert list(detailed.token_zscores) == pytest.approx(expected, abs=1e-3)

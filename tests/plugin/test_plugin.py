@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -325,3 +326,82 @@ def test_items_that_do_not_fit_the_window_are_reported_not_scored(
     assert overflow["details"]["context_overflow"]["context_window"] == 64
     config = json.loads((run / "eval_config.json").read_text())
     assert config["environment"]["backend"]["max_length"] == 64
+
+
+def test_excluded_items_are_left_out_and_recorded(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:
+    write_project(pytester)
+    exclude = pytester.path / "exclude.txt"
+    exclude.write_text("# flagged by llmeval-contamination scan\narith-0001\ncolors-0003  0.92\n\n")
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, f"--llm-exclude={exclude}", "--llm-output=out", "-v")
+    )
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    assert "arith-0001" not in out.split("llmeval summary")[0]
+    result.stdout.fnmatch_lines(
+        ["arith*4/4*", "colors*3/3*", "excluded: the 2 item ids listed in *exclude.txt (sha256 *"]
+    )
+    run = next((pytester.path / "out").iterdir())
+    config = json.loads((run / "eval_config.json").read_text())
+    digest = hashlib.sha256(exclude.read_bytes()).hexdigest()
+    assert config["excluded_items"] == {
+        "file": str(exclude),
+        "sha256": digest,
+        "ids": ["arith-0001", "colors-0003"],
+    }
+    missing = pytester.runpytest(*_args(tiny_model_dir, "--llm-exclude=nope.txt"))
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*--llm-exclude (ini llm_exclude): cannot read nope.txt*"])
+
+
+PROBED_SPEC = """\
+task: quiz
+dataset: {path: quiz.jsonl}
+prompt:
+  template: "{{ question }}\\nA. {{ choices[0] }}\\nB. {{ choices[1] }}\\nC. {{ choices[2] }}\\n\\
+    Answer:"
+mode: multiple_choice
+multiple_choice:
+  choices: ["A", "B", "C"]
+  gold: "{{ answer }}"
+contamination: {options: choices, gold: answer}
+"""
+PROBE_TEST = """\
+import pytest
+
+pytestmark = pytest.mark.contamination
+
+
+def test_probe(llm_probe):
+    report = llm_probe.run("quiz", "option_shuffle")
+    assert report.n == 4
+    llm_probe.check(report)
+
+
+def test_unknown_task_is_skipped(llm_probe):
+    llm_probe.run("nope", "option_shuffle")
+"""
+
+
+def test_contamination_probes_run_as_tests_and_are_recorded(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    rows = [
+        {"question": f"Q{i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
+        for i in range(6)
+    ]
+    (pytester.path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (pytester.path / "quiz.yaml").write_text(PROBED_SPEC)
+    (pytester.path / "test_probes.py").write_text(PROBE_TEST)
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, "-m", "contamination", "--llm-probe-items=4", "--llm-output=out")
+    )
+    result.assert_outcomes(passed=1, skipped=1, deselected=6)
+    run = next((pytester.path / "out").iterdir())
+    report = json.loads((run / "contamination" / "quiz-option_shuffle.json").read_text())
+    assert (report["probe"], report["n"], report["alpha"]) == ("option_shuffle", 4, 0.01)
+    assert len(report["items"]) == 4
+    bad = pytester.runpytest(*_args(tiny_model_dir, "-m", "contamination", "--llm-probe-alpha=2"))
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR

@@ -1,0 +1,152 @@
+"""Membership scores: how familiar an item's text is to the model.
+
+- **Min-K%** (Shi et al., 2023): the mean log-probability of the ``k`` fraction of the
+  text's tokens that the model finds least likely. Text seen in training has fewer very
+  unlikely tokens, so a higher score suggests membership.
+- **Min-K%++** (Zhang et al., 2024): the same over each token's log-probability
+  standardised by the mean and standard deviation of log-probabilities under the model's
+  next-token distribution at that position, which removes much of the dependence on how
+  predictable the text is in general.
+
+Absolute values mean little across texts; they are compared with a reference set of text
+the model cannot have seen in that form: :func:`membership_probe` scores each item as
+published and in its rewritten form (number rewrites, or shuffled options) and reports the
+AUROC of telling them apart (0.5: no difference; towards 1: the published texts are more
+familiar).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pytest_llmeval.contamination._rewrite import option_orders, permute_options, rewrite_numbers
+from pytest_llmeval.dataset import Item
+from pytest_llmeval.eval import TaskRunner
+from pytest_llmeval.model import Backend, LoglikelihoodRequest
+from pytest_llmeval.scorer import auroc
+
+
+def min_k(values: Sequence[float], fraction: float) -> float:
+    """Mean of the ``ceil(fraction * n)`` smallest values (NaN for no values)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    if not values:
+        return float("nan")
+    count = max(1, math.ceil(fraction * len(values)))
+    lowest = sorted(values)[:count]
+    return sum(lowest) / count
+
+
+@dataclass(frozen=True)
+class MembershipScore:
+    item_id: str
+    n_tokens: int
+    min_k: float
+    min_k_plus_plus: float
+
+
+def membership_scores(
+    texts: Sequence[tuple[str, str]], backend: Backend, *, fraction: float = 0.2
+) -> list[MembershipScore]:
+    """Min-K% and Min-K%++ of each ``(item_id, text)``, the text scored from the start."""
+    requests = [LoglikelihoodRequest("", text, token_detail=True) for _, text in texts]
+    results = backend.loglikelihood(requests)
+    return [
+        MembershipScore(
+            item_id=item_id,
+            n_tokens=r.n_tokens,
+            min_k=min_k(r.token_logprobs, fraction),
+            min_k_plus_plus=min_k(r.token_zscores, fraction),
+        )
+        for (item_id, _), r in zip(texts, results, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class MembershipReport:
+    """Scores of items as published and of their rewrites, and the AUROC per score."""
+
+    task: str
+    fraction: float
+    reference: str
+    published: tuple[MembershipScore, ...]
+    rewritten: tuple[MembershipScore, ...]
+
+    @property
+    def auroc_min_k(self) -> float:
+        return auroc([s.min_k for s in self.published], [s.min_k for s in self.rewritten])
+
+    @property
+    def auroc_min_k_plus_plus(self) -> float:
+        return auroc(
+            [s.min_k_plus_plus for s in self.published],
+            [s.min_k_plus_plus for s in self.rewritten],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "probe": "membership",
+            "task": self.task,
+            "fraction": self.fraction,
+            "reference": self.reference,
+            "n": len(self.published),
+            "auroc_min_k": self.auroc_min_k,
+            "auroc_min_k_plus_plus": self.auroc_min_k_plus_plus,
+            "published": [asdict(s) for s in self.published],
+            "rewritten": [asdict(s) for s in self.rewritten],
+        }
+
+
+def item_text(runner: TaskRunner, item: Item) -> str:
+    """An item's text as the benchmark publishes it: its question template and its answer."""
+    prepared = runner.prepare(item)
+    return f"{prepared.question} {prepared.target}".strip()
+
+
+def membership_probe(
+    runner: TaskRunner,
+    items: Sequence[Item],
+    backend: Backend,
+    *,
+    fraction: float = 0.2,
+    seed: int = 1234,
+) -> MembershipReport:
+    """Min-K% and Min-K%++ of each item as published and rewritten (number rewrites when the
+    spec names a question and solution, else shuffled options); items without a rewrite
+    are left out of both sets."""
+    probes = runner.spec.probes
+    published: list[tuple[str, str]] = []
+    rewritten: list[tuple[str, str]] = []
+    reference = "number_rewrite" if probes.solution else "option_shuffle"
+    for item in items:
+        doc: dict[str, Any] | None = None
+        if probes.solution and probes.question:
+            rw = rewrite_numbers(
+                str(item.doc[probes.question]),
+                str(item.doc[probes.solution]),
+                seed=seed,
+                item_id=item.id,
+            )
+            if rw is not None:
+                doc = {**item.doc, probes.question: rw.question, probes.solution: rw.solution}
+        elif probes.options and probes.gold:
+            gold = int(item.doc[probes.gold])
+            orders = option_orders(
+                len(item.doc[probes.options]), gold, 1, seed=seed, item_id=item.id
+            )
+            doc = permute_options(item.doc, probes.options, probes.gold, orders[0])
+        if doc is None:
+            continue
+        published.append((item.id, item_text(runner, item)))
+        variant = Item(id=f"{item.id}~rewrite", index=item.index, doc=doc, subset=item.subset)
+        rewritten.append((variant.id, item_text(runner, variant)))
+    return MembershipReport(
+        task=runner.spec.name,
+        fraction=fraction,
+        reference=reference,
+        published=tuple(membership_scores(published, backend, fraction=fraction)),
+        rewritten=tuple(membership_scores(rewritten, backend, fraction=fraction)),
+    )
