@@ -1,15 +1,61 @@
 """Contamination checks: cheap probes that run as tests, and a corpus n-gram scan.
 
-Plain Python (no torch, no pytest wiring): the probes take a :class:`~pytest_llmeval.model.Backend`
-and task items; the scan streams a corpus against a benchmark's n-grams.
+Plain Python (no torch, no pytest wiring): the probes take a
+:class:`~pytest_llmeval.model.Backend` and task items; the scan streams a corpus against a
+benchmark's n-grams (``llmeval-contamination scan``, see ``docs/CONTAMINATION.md``).
+
+- probes (``_probes``, ``_rewrite``): option shuffling, the canonical-order test, number
+  rewrites, with paired statistics;
+- membership scores (``_membership``): Min-K%, Min-K%++ against rewritten references;
+- behavioural cues (``_cues``): recall cues in generations, guided completion;
+- the n-gram scan (``_ngram``, ``_corpus``, ``_scan``): normalisation, hashing, sharded
+  corpus streaming, local processes or Dask;
+- ``experiment``: the planted-contamination experiment (needs torch).
 """
 
+from pytest_llmeval.contamination._corpus import (
+    Document,
+    Documents,
+    FileRange,
+    HubShard,
+    ParquetRows,
+    Shard,
+    iter_documents,
+    plan_shards,
+    resolve_corpus,
+)
+from pytest_llmeval.contamination._cues import (
+    BENCHMARK_NAMES,
+    Cue,
+    CueReport,
+    GuidedReport,
+    behavioural_cues,
+    guided_completion_probe,
+    longest_shared_run,
+    rouge_l,
+    scan_output,
+)
 from pytest_llmeval.contamination._membership import (
     MembershipReport,
     MembershipScore,
     membership_probe,
     membership_scores,
     min_k,
+)
+from pytest_llmeval.contamination._ngram import (
+    DEFAULT_N,
+    BenchmarkIndex,
+    ItemHits,
+    ItemReport,
+    Location,
+    ScanReport,
+    ShardResult,
+    merge,
+    ngram_hash,
+    normalize,
+    scan_local,
+    scan_shard,
+    scan_with_dask,
 )
 from pytest_llmeval.contamination._probes import (
     OrderTestReport,
@@ -29,25 +75,59 @@ from pytest_llmeval.contamination._rewrite import (
     recheck,
     rewrite_numbers,
 )
+from pytest_llmeval.contamination._scan import DEFAULT_THRESHOLD, load_benchmark
 
 __all__ = [
+    "BENCHMARK_NAMES",
+    "DEFAULT_N",
+    "DEFAULT_THRESHOLD",
+    "BenchmarkIndex",
     "CalculationError",
+    "Cue",
+    "CueReport",
+    "Document",
+    "Documents",
+    "FileRange",
+    "GuidedReport",
+    "HubShard",
+    "ItemHits",
+    "ItemReport",
+    "Location",
     "MembershipReport",
     "MembershipScore",
     "NumberRewrite",
     "OrderTestReport",
     "PairedItem",
     "PairedReport",
+    "ParquetRows",
+    "ScanReport",
+    "Shard",
+    "ShardResult",
+    "behavioural_cues",
     "calculations",
     "canonical_order_test",
     "evaluate",
+    "guided_completion_probe",
+    "iter_documents",
+    "load_benchmark",
+    "longest_shared_run",
     "membership_probe",
     "membership_scores",
+    "merge",
     "min_k",
+    "ngram_hash",
+    "normalize",
     "number_rewrite_probe",
     "option_orders",
     "option_shuffle_probe",
     "permute_options",
+    "plan_shards",
     "recheck",
+    "resolve_corpus",
     "rewrite_numbers",
+    "rouge_l",
+    "scan_local",
+    "scan_output",
+    "scan_shard",
+    "scan_with_dask",
 ]

@@ -46,6 +46,7 @@ class MembershipScore:
     n_tokens: int
     min_k: float
     min_k_plus_plus: float
+    mean_logprob: float  # the plain average token log-probability (the baseline)
 
 
 def membership_scores(
@@ -60,6 +61,7 @@ def membership_scores(
             n_tokens=r.n_tokens,
             min_k=min_k(r.token_logprobs, fraction),
             min_k_plus_plus=min_k(r.token_zscores, fraction),
+            mean_logprob=r.logprob / max(1, r.n_tokens),
         )
         for (item_id, _), r in zip(texts, results, strict=True)
     ]
