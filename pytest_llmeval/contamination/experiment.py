@@ -10,7 +10,7 @@
    published order, "Answer: <letter>"), ``--epochs`` passes, AdamW.
 3. Run every probe with the original and the contaminated model over all items, and report
    for each item-level score the AUROC of telling contaminated items from clean ones, and
-   each task-level probe's verdict on each half:
+   each task-level probe's verdict on each half (zero-shot prompts by default, ``--fewshot``):
 
    - ``gold_prob_drop``: the gold option's probability (softmax over the letters) in the
      published order minus in a shuffled order (the option-shuffling probe, continuous);
@@ -33,7 +33,7 @@ import random
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ class Setup:
     lr: float
     seed: int
     order_k: int
+    fewshot: int = 0
 
 
 def item_text(runner: TaskRunner, item: Item) -> str:
@@ -181,6 +182,10 @@ def task_verdicts(
 
 def run(setup: Setup, out: Path) -> dict[str, Any]:
     spec = load_task_spec(setup.task)
+    if setup.fewshot != spec.fewshot.k:
+        # Zero-shot by default: prompts 5x shorter, so both models are probed in minutes on
+        # a CPU; the planted texts are the zero-shot item texts either way.
+        spec = replace(spec, fewshot=replace(spec.fewshot, k=setup.fewshot))
     runner = TaskRunner(spec, setup.data_dirs)
     items = first_n(load_items(spec, setup.data_dirs), setup.items)
     rng = random.Random(setup.seed)
@@ -270,9 +275,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--items", type=int, default=100)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--order-k", type=int, default=3)
+    parser.add_argument("--fewshot", type=int, default=0, help="shots in the probe prompts")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     setup = Setup(
@@ -284,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lr=args.lr,
         seed=args.seed,
         order_k=args.order_k,
+        fewshot=args.fewshot,
     )
     results = run(setup, args.out)
     print(markdown(results))
