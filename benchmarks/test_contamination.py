@@ -15,6 +15,7 @@ PROBES = [
     ("mmlu", "option_shuffle"),  # options in another order, gold moved: paired McNemar
     ("mmlu", "canonical_order"),  # is the published option order the most likely one?
     ("gsm8k", "number_rewrite"),  # new numbers, answers recomputed: paired McNemar
+    ("gsm8k", "entity_rewrite"),  # other names and cities, same answers: paired McNemar
 ]
 
 

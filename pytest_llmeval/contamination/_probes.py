@@ -11,7 +11,8 @@ on the discordant pairs, and the items solved only in the canonical form.
   under the model than shuffled orders? Under no contamination every order is exchangeable,
   so the canonical one is the most likely with probability ``1 / (k + 1)`` (one-sided exact
   binomial test);
-- :func:`number_rewrite_probe` (GSM8K-style): new numbers, answers recomputed.
+- :func:`number_rewrite_probe` (GSM8K-style): new numbers, answers recomputed;
+- :func:`entity_rewrite_probe`: other person names and cities, answers unchanged.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from fractions import Fraction
 from typing import Any
 
 from pytest_llmeval._errors import SpecError
-from pytest_llmeval.contamination._rewrite import option_orders, permute_options, rewrite_numbers
+from pytest_llmeval.contamination._rewrite import (
+    option_orders,
+    permute_options,
+    rewrite_entities,
+    rewrite_numbers,
+)
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import ItemResult, TaskRunner
 from pytest_llmeval.model import Backend, LoglikelihoodRequest
@@ -335,3 +341,37 @@ def number_rewrite_probe(
             )
         )
     return PairedReport("number_rewrite", runner.spec.name, seed, tuple(paired), tuple(skipped))
+
+
+# --------------------------------------------------------------------------- entities
+
+
+def entity_rewrite_probe(
+    runner: TaskRunner, items: Sequence[Item], backend: Backend, *, seed: int = 1234
+) -> PairedReport:
+    """Ask each item with its person names and cities swapped (the ``question`` field of the
+    spec's ``contamination:`` block; the answer is unchanged); items that name none are
+    skipped and listed."""
+    question_field = _probe_field(runner, "question")
+    kept, variants, skipped = [], [], []
+    changes: dict[str, tuple[tuple[str, str], ...]] = {}
+    for item in items:
+        rewrite = rewrite_entities(str(item.doc[question_field]), seed=seed, item_id=item.id)
+        if rewrite is None:
+            skipped.append(item.id)
+            continue
+        kept.append(item)
+        changes[item.id] = rewrite.changes
+        variants.append(_variant(item, {**item.doc, question_field: rewrite.text}, "entities"))
+    canonical = runner.run(kept, backend) if kept else []
+    rewritten = _by_id(runner.run(variants, backend)) if variants else {}
+    paired = [
+        PairedItem(
+            item_id=item.id,
+            canonical_correct=result.correct,
+            rewritten_correct=(rewritten[f"{item.id}~entities"].correct,),
+            detail={"changes": [list(c) for c in changes[item.id]]},
+        )
+        for item, result in zip(kept, canonical, strict=True)
+    ]
+    return PairedReport("entity_rewrite", runner.spec.name, seed, tuple(paired), tuple(skipped))

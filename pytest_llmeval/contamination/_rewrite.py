@@ -2,6 +2,7 @@
 
 - :func:`option_orders` / :func:`permute_options`: multiple-choice options in another order,
   the right answer moved (the gold index follows its option).
+- :func:`rewrite_entities`: person names and cities swapped for others (answer unchanged);
 - :func:`rewrite_numbers`: a GSM8K-style problem with new numbers; the answer is recomputed
   by re-executing the solution's annotated calculations (``<<48/2=24>>``) with the new
   values, and a rewrite is kept only when every recomputed step stays valid (positive
@@ -349,3 +350,168 @@ def recheck(solution: str) -> Fraction | None:
             return None
         values.append(value)
     return final_value if final_value is not None and final_value in values else None
+
+
+# --------------------------------------------------------------------------- entities
+
+#: Female first names swapped by entity rewrites (for one another).
+FEMALE_NAMES = (
+    "Alice",
+    "Amanda",
+    "Amy",
+    "Angela",
+    "Anna",
+    "Betty",
+    "Carol",
+    "Diana",
+    "Donna",
+    "Elena",
+    "Emily",
+    "Emma",
+    "Grace",
+    "Hannah",
+    "Helen",
+    "Jane",
+    "Janet",
+    "Jennifer",
+    "Jessica",
+    "Julia",
+    "Julie",
+    "Karen",
+    "Kate",
+    "Laura",
+    "Linda",
+    "Lisa",
+    "Lucy",
+    "Maria",
+    "Mary",
+    "Megan",
+    "Michelle",
+    "Nancy",
+    "Natalie",
+    "Olivia",
+    "Rachel",
+    "Rose",
+    "Sarah",
+    "Sophia",
+    "Susan",
+    "Zoe",
+)
+
+#: Male first names swapped by entity rewrites (for one another).
+MALE_NAMES = (
+    "Aaron",
+    "Adam",
+    "Alan",
+    "Albert",
+    "Andrew",
+    "Anthony",
+    "Ben",
+    "Benjamin",
+    "Bill",
+    "Bob",
+    "Brian",
+    "Carl",
+    "Carlos",
+    "Charles",
+    "Daniel",
+    "David",
+    "Edward",
+    "Eric",
+    "Ethan",
+    "Frank",
+    "Gary",
+    "George",
+    "Harry",
+    "Henry",
+    "Jack",
+    "Jacob",
+    "Jake",
+    "James",
+    "Jason",
+    "Jim",
+    "Joe",
+    "John",
+    "Joseph",
+    "Joshua",
+    "Kevin",
+    "Mark",
+    "Matt",
+    "Michael",
+    "Mike",
+    "Nathan",
+    "Nick",
+    "Paul",
+    "Peter",
+    "Richard",
+    "Robert",
+    "Ryan",
+    "Scott",
+    "Steve",
+    "Thomas",
+    "Tim",
+    "Tom",
+    "Tony",
+    "William",
+)
+
+#: All first names of the entity rewrites.
+FIRST_NAMES = FEMALE_NAMES + MALE_NAMES
+
+#: Cities swapped by entity rewrites.
+CITIES = (
+    "Amsterdam",
+    "Athens",
+    "Berlin",
+    "Boston",
+    "Brussels",
+    "Chicago",
+    "Dallas",
+    "Denver",
+    "Dublin",
+    "Houston",
+    "Lisbon",
+    "London",
+    "Madrid",
+    "Miami",
+    "Montreal",
+    "Oslo",
+    "Paris",
+    "Prague",
+    "Rome",
+    "Seattle",
+    "Sydney",
+    "Tokyo",
+    "Toronto",
+    "Vienna",
+)
+
+
+@dataclass(frozen=True)
+class EntityRewrite:
+    """A text with its person names and cities swapped for others of the same kind."""
+
+    text: str
+    changes: tuple[tuple[str, str], ...]
+
+
+def rewrite_entities(text: str, *, seed: int, item_id: str) -> EntityRewrite | None:
+    """Swap every first name and city of the built-in lists that ``text`` mentions (as a
+    whole word, possessives included) for another of the same kind (a female name for a
+    female one, so pronouns still fit) that the text does not use; the same name is always
+    replaced by the same new one. None when the text names none of them. The answer of a
+    word problem does not depend on who does it, so it is unchanged."""
+    rng = _rng(seed, item_id, "entities")
+    changes: dict[str, str] = {}
+    for kind in (FEMALE_NAMES, MALE_NAMES, CITIES):
+        present = [w for w in kind if re.search(rf"\b{re.escape(w)}\b", text)]
+        unused = [w for w in kind if w not in present]
+        rng.shuffle(unused)
+        for old, new in zip(present, unused, strict=False):
+            changes[old] = new
+    if not changes:
+        return None
+    pattern = re.compile(r"\b(" + "|".join(re.escape(w) for w in changes) + r")\b")
+    return EntityRewrite(
+        text=pattern.sub(lambda m: changes[m.group(1)], text), changes=tuple(changes.items())
+    )

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from ._session import LlmEvalSession
 
-PROBES = ("option_shuffle", "canonical_order", "number_rewrite")
+PROBES = ("option_shuffle", "canonical_order", "number_rewrite", "entity_rewrite")
 
 
 def verdict(report: PairedReport | OrderTestReport, alpha: float) -> str | None:
@@ -86,8 +86,10 @@ class ProbeRunner:
             report = contamination.canonical_order_test(
                 runner, chosen, self.backend, k=k or 3, seed=seed
             )
-        else:
+        elif probe == "number_rewrite":
             report = contamination.number_rewrite_probe(runner, chosen, self.backend, seed=seed)
+        else:
+            report = contamination.entity_rewrite_probe(runner, chosen, self.backend, seed=seed)
         if not self.session.is_worker:
             folder = self.session.run_dir().path / "contamination"
             folder.mkdir(exist_ok=True)

@@ -14,6 +14,7 @@ import pytest
 from pytest_llmeval._errors import SpecError
 from pytest_llmeval.contamination import (
     canonical_order_test,
+    entity_rewrite_probe,
     number_rewrite_probe,
     option_shuffle_probe,
 )
@@ -196,3 +197,25 @@ def test_probes_name_the_missing_spec_field(tmp_path: Path) -> None:
     spec, items = _task(tmp_path, {**MC_SPEC, "contamination": None}, "quiz.jsonl", QUIZ)
     with pytest.raises(SpecError, match=r"contamination.options.*is required by this probe"):
         option_shuffle_probe(TaskRunner(spec, [tmp_path]), items, Scripted(logprob=knower))
+
+
+def test_entity_rewrites_keep_answers_and_catch_name_recall(tmp_path: Path) -> None:
+    rows = [
+        {
+            "question": f"Janet has {a} apples and Tom gives her {b} more. How many?",
+            "answer": f"#### {a + b}",
+        }
+        for a, b in [(15, 9), (21, 13), (33, 8), (40, 17), (55, 26)]
+    ] + [{"question": "A farmer has 5 cows and buys 2. How many?", "answer": "#### 7"}]
+    spec, items = _task(tmp_path, GSM_SPEC, "word.jsonl", rows)
+    runner = TaskRunner(spec, [tmp_path])
+    solver = entity_rewrite_probe(runner, items, Scripted(text=_solve), seed=2)
+    assert solver.skipped == ("word-0005",)
+    assert (solver.canonical_accuracy, solver.rewritten_accuracy) == (1.0, 1.0)
+
+    def only_janet(r: GenerateRequest) -> str:  # "knows" the items only with their names
+        return _solve(r) if "Janet" in r.context else " The answer is 0."
+
+    recall = entity_rewrite_probe(runner, items, Scripted(text=only_janet), seed=2)
+    assert (recall.b, recall.c, recall.rewritten_accuracy) == (5, 0, 0.0)
+    assert dict(recall.items[0].detail["changes"])["Janet"] != "Janet"

@@ -11,14 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_llmeval.contamination import (
+    CITIES,
     CalculationError,
     calculations,
     evaluate,
     option_orders,
     permute_options,
     recheck,
+    rewrite_entities,
     rewrite_numbers,
 )
+from pytest_llmeval.contamination._rewrite import FEMALE_NAMES, MALE_NAMES
 
 # --------------------------------------------------------------------------- options
 
@@ -178,3 +181,35 @@ def test_real_gsm8k_rewrites_recheck(shared_benchmarks: Path) -> None:
         for _, new in rewrite.changes:
             assert new in rewrite.question
     assert done >= 120  # about half of GSM8K has a safe rewrite
+
+
+# --------------------------------------------------------------------------- entities
+
+
+def test_entity_rewrite_swaps_names_consistently_within_gender() -> None:
+    text = "Janet has 5 apples. Janet's brother Tom gives her 3 more in Paris. Tomas watches."
+    rewrite = rewrite_entities(text, seed=1, item_id="a")
+    assert rewrite is not None
+    changes = dict(rewrite.changes)
+    assert set(changes) == {"Janet", "Tom", "Paris"}  # not "Tomas": whole words only
+    assert changes["Janet"] in FEMALE_NAMES and changes["Tom"] in MALE_NAMES
+    assert changes["Paris"] in CITIES
+    new = rewrite.text
+    assert new.count(changes["Janet"]) == 2 and "Janet" not in new
+    assert (
+        f"{changes['Janet']}'s brother {changes['Tom']} gives her 3 more in {changes['Paris']}"
+        in new
+    )
+    assert "Tomas watches." in new
+    assert rewrite == rewrite_entities(text, seed=1, item_id="a")
+    assert rewrite_entities("A farmer has 5 cows.", seed=1, item_id="b") is None
+
+
+@given(st.sampled_from(FEMALE_NAMES), st.sampled_from(MALE_NAMES), st.integers(0, 1000))
+def test_entity_rewrite_never_reuses_a_name_of_the_text(her: str, him: str, seed: int) -> None:
+    text = f"{her} and {him} share 10 pears; {her} eats 2."
+    rewrite = rewrite_entities(text, seed=seed, item_id="x")
+    assert rewrite is not None
+    changes = dict(rewrite.changes)
+    assert changes[her] not in (her, him) and changes[him] not in (her, him)
+    assert rewrite.text.endswith(f"{changes[her]} eats 2.")
