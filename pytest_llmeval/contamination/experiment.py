@@ -18,7 +18,11 @@
      the mean over shuffled orders (the canonical-order test);
    - ``min_k`` / ``min_k_plus_plus``: membership scores of the item text;
    - ``mean_logprob``: the plain average token log-probability (the baseline they improve
-     on).
+     on);
+   - ``completion_rouge_l`` / ``guided_gain``: guided completion of the first half of the
+     question, ROUGE-L of the plain completion with the true second half, and how much
+     naming the benchmark ("MMLU", "test") raises it;
+   - ``recall_cues``: the number of behavioural cues of recall in both completions.
 
 Writes ``results.json`` and ``results.md`` into ``--out``. Needs torch and transformers
 (the ``hf`` extra); nothing here runs in the test process's default path.
@@ -38,6 +42,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from pytest_llmeval.contamination._cues import guided_completion_probe, scan_output
 from pytest_llmeval.contamination._membership import membership_scores
 from pytest_llmeval.contamination._probes import canonical_order_test
 from pytest_llmeval.contamination._rewrite import option_orders, permute_options
@@ -47,7 +52,16 @@ from pytest_llmeval.model import Backend, ModelSettings, load_backend, resolve_m
 from pytest_llmeval.scorer import auroc, binomial_upper_tail, mcnemar_exact
 from pytest_llmeval.task import load_task_spec
 
-SCORES = ("gold_prob_drop", "order_margin", "min_k", "min_k_plus_plus", "mean_logprob")
+SCORES = (
+    "gold_prob_drop",
+    "order_margin",
+    "min_k",
+    "min_k_plus_plus",
+    "mean_logprob",
+    "completion_rouge_l",
+    "guided_gain",
+    "recall_cues",
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,7 @@ class Setup:
     seed: int
     order_k: int
     fewshot: int = 0
+    benchmark_name: str = "MMLU"
 
 
 def item_text(runner: TaskRunner, item: Item) -> str:
@@ -132,7 +147,16 @@ def item_scores(
     order = canonical_order_test(runner, items, backend, k=setup.order_k, seed=setup.seed)
     texts = [(item.id, item_text(runner, item)) for item in items]
     membership = membership_scores(texts, backend)
+    guided = guided_completion_probe(
+        runner, items, backend, benchmark=setup.benchmark_name, split="test"
+    )
     return {
+        "completion_rouge_l": [g.unguided_rouge_l for g in guided.items],
+        "guided_gain": [g.guided_rouge_l - g.unguided_rouge_l for g in guided.items],
+        "recall_cues": [
+            len(scan_output(g.guided_output)) + len(scan_output(g.unguided_output))
+            for g in guided.items
+        ],
         "gold_prob_drop": [a - b for a, b in zip(canonical_p, shuffled_p, strict=True)],
         "order_margin": [
             c - sum(s) / len(s)
@@ -279,6 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--order-k", type=int, default=3)
     parser.add_argument("--fewshot", type=int, default=0, help="shots in the probe prompts")
+    parser.add_argument("--benchmark-name", default="MMLU", help="named in guided completion")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     setup = Setup(
@@ -291,6 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         order_k=args.order_k,
         fewshot=args.fewshot,
+        benchmark_name=args.benchmark_name,
     )
     results = run(setup, args.out)
     print(markdown(results))

@@ -90,6 +90,8 @@ class TaskTally:
     nondeterministic: list[str] = field(default_factory=list)
     # Items whose prompt does not fit the model's context window: reported, not scored.
     not_fitting: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Generations that show behavioural cues of recall (a benchmark's name, a split, ...).
+    recall_cues: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
     config: dict[str, Any] = field(default_factory=dict)
 
@@ -333,6 +335,12 @@ class LlmEvalSession:
                 self.run_dir().append_item(tally.name, result)
                 return
             tally.results[result["item_id"]] = result
+            if result.get("output"):
+                from pytest_llmeval.contamination import scan_output
+
+                cues = scan_output(str(result["output"]))
+                if cues:
+                    tally.recall_cues[result["item_id"]] = [f"{c.kind}: {c.text}" for c in cues]
             if result.get("determinism") not in (None, "ok"):
                 tally.nondeterministic.append(f"{result['item_id']}: {result['determinism']}")
             self.run_dir().append_item(tally.name, result)
@@ -450,6 +458,9 @@ class LlmEvalSession:
                 "config_hash": self.tallies[v.task].config.get("config_hash"),
                 "prompt_hash": self.tallies[v.task].config.get("prompt_hash"),
             }
+            cues = self.tallies[v.task].recall_cues
+            if cues:
+                entry["recall_cues"] = {"n": len(cues), "items": dict(sorted(cues.items()))}
             not_fitting = self.tallies[v.task].not_fitting
             if not_fitting:
                 entry["not_fitting"] = {"n": len(not_fitting), "items": sorted(not_fitting)}

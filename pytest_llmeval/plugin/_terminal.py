@@ -57,6 +57,19 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             yellow=True,
         )
     for v in verdicts:
+        cues = session.tallies[v.task].recall_cues
+        if cues:
+            kinds: dict[str, int] = {}
+            for found in cues.values():
+                for kind in {c.split(":", 1)[0] for c in found}:
+                    kinds[kind] = kinds.get(kind, 0) + 1
+            listed = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+            tr.write_line(
+                f"{v.task}: {len(cues)} outputs show cues of recall ({listed}): listed in "
+                "metrics_summary.json; see docs/CONTAMINATION.md",
+                yellow=True,
+            )
+    for v in verdicts:
         not_fitting = session.tallies[v.task].not_fitting
         if not_fitting:
             window = next(iter(not_fitting.values())).get("context_window")

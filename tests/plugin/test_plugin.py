@@ -405,3 +405,60 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     assert len(report["items"]) == 4
     bad = pytester.runpytest(*_args(tiny_model_dir, "-m", "contamination", "--llm-probe-alpha=2"))
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
+
+
+SCRIPTED_CONFTEST = """\
+import pytest_llmeval.model as model
+from pytest_llmeval.model import GenerateResult, LoglikelihoodResult
+
+
+class Scripted:
+    batch_size = 8
+
+    def loglikelihood(self, requests):
+        return [LoglikelihoodResult(-1.0, True, 1) for _ in requests]
+
+    def generate(self, requests):
+        return [
+            GenerateResult(
+                "This one is from the GSM8K test set. The answer is 5."
+                if "two plus three" in r.context
+                else "The answer is 5.",
+                12,
+                "stop",
+            )
+            for r in requests
+        ]
+
+    def info(self):
+        return {"backend": "scripted", "model": "scripted"}
+
+
+model.load_backend = lambda settings: Scripted()
+"""
+
+
+def test_generations_are_scanned_for_cues_of_recall(
+    pytester: pytest.Pytester, write_project
+) -> None:
+    write_project(pytester)
+    pytester.makeconftest(SCRIPTED_CONFTEST)
+    result = pytester.runpytest(
+        "--llm-model=scripted",
+        "--llm-data-dir=.",
+        "-p",
+        "no:cacheprovider",
+        "--llm-output=out",
+        "-k",
+        "arith",
+    )
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["arith: 1 outputs show cues of recall (benchmark_name 1, split 1): listed in *"]
+    )
+    run = next((pytester.path / "out").iterdir())
+    summary = json.loads((run / "metrics_summary.json").read_text())["arith"]
+    assert summary["recall_cues"] == {
+        "n": 1,
+        "items": {"arith-0000": ["benchmark_name: GSM8K", "split: test set"]},
+    }
