@@ -92,3 +92,50 @@ def test_default_model_on_one_item_of_each_task_with_local_data(
     assert math500["finish_reason"] in ("stop", "length", "eos")
     summary = json.loads((run / "metrics_summary.json").read_text())
     assert sorted(summary) == sorted(ITEMS)
+
+
+@pytest.mark.xdist_group("default-model")
+def test_contamination_probes_on_the_default_model(
+    pytester: pytest.Pytester, shared_benchmarks: Path
+) -> None:
+    """``-m contamination`` on real MMLU and GSM8K items with the default model: every probe
+    runs end to end and writes its report; a failure must be a verdict, not an error."""
+    pytest.importorskip("torch")
+    out = pytester.path / "runs"
+    result = pytester.runpytest_subprocess(
+        str(REPO / "benchmarks"),
+        "--llm-model=smollm2-135m",
+        f"--llm-data-dir={shared_benchmarks}",
+        f"--llm-output={out}",
+        "-m",
+        "contamination",
+        "--llm-probe-items=4",
+        "-p",
+        "no:cacheprovider",
+        timeout=1200,
+    )
+    text = result.stdout.str()
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 4, text
+    assert "error" not in outcomes, text
+    for line in result.stdout.lines:
+        if line.startswith("FAILED"):
+            assert "possible contamination" in line or "may have seen the items" in line, line
+    reports = {
+        p.stem: json.loads(p.read_text()) for p in next(out.iterdir()).glob("contamination/*.json")
+    }
+    assert sorted(reports) == [
+        "gsm8k-entity_rewrite",
+        "gsm8k-number_rewrite",
+        "mmlu-canonical_order",
+        "mmlu-option_shuffle",
+    ]
+    assert reports["mmlu-option_shuffle"]["n"] == 4
+    assert reports["mmlu-canonical_order"]["n"] == 4
+    assert len(reports["mmlu-canonical_order"]["items"][0]["shuffled"]) == 3
+    # GSM8K's first 4 items: 0000 and 0002 have safe number rewrites (0001 uses only the
+    # unit constant 2, 0003 its 3 and 60); 0000 (Janet) and 0003 (James) name people.
+    assert reports["gsm8k-number_rewrite"]["skipped"] == ["gsm8k-0001", "gsm8k-0003"]
+    assert reports["gsm8k-entity_rewrite"]["skipped"] == ["gsm8k-0001", "gsm8k-0002"]
+    numbers = reports["gsm8k-number_rewrite"]["items"][0]["detail"]
+    assert numbers["changes"] == [["16", numbers["changes"][0][1]]]  # Janet's 16 eggs
