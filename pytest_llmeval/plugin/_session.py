@@ -69,6 +69,8 @@ def task_meta(spec: TaskSpec, total_items: int) -> dict[str, Any]:
         "source": spec.source,
         "saturation": spec.catalog.saturation,
         "successor": spec.catalog.successor,
+        "capability": spec.catalog.capability,
+        "freshness": spec.catalog.freshness,
     }
 
 
@@ -83,6 +85,8 @@ class TaskTally:
     source: str = ""
     saturation: str = ""
     successor: str | None = None
+    capability: str | None = None
+    freshness: str = "stable"
     selected: int = 0
     skipped: int = 0
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -306,6 +310,8 @@ class LlmEvalSession:
                 source=str(meta.get("source", "")),
                 saturation=str(meta.get("saturation") or ""),
                 successor=meta.get("successor"),
+                capability=meta.get("capability"),
+                freshness=str(meta.get("freshness") or "stable"),
             )
         if report.when == "setup":
             tally.selected += 1

@@ -104,6 +104,8 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             tr.write_line(
                 f"WARNING {v.task} is a saturated gate: {tally.saturation}{advice}", yellow=True
             )
+    for line in stable_vs_fresh(session):
+        tr.write_line(line, yellow=True)
     if session.comparison is not None:
         from pytest_llmeval.record._compare import format_comparison
 
@@ -140,6 +142,24 @@ def report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
         if name == "llmeval_result" and isinstance(value, dict) and not value.get("correct"):
             return "wrong", "w", "WRONG"
     return None
+
+
+def stable_vs_fresh(session: LlmEvalSession) -> list[str]:
+    """For each capability where a stable and a fresh task both ran: their scores side by
+    side. A stable score far above the fresh one is a sign of contamination (or of a harder
+    fresh set); the contamination probes and the n-gram scan tell which."""
+    by_capability: dict[str, dict[str, list[str]]] = {}
+    for v in session.verdicts:
+        tally = session.tallies[v.task]
+        if tally.capability and v.n and not math.isnan(v.score):
+            groups = by_capability.setdefault(tally.capability, {})
+            groups.setdefault(tally.freshness, []).append(f"{v.task} {_pct(v.score).strip()}%")
+    return [
+        f"{capability}: stable {', '.join(groups['stable'])} vs fresh {', '.join(groups['fresh'])}"
+        " (a stable score far above the fresh one suggests contamination; see -m contamination)"
+        for capability, groups in sorted(by_capability.items())
+        if groups.get("stable") and groups.get("fresh")
+    ]
 
 
 def write_catalog(session: LlmEvalSession, tr: Any) -> None:

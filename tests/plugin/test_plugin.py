@@ -462,3 +462,26 @@ def test_generations_are_scanned_for_cues_of_recall(
         "n": 1,
         "items": {"arith-0000": ["benchmark_name: GSM8K", "split: test set"]},
     }
+
+
+def test_stable_and_fresh_tasks_of_a_capability_are_compared(
+    pytester: pytest.Pytester, write_project
+) -> None:
+    write_project(pytester)
+    pytester.makeconftest(SCRIPTED_CONFTEST)
+    base = (pytester.path / "arith.yaml").read_text()
+    for name, freshness in (("old", "stable"), ("new", "fresh")):
+        spec = base.replace("task: arith", f"task: {name}") + (
+            f"catalog: {{capability: math, style: generative, freshness: {freshness}}}\n"
+        )
+        (pytester.path / f"{name}.yaml").write_text(spec)
+    (pytester.path / "arith.yaml").unlink()
+    (pytester.path / "colors.yaml").unlink()
+    result = pytester.runpytest(
+        "--llm-model=scripted", "--llm-data-dir=.", "-p", "no:cacheprovider"
+    )
+    assert result.ret == 0, result.stdout.str()
+    # The scripted model answers 5 everywhere: right on 1 of the 5 arith items.
+    result.stdout.fnmatch_lines(
+        ["math: stable old 20.0% vs fresh new 20.0% (a stable score far above the fresh one*"]
+    )
