@@ -139,3 +139,44 @@ def test_contamination_probes_on_the_default_model(
     assert reports["gsm8k-entity_rewrite"]["skipped"] == ["gsm8k-0001", "gsm8k-0002"]
     numbers = reports["gsm8k-number_rewrite"]["items"][0]["detail"]
     assert numbers["changes"] == [["16", numbers["changes"][0][1]]]  # Janet's 16 eggs
+
+
+@pytest.mark.xdist_group("default-model")
+def test_membership_and_guided_completion_on_the_default_model(shared_benchmarks: Path) -> None:
+    """Min-K% / Min-K%++ and guided completion on real MMLU and GSM8K items with the default
+    model (in process): the scores are finite log-probability statistics, one per item and
+    rewrite, and the completions are real text."""
+    pytest.importorskip("torch")
+    from pytest_llmeval.contamination import guided_completion_probe, membership_probe
+    from pytest_llmeval.dataset import first_n, load_items
+    from pytest_llmeval.eval import TaskRunner
+    from pytest_llmeval.model import ModelSettings, load_backend
+    from pytest_llmeval.task import load_task_spec
+
+    backend = load_backend(ModelSettings(model="smollm2-135m", batch_size=8))
+    data = [shared_benchmarks]
+    mmlu = load_task_spec(REPO / "benchmarks" / "mmlu.yaml")
+    runner = TaskRunner(mmlu, data)
+    items = first_n(load_items(mmlu, data), 4)
+    report = membership_probe(runner, items, backend)
+    assert (report.reference, len(report.published), len(report.rewritten)) == (
+        "option_shuffle",
+        4,
+        4,
+    )
+    for score in (*report.published, *report.rewritten):
+        assert score.n_tokens > 20
+        assert score.min_k < score.mean_logprob < 0  # the least likely 20% lie below the mean
+        assert math.isfinite(score.min_k_plus_plus)
+    assert 0.0 <= report.auroc_min_k <= 1.0
+    gsm8k = load_task_spec(REPO / "benchmarks" / "gsm8k.yaml")
+    guided = guided_completion_probe(
+        TaskRunner(gsm8k, data),
+        first_n(load_items(gsm8k, data), 2),
+        backend,
+        benchmark="GSM8K",
+        max_new_tokens=16,
+    )
+    assert guided.n == 2
+    assert all(i.guided_output.strip() and i.unguided_output.strip() for i in guided.items)
+    assert all(0.0 <= i.guided_rouge_l <= 1.0 for i in guided.items)
