@@ -394,7 +394,8 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     ]
     (pytester.path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (pytester.path / "quiz.yaml").write_text(PROBED_SPEC)
-    (pytester.path / "test_probes.py").write_text(PROBE_TEST)
+    # A basename no other test module has (in-process runs share sys.modules).
+    (pytester.path / "test_llm_probe_project.py").write_text(PROBE_TEST)
     result = pytester.runpytest(
         *_args(tiny_model_dir, "-m", "contamination", "--llm-probe-items=4", "--llm-output=out")
     )
@@ -434,7 +435,16 @@ class Scripted:
         return {"backend": "scripted", "model": "scripted"}
 
 
-model.load_backend = lambda settings: Scripted()
+# Patched for this in-process run only: pytester shares the interpreter with other tests.
+_real_load_backend = model.load_backend
+
+
+def pytest_configure(config):
+    model.load_backend = lambda settings: Scripted()
+
+
+def pytest_unconfigure(config):
+    model.load_backend = _real_load_backend
 """
 
 
