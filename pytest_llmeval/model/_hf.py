@@ -173,12 +173,19 @@ class HFBackend:
                 ids[i, : len(row)] = torch.tensor(row)
                 mask[i, : len(row)] = 1
             longest_cont = [max(len(encoded[k][1]) for k in by_row[row]) for row in rows]
-            lo = min(len(r) - n for r, n in zip(rows, longest_cont, strict=True))
+            keep = max(longest_cont)
+            # Row i's last `keep` positions (those that predict its continuation tokens are
+            # the last len(cont) of them); earlier indices are clipped to 0 and never read.
+            positions = torch.tensor(
+                [[max(0, len(row) - keep + j) for j in range(keep)] for row in rows]
+            )
             with torch.inference_mode():
-                logits = self._forward(ids.to(self.device), mask.to(self.device), lo, width)
+                logits = self._forward(
+                    ids.to(self.device), mask.to(self.device), positions.to(self.device)
+                )
             logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
             for i, row in enumerate(rows):
-                end = len(row) - lo
+                end = keep
                 for key in by_row[row]:
                     cont = encoded[key][1]
                     window = logprobs[i, end - len(cont) : end]
@@ -201,15 +208,28 @@ class HFBackend:
                     )
         return [done[(r.context, r.continuation)] for r in requests]
 
-    def _forward(self, ids: Any, mask: Any, lo: int, hi: int) -> Any:
-        """Logits for positions [lo, hi) only, so the LM head runs on few positions."""
+    def _forward(self, ids: Any, mask: Any, positions: Any) -> Any:
+        """Logits at ``positions`` (one row of position indices per batch row) only: the
+        decoder runs once over the batch, the LM head only on the kept hidden states, so a
+        batch of long contexts with short continuations computes few vocabulary rows even
+        when its rows have different lengths."""
         import torch
 
-        keep = torch.arange(lo, hi, device=ids.device)
-        try:
-            return self.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
-        except TypeError:  # models without logits_to_keep
-            return self.model(input_ids=ids, attention_mask=mask).logits[:, lo:hi]
+        config = self.model.config
+        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else None
+        head = self.model.get_output_embeddings()
+        # Models that transform the head's output (Gemma 2's soft-capping, Cohere's scale)
+        # take the plain path: full logits, then gather.
+        transformed = any(
+            getattr(config, name, None) for name in ("final_logit_softcapping", "logit_scale")
+        )
+        if decoder is None or head is None or transformed:
+            logits = self.model(input_ids=ids, attention_mask=mask).logits
+            index = positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
+            return torch.gather(logits, 1, index)
+        hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+        return head(torch.gather(hidden, 1, index))
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
         import torch
