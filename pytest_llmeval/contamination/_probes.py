@@ -266,7 +266,8 @@ def canonical_order_test(
         context = prepared.prompt[: len(prepared.prompt) - len(prepared.question)]
         n_options = len(item.doc[options_field])
         gold = int(item.doc[gold_field])
-        shuffles = _any_orders(n_options, k, seed=seed, item_id=item.id, gold=gold)
+        # Any orders but the published one do; the gold-moving ones are distinct and seeded.
+        shuffles = option_orders(n_options, gold, k, seed=seed, item_id=f"{item.id}#order-test")
         texts = [prepared.question]
         for order in shuffles:
             doc = permute_options(item.doc, options_field, gold_field, order)
@@ -288,11 +289,6 @@ def canonical_order_test(
         shuffled_logprobs=tuple(shuffled),
         item_ids=tuple(i.id for i in items),
     )
-
-
-def _any_orders(n: int, k: int, *, seed: int, item_id: str, gold: int) -> list[tuple[int, ...]]:
-    # Any non-identity order will do here; reuse the gold-moving orders (distinct, seeded).
-    return option_orders(n, gold, k, seed=seed, item_id=f"{item_id}#order-test")
 
 
 # --------------------------------------------------------------------------- numbers

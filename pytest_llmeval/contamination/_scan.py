@@ -39,6 +39,7 @@ from pytest_llmeval.contamination._ngram import (
     normalize,
     scan_local,
 )
+from pytest_llmeval.dataset import env_data_dirs, hub_allowed, path_list
 
 #: Default ``--threshold``: the fraction of an item's distinct n-grams found in the corpus
 #: at which the item is flagged (and listed in ``exclude.txt``).
@@ -56,14 +57,8 @@ DEFAULT_DATA_DIR = Path("..") / "shared" / "benchmarks"
 
 def data_dirs(cli: Sequence[str] = ()) -> list[Path]:
     """``--data-dir`` values, then ``LLMEVAL_DATA_DIR``, then ``../shared/benchmarks``."""
-    dirs: list[Path] = []
-    for value in cli:
-        dirs += [Path(p).expanduser() for p in value.split(os.pathsep) if p]
-    env = os.environ.get("LLMEVAL_DATA_DIR")
-    if env:
-        dirs += [Path(p).expanduser() for p in env.split(os.pathsep) if p]
-    dirs.append(DEFAULT_DATA_DIR)
-    return dirs
+    dirs = [d for value in cli for d in path_list(value)]
+    return [*dirs, *env_data_dirs(), DEFAULT_DATA_DIR]
 
 
 def _jsonl_items(path: Path) -> list[tuple[str, str]]:
@@ -416,10 +411,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _hub_allowed(flag: bool) -> bool:
-    return flag or os.environ.get("LLMEVAL_ALLOW_HUB", "") not in ("", "0", "false", "no")
-
-
 def _shard_bytes(shard_mb: float, total: int, workers: int) -> int:
     """At most ``shard_mb``, and small enough for about 4 shards per worker, at least 1 MB
     (unless ``shard_mb`` itself is smaller)."""
@@ -431,7 +422,7 @@ def _shard_bytes(shard_mb: float, total: int, workers: int) -> int:
 def run_scan(args: argparse.Namespace) -> int:
     name, items = load_benchmark(args.benchmark, data_dirs(args.data_dir))
     index = BenchmarkIndex.build(items, args.n)
-    sources = resolve_corpus(args.corpus, allow_hub=_hub_allowed(args.allow_hub))
+    sources = resolve_corpus(args.corpus, allow_hub=args.allow_hub or hub_allowed())
     workers = args.workers or os.cpu_count() or 1
     total = corpus_bytes(sources)
     shards = plan_shards(

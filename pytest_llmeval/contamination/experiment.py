@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import tempfile
 import time
@@ -43,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmeval.contamination._cues import guided_completion_probe, scan_output
-from pytest_llmeval.contamination._membership import membership_scores
+from pytest_llmeval.contamination._membership import item_text, membership_scores
 from pytest_llmeval.contamination._probes import canonical_order_test
 from pytest_llmeval.contamination._rewrite import option_orders, permute_options
 from pytest_llmeval.dataset import Item, first_n, load_items
-from pytest_llmeval.eval import TaskRunner
+from pytest_llmeval.eval import TaskRunner, true_probability_mass
 from pytest_llmeval.model import Backend, ModelSettings, load_backend, resolve_model_path
 from pytest_llmeval.scorer import auroc, binomial_upper_tail, mcnemar_exact
 from pytest_llmeval.task import load_task_spec
@@ -76,11 +75,6 @@ class Setup:
     order_k: int
     fewshot: int = 0
     benchmark_name: str = "MMLU"
-
-
-def item_text(runner: TaskRunner, item: Item) -> str:
-    prepared = runner.prepare(item)
-    return f"{prepared.question} {prepared.target}"
 
 
 def fine_tune(model_path: Path, texts: Sequence[str], out: Path, setup: Setup) -> dict[str, Any]:
@@ -119,10 +113,9 @@ def _gold_probs(
 ) -> tuple[list[float], list[bool]]:
     probs, correct = [], []
     for r in runner.run(items, backend):
-        top = max(r.logprobs)
-        weights = [math.exp(lp - top) for lp in r.logprobs]
-        assert r.gold is not None
-        probs.append(weights[r.gold] / sum(weights))
+        probs.append(
+            true_probability_mass(r.logprobs, [i == r.gold for i in range(len(r.logprobs))])
+        )
         correct.append(r.correct)
     return probs, correct
 

@@ -28,6 +28,16 @@ class DataNotInstalled(DataError):
     inside it): its items are reported as skipped rather than failing collection."""
 
 
+def path_list(value: str) -> list[Path]:
+    """Paths separated by ``os.pathsep`` (as in ``--llm-data-dir`` and ``LLMEVAL_DATA_DIR``)."""
+    return [Path(p).expanduser() for p in value.split(os.pathsep) if p]
+
+
+def env_data_dirs() -> list[Path]:
+    """The data directories named by ``LLMEVAL_DATA_DIR`` (none when it is unset)."""
+    return path_list(os.environ.get("LLMEVAL_DATA_DIR", ""))
+
+
 def hub_allowed() -> bool:
     """Whether specs may fall back to the Hugging Face hub (``--llm-hub`` or
     ``LLMEVAL_ALLOW_HUB=1``). Off by default: runs never touch the network unless asked."""

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from pytest_llmeval.task._spec import OVERFLOW_POLICIES as OVERFLOW_NAMES
+
 
 @dataclass(frozen=True)
 class LoglikelihoodRequest:
@@ -49,7 +51,8 @@ class LoglikelihoodResult:
 
 
 Overflow = Literal["skip", "truncate_middle", "truncate_left"]
-OVERFLOW_POLICIES: tuple[Overflow, ...] = ("skip", "truncate_middle", "truncate_left")
+# The spec validates generate.overflow against the same tuple (task._spec.OVERFLOW_POLICIES).
+OVERFLOW_POLICIES: tuple[Overflow, ...] = OVERFLOW_NAMES  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)

