@@ -42,6 +42,12 @@ class PreparedItem:
     labels: tuple[bool, ...] = ()  # metric mc2: which choices are true
     references: tuple[str, ...] = ()  # generate.targets: every accepted answer
 
+    @property
+    def shared_prefix(self) -> int:
+        """Characters of the prompt before the item's own question (description and few-shot
+        block), the same for all items of a subset: a backend may compute them once."""
+        return len(self.prompt) - len(self.question)
+
 
 @dataclass
 class ItemResult:
@@ -277,6 +283,7 @@ class TaskRunner:
                 max_new_tokens=gen.budget(p.item.subset),
                 stop=gen.stop,
                 overflow=gen.overflow,  # type: ignore[arg-type]  # validated by the spec
+                shared_prefix=p.shared_prefix,
             )
             for p in prepared
         ]
@@ -432,7 +439,9 @@ class TaskRunner:
         assert mc is not None
         delim = self.spec.prompt.target_delimiter
         requests = [
-            LoglikelihoodRequest(context=p.prompt, continuation=delim + choice)
+            LoglikelihoodRequest(
+                context=p.prompt, continuation=delim + choice, shared_prefix=p.shared_prefix
+            )
             for p in prepared
             for choice in p.choices
         ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import platform
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +19,11 @@ from pytest_llmeval.model._types import (
 )
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
+# A shared prefix shorter than this many tokens is recomputed rather than cached.
+_MIN_SHARED = 32
+# Key/value states of shared prefixes kept across calls (least recently used dropped first):
+# the 57 five-shot MMLU prefixes of a 135M model take about 1.7 GB in float32.
+_PREFIX_CACHE_BYTES = 4 << 30
 
 
 def set_seeds(seed: int) -> None:
@@ -92,6 +99,22 @@ class HFBackend:
         limit = settings.max_length or getattr(config, "max_position_embeddings", None) or 2048
         self.max_length = int(limit)
         self._batch_size = settings.batch_size
+        self._decoder = self.model.get_decoder()
+        self._lm_head = self.model.get_output_embeddings()
+        if self._decoder is None or self._lm_head is None:
+            raise ModelError(f"--llm-model={settings.model}: not a decoder with an LM head")
+        # Reusing a prefix's key/value states needs plain full-attention layers everywhere.
+        layer_types = getattr(config, "layer_types", None) or ()
+        sliding = getattr(config, "sliding_window", None) and getattr(
+            config, "use_sliding_window", True
+        )
+        # transformers 5.2x renamed the decoder's and generate's `past_key_values` to `cache`.
+        forward_args = inspect.signature(self._decoder.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
+        self._share = not sliding and all(t == "full_attention" for t in layer_types)
+        self._prefixes: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
+        self._prefix_bytes = 0
+        self._text_tokens: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ protocol
 
@@ -126,6 +149,8 @@ class HFBackend:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _split(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """lm-eval's split: the context's own tokens, and the tail of the tokenized
+        ``context + continuation`` beyond as many tokens as the context has."""
         n_spaces = len(context) - len(context.rstrip())
         if n_spaces:
             continuation = context[-n_spaces:] + continuation
@@ -136,107 +161,220 @@ class HFBackend:
                 prefix = self.tokenizer.eos_token_id
             return [int(prefix)], self._encode(continuation)
         whole = self._encode(context + continuation)
-        n_context = len(self._encode(context))
-        return whole[:n_context], whole[n_context:]
+        ctx = self._encode(context)
+        return ctx, whole[len(ctx) :]
+
+    # ------------------------------------------------------------------ shared prefixes
+
+    def _shared_tokens(self, context_tokens: Sequence[int], prefix_text: str) -> int:
+        """How many leading tokens of ``context_tokens`` are those of ``prefix_text`` (the
+        description and few-shot block many requests share), at least one context token
+        left over; 0 when sharing is off or the prefix is too short to be worth a cache
+        entry."""
+        if not self._share or not prefix_text:
+            return 0
+        tokens = self._text_tokens.get(prefix_text)
+        if tokens is None:
+            tokens = self._text_tokens[prefix_text] = self._encode(prefix_text)
+        n = 0
+        for a, b in zip(tokens, context_tokens[:-1], strict=False):
+            if a != b:
+                break
+            n += 1
+        return n if n >= _MIN_SHARED else 0
+
+    def _prefix_state(self, prefix: tuple[int, ...], keep: bool) -> list[tuple[Any, Any]]:
+        """Key/value states of ``prefix`` (batch of one), from the cache or computed by
+        extending the longest cached prefix of it; ``keep`` stores the result."""
+        if not prefix:
+            return []
+        cached = self._prefixes.get(prefix)
+        if cached is not None:
+            self._prefixes.move_to_end(prefix)
+            return cached
+        base: tuple[int, ...] = ()
+        for candidate in self._prefixes:
+            if len(base) < len(candidate) < len(prefix) and prefix[: len(candidate)] == candidate:
+                base = candidate
+        import torch
+
+        past = self._prefixes[base] if base else []
+        ids = torch.tensor([prefix[len(base) :]], device=self.device)
+        with torch.inference_mode():
+            _, state = self._decode(past, len(base), ids, torch.ones_like(ids), want_state=True)
+        if keep:
+            self._prefixes[prefix] = state
+            self._prefix_bytes += _nbytes(state)
+            while self._prefix_bytes > _PREFIX_CACHE_BYTES and len(self._prefixes) > 1:
+                _, dropped = self._prefixes.popitem(last=False)
+                self._prefix_bytes -= _nbytes(dropped)
+        return state
+
+    def _decode(
+        self,
+        past: list[tuple[Any, Any]],
+        n_past: int,
+        ids: Any,
+        mask: Any,
+        want_state: bool = False,
+    ) -> tuple[Any, list[tuple[Any, Any]]]:
+        """Run the decoder on right-padded ``ids`` after ``past`` (one row of states,
+        broadcast to the batch): the last hidden states, and with ``want_state`` the
+        key/value states of past + ids."""
+        import torch
+
+        rows = ids.shape[0]
+        cache = self._cache(past, rows) if past or want_state else None
+        ones = torch.ones((rows, n_past), dtype=mask.dtype, device=mask.device)
+        positions = torch.arange(n_past, n_past + ids.shape[1], device=ids.device)
+        out = self._decoder(
+            input_ids=ids,
+            attention_mask=torch.cat([ones, mask], 1),
+            position_ids=positions.expand(rows, -1),
+            use_cache=cache is not None,
+            **{self._cache_arg: cache},
+        )
+        state = (
+            [(layer.keys, layer.values) for layer in cache.layers] if want_state and cache else []
+        )
+        return out.last_hidden_state, state
+
+    def _cache(self, past: list[tuple[Any, Any]], rows: int) -> Any:
+        """A fresh cache holding ``past`` (states of one row) for each of ``rows`` rows."""
+        from transformers import DynamicCache
+
+        if not past:
+            return DynamicCache()
+        return DynamicCache(
+            ddp_cache_data=[
+                (k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in past
+            ]
+        )
+
+    def _head(self, hidden: Any) -> Any:
+        """The LM head, with the output transforms some models apply to it."""
+        import torch
+
+        logits = self._lm_head(hidden)
+        config = self.model.config
+        scale = getattr(config, "logit_scale", None)
+        if scale:  # Cohere
+            logits = logits * scale
+        cap = getattr(config, "final_logit_softcapping", None)
+        if cap:  # Gemma 2/3
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    # ------------------------------------------------------------------ log-likelihood
 
     def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
-        import torch
+        """Score each request's continuation (the numbers of lm-eval's causal LM scoring).
 
-        # (context, continuation) -> (model input tokens, continuation tokens)
-        encoded: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
-        detailed = {(r.context, r.continuation) for r in requests if r.token_detail}
+        Each unique (context, continuation) is the model row ``context + continuation``
+        without its last token, split into a prefix whose key/value states are reused and
+        a suffix run in the batch:
+
+        - the request's ``shared_prefix`` (description and few-shot block) is computed
+          once and kept in an LRU cache across calls;
+        - a context with several multi-token continuations (option-text multiple choice)
+          is run once, all but its last token, for all its options;
+        - requests with the same row (the one-letter answers of a question) share it.
+
+        Rows are batched by prefix, longest first (minimal padding); the LM head runs only
+        on the positions that predict continuation tokens.
+        """
+        split: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
         for req in requests:
             key = (req.context, req.continuation)
-            if key in encoded:
-                continue
-            ctx, cont = self._split(req.context, req.continuation)
-            if not cont:
-                raise ModelError(f"empty continuation for {req.continuation!r}")
-            if len(cont) > self.max_length:
-                raise ModelError(f"continuation of {len(cont)} tokens exceeds max_length")
-            encoded[key] = ((ctx + cont)[-(self.max_length + 1) :][:-1], cont)
-        # Requests whose model input is the same token row share one forward pass: the
-        # choices of a letter-answer question are one-token continuations of one context.
-        by_row: dict[tuple[int, ...], list[tuple[str, str]]] = {}
-        for key, (tokens, _) in encoded.items():
-            by_row.setdefault(tuple(tokens), []).append(key)
-        # Longest first: padding is minimal and the first batch shows memory trouble early.
-        unique_rows = sorted(by_row, key=lambda r: (-len(r), r))
+            if key not in split:
+                ctx, cont = self._split(req.context, req.continuation)
+                if not cont:
+                    raise ModelError(f"empty continuation for {req.continuation!r}")
+                if len(cont) > self.max_length:
+                    raise ModelError(f"continuation of {len(cont)} tokens exceeds max_length")
+                split[key] = (ctx, cont)
+        n_options: dict[tuple[int, ...], int] = {}
+        for ctx, cont in split.values():
+            if len(cont) > 1:
+                n_options[tuple(ctx)] = n_options.get(tuple(ctx), 0) + 1
+        hints = {(r.context, r.continuation): r.shared_prefix for r in requests}
+        detailed = {(r.context, r.continuation) for r in requests if r.token_detail}
+        kept: set[tuple[int, ...]] = set()
+        rows: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[str, str]]] = {}
+        for key, (ctx, cont) in split.items():
+            whole = ctx + cont
+            prefix: tuple[int, ...] = ()
+            if len(whole) > self.max_length + 1:  # cut from the left, as lm-eval does
+                row = whole[-(self.max_length + 1) : -1]
+            else:
+                row = whole[:-1]
+                prefix = tuple(ctx[: self._shared_tokens(ctx, key[0][: hints[key]])])
+                if prefix:
+                    kept.add(prefix)
+                if self._share and n_options.get(tuple(ctx), 0) > 1:
+                    prefix = tuple(ctx[:-1])
+            rows.setdefault((prefix, tuple(row[len(prefix) :])), []).append(key)
+        by_prefix: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        for prefix, suffix in rows:
+            by_prefix.setdefault(prefix, []).append(suffix)
+        # Shared prefixes first, so that a question's context extends its cached few-shot
+        # block instead of recomputing it.
+        for prefix in sorted(kept, key=len):
+            self._prefix_state(prefix, keep=True)
         done: dict[tuple[str, str], LoglikelihoodResult] = {}
-        pad = int(self.tokenizer.pad_token_id)
-        for start in range(0, len(unique_rows), self.batch_size):
-            rows = unique_rows[start : start + self.batch_size]
-            width = len(rows[0])
-            ids = torch.full((len(rows), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(rows), width), dtype=torch.long)
-            for i, row in enumerate(rows):
-                ids[i, : len(row)] = torch.tensor(row)
-                mask[i, : len(row)] = 1
-            longest_cont = [max(len(encoded[k][1]) for k in by_row[row]) for row in rows]
-            keep = max(longest_cont)
-            # Row i's last `keep` positions (those that predict its continuation tokens are
-            # the last len(cont) of them); earlier indices are clipped to 0 and never read.
-            positions = torch.tensor(
-                [[max(0, len(row) - keep + j) for j in range(keep)] for row in rows]
-            )
-            with torch.inference_mode():
-                logits = self._forward(
-                    ids.to(self.device), mask.to(self.device), positions.to(self.device)
-                )
-            logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
-            for i, row in enumerate(rows):
-                end = keep
-                for key in by_row[row]:
-                    cont = encoded[key][1]
-                    window = logprobs[i, end - len(cont) : end]
-                    target = torch.tensor(cont).unsqueeze(-1)
-                    chosen = torch.gather(window, 1, target).squeeze(-1)
-                    greedy = bool((window.argmax(dim=-1) == target.squeeze(-1)).all())
-                    zscores: tuple[float, ...] = ()
-                    if key in detailed:
-                        probs = window.exp()
-                        mean = (probs * window).sum(-1)
-                        var = (probs * window * window).sum(-1) - mean * mean
-                        std = var.clamp_min(1e-12).sqrt()
-                        zscores = tuple(float(z) for z in (chosen - mean) / std)
-                    done[key] = LoglikelihoodResult(
-                        logprob=float(chosen.sum()),
-                        is_greedy=greedy,
-                        n_tokens=len(cont),
-                        token_logprobs=(tuple(float(x) for x in chosen) if key in detailed else ()),
-                        token_zscores=zscores,
-                    )
+        for prefix, suffixes in by_prefix.items():
+            state = self._prefix_state(prefix, keep=prefix in kept)
+            suffixes.sort(key=lambda s: (-len(s), s))
+            for start in range(0, len(suffixes), self.batch_size):
+                batch = suffixes[start : start + self.batch_size]
+                keep = [max(len(split[k][1]) for k in rows[(prefix, s)]) for s in batch]
+                windows = self._tail_logprobs(state, len(prefix), batch, keep)
+                for suffix, window in zip(batch, windows, strict=True):
+                    for key in rows[(prefix, suffix)]:
+                        cont = split[key][1]
+                        tail = window[len(window) - len(cont) :]
+                        done[key] = _score(tail, cont, detail=key in detailed)
         return [done[(r.context, r.continuation)] for r in requests]
 
-    def _forward(self, ids: Any, mask: Any, positions: Any) -> Any:
-        """Logits at ``positions`` (one row of position indices per batch row) only: the
-        decoder runs once over the batch, the LM head only on the kept hidden states, so a
-        batch of long contexts with short continuations computes few vocabulary rows even
-        when its rows have different lengths."""
+    def _tail_logprobs(
+        self,
+        state: list[tuple[Any, Any]],
+        n_past: int,
+        suffixes: Sequence[tuple[int, ...]],
+        keep: Sequence[int],
+    ) -> list[Any]:
+        """Log-softmax over the vocabulary at each suffix's last ``keep[i]`` positions (on
+        the CPU, float32): the decoder runs once over the batch, the LM head only there."""
         import torch
 
-        config = self.model.config
-        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else None
-        head = self.model.get_output_embeddings()
-        # Models that transform the head's output (Gemma 2's soft-capping, Cohere's scale)
-        # take the plain path: full logits, then gather.
-        transformed = any(
-            getattr(config, name, None) for name in ("final_logit_softcapping", "logit_scale")
-        )
-        if decoder is None or head is None or transformed:
-            logits = self.model(input_ids=ids, attention_mask=mask).logits
-            index = positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-            return torch.gather(logits, 1, index)
-        hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
-        index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-        return head(torch.gather(hidden, 1, index))
+        pad = int(self.tokenizer.pad_token_id)
+        width = len(suffixes[0])
+        ids = torch.full((len(suffixes), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(suffixes), width), dtype=torch.long)
+        for i, suffix in enumerate(suffixes):
+            ids[i, : len(suffix)] = torch.tensor(suffix)
+            mask[i, : len(suffix)] = 1
+        most = max(keep)
+        # Row i's last `most` positions; earlier indices are clipped to 0 and never read.
+        index = torch.tensor([[max(0, len(s) - most + j) for j in range(most)] for s in suffixes])
+        with torch.inference_mode():
+            hidden, _ = self._decode(state, n_past, ids.to(self.device), mask.to(self.device))
+            index = index.to(self.device).unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+            logits = self._head(torch.gather(hidden, 1, index))
+            logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
+        return [logprobs[i, most - k :] for i, k in enumerate(keep)]
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        """Greedy generation in batches of prompts with the same budget, stop sequences and
+        shared prefix, longest first. Without a shared prefix the prompts are left-padded;
+        with one, the prefix's cached key/value states are reused and the padding sits
+        between the prefix and each prompt's own tokens (masked, positions follow the
+        mask), so the prefix is never recomputed."""
         import torch
         from transformers import GenerationConfig
 
         out: list[GenerateResult | None] = [None] * len(requests)
-        groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        groups: dict[tuple[int, tuple[str, ...], tuple[int, ...]], list[int]] = {}
         prompt_tokens: dict[int, int] = {}
         encoded: dict[int, list[int]] = {}
         for i, req in enumerate(requests):
@@ -248,6 +386,7 @@ class HFBackend:
                 )
             tokens = self._encode(req.context)
             prompt_tokens[i] = len(tokens)
+            prefix: tuple[int, ...] = ()
             if len(tokens) > budget:
                 if req.overflow == "skip":
                     out[i] = GenerateResult(
@@ -259,61 +398,103 @@ class HFBackend:
                     )
                     continue
                 tokens = _fit(tokens, budget, req.overflow)
+            else:
+                shared = self._shared_tokens(tokens, req.context[: req.shared_prefix])
+                prefix = tuple(tokens[:shared])
             encoded[i] = tokens
-            groups.setdefault((req.max_new_tokens, req.stop), []).append(i)
+            groups.setdefault((req.max_new_tokens, req.stop, prefix), []).append(i)
         eos = self.tokenizer.eos_token_id
-        for (max_new, stop), indices in groups.items():
+        pad = int(self.tokenizer.pad_token_id)
+        for (max_new, stop, prefix), indices in groups.items():
             order = sorted(indices, key=lambda i: (-len(encoded[i]), i))
             config = GenerationConfig(  # type: ignore[no-untyped-call]
                 max_new_tokens=max_new,
                 do_sample=False,
                 num_beams=1,
-                pad_token_id=int(self.tokenizer.pad_token_id),
+                pad_token_id=pad,
                 eos_token_id=eos,
                 stop_strings=list(stop) or None,
             )
+            state = self._prefix_state(prefix, keep=True)
+            p = len(prefix)
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
                 width = max(len(encoded[i]) for i in batch)
-                ids = torch.full(
-                    (len(batch), width), int(self.tokenizer.pad_token_id), dtype=torch.long
-                )
+                ids = torch.full((len(batch), width), pad, dtype=torch.long)
                 mask = torch.zeros((len(batch), width), dtype=torch.long)
+                ids[:, :p] = torch.tensor(prefix, dtype=torch.long)
+                mask[:, :p] = 1
                 for row, i in enumerate(batch):
-                    toks = encoded[i]
-                    ids[row, width - len(toks) :] = torch.tensor(toks)
-                    mask[row, width - len(toks) :] = 1
+                    own = encoded[i][p:]
+                    ids[row, width - len(own) :] = torch.tensor(own)
+                    mask[row, width - len(own) :] = 1
+                extra = {self._cache_arg: self._cache(state, len(batch))} if state else {}
                 with torch.inference_mode():
                     generated = self.model.generate(
                         input_ids=ids.to(self.device),
                         attention_mask=mask.to(self.device),
                         generation_config=config,
                         tokenizer=self.tokenizer,
+                        **extra,
                     )
                 new_tokens = generated[:, width:].cpu().tolist()
                 for row, i in enumerate(batch):
-                    toks = new_tokens[row]
-                    finish = "length"
-                    if eos is not None and eos in toks:
-                        toks = toks[: toks.index(eos)]
-                        finish = "eos"
-                    pad_id = int(self.tokenizer.pad_token_id)
-                    while toks and toks[-1] == pad_id and finish == "length" and pad_id != eos:
-                        toks = toks[:-1]
-                    text = str(self.tokenizer.decode(toks, skip_special_tokens=True))
-                    cut = min((text.find(s) for s in stop if s in text), default=-1)
-                    if cut >= 0:
-                        text = text[:cut]
-                        finish = "stop"
-                    out[i] = GenerateResult(
-                        text=text,
-                        n_tokens=len(toks),
-                        finish_reason=finish,
-                        n_prompt_tokens=prompt_tokens[i],
-                        truncated_tokens=prompt_tokens[i] - len(encoded[i]),
-                        context_window=self.max_length,
-                    )
+                    out[i] = self._result(new_tokens[row], stop, prompt_tokens[i], encoded[i])
         return [r for r in out if r is not None]
+
+    def _result(
+        self, toks: list[int], stop: tuple[str, ...], n_prompt: int, used: list[int]
+    ) -> GenerateResult:
+        """Decode one row's new tokens: up to EOS, trailing padding dropped, text cut before
+        the first stop sequence."""
+        eos = self.tokenizer.eos_token_id
+        pad = int(self.tokenizer.pad_token_id)
+        finish = "length"
+        if eos is not None and eos in toks:
+            toks = toks[: toks.index(eos)]
+            finish = "eos"
+        while toks and toks[-1] == pad and finish == "length" and pad != eos:
+            toks = toks[:-1]
+        text = str(self.tokenizer.decode(toks, skip_special_tokens=True))
+        cut = min((text.find(s) for s in stop if s in text), default=-1)
+        if cut >= 0:
+            text = text[:cut]
+            finish = "stop"
+        return GenerateResult(
+            text=text,
+            n_tokens=len(toks),
+            finish_reason=finish,
+            n_prompt_tokens=n_prompt,
+            truncated_tokens=n_prompt - len(used),
+            context_window=self.max_length,
+        )
+
+
+def _score(window: Any, cont: Sequence[int], detail: bool) -> LoglikelihoodResult:
+    """A continuation's result from the log-softmax rows that predict its tokens."""
+    import torch
+
+    target = torch.tensor(list(cont)).unsqueeze(-1)
+    chosen = torch.gather(window, 1, target).squeeze(-1)
+    greedy = bool((window.argmax(dim=-1) == target.squeeze(-1)).all())
+    if not detail:
+        return LoglikelihoodResult(
+            logprob=float(chosen.sum()), is_greedy=greedy, n_tokens=len(cont)
+        )
+    probs = window.exp()
+    mean = (probs * window).sum(-1)
+    std = ((probs * window * window).sum(-1) - mean * mean).clamp_min(1e-12).sqrt()
+    return LoglikelihoodResult(
+        logprob=float(chosen.sum()),
+        is_greedy=greedy,
+        n_tokens=len(cont),
+        token_logprobs=tuple(float(x) for x in chosen),
+        token_zscores=tuple(float(z) for z in (chosen - mean) / std),
+    )
+
+
+def _nbytes(state: list[tuple[Any, Any]]) -> int:
+    return sum(int(k.numel() * k.element_size() + v.numel() * v.element_size()) for k, v in state)
 
 
 def _fit(tokens: list[int], budget: int, overflow: str) -> list[int]:

@@ -25,11 +25,17 @@ from pytest_llmeval.task._spec import OVERFLOW_POLICIES as OVERFLOW_NAMES
 @dataclass(frozen=True)
 class LoglikelihoodRequest:
     """Score ``continuation`` after ``context``. ``token_detail`` asks for per-token
-    statistics (membership scores such as Min-K% and Min-K%++ need them)."""
+    statistics (membership scores such as Min-K% and Min-K%++ need them).
+
+    ``shared_prefix``: how many leading characters of ``context`` many requests share (a
+    task's description and few-shot block). A hint only: a backend may compute that part
+    once and reuse it; results do not depend on it.
+    """
 
     context: str
     continuation: str
     token_detail: bool = False
+    shared_prefix: int = 0
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class GenerateRequest:
     max_new_tokens: int
     stop: tuple[str, ...] = ()
     overflow: Overflow = "skip"
+    shared_prefix: int = 0  # as LoglikelihoodRequest.shared_prefix
 
 
 @dataclass(frozen=True)
@@ -98,9 +105,19 @@ class Backend(Protocol):
         ...
 
 
+BACKENDS = ("hf", "openai")
+"""``hf``: transformers in this process; ``openai``: an OpenAI-compatible completions server
+(vLLM, SGLang, TGI, llama.cpp) reached over HTTP."""
+
+
 @dataclass(frozen=True)
 class ModelSettings:
-    """How to load a model: resolved from pytest options or given in Python."""
+    """How to load a model: resolved from pytest options or given in Python.
+
+    ``device``, ``dtype`` and ``batch_size`` are for the ``hf`` backend; ``base_url``,
+    ``api_key_env``, ``concurrency``, ``max_retries`` and ``request_timeout`` for the
+    ``openai`` backend, where ``model`` is the name the server serves the model under.
+    """
 
     model: str
     device: str = "auto"  # auto | cuda | cpu
@@ -108,3 +125,9 @@ class ModelSettings:
     batch_size: int = 8
     seed: int = 1234
     max_length: int | None = None
+    backend: str = "hf"  # one of BACKENDS
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1
+    api_key_env: str = "OPENAI_API_KEY"  # the variable holding the key (optional)
+    concurrency: int = 4  # requests in flight at once
+    max_retries: int = 5  # per request, on connection errors, timeouts, 429 and 5xx
+    request_timeout: float = 600.0  # seconds per HTTP request

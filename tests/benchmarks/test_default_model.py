@@ -112,9 +112,17 @@ def test_contamination_probes_on_the_default_model(run_benchmarks: RunBenchmarks
     assert numbers["changes"] == [["16", numbers["changes"][0][1]]]  # Janet's 16 eggs
 
 
+@pytest.fixture(scope="module")
+def default_backend(default_model: str) -> Any:
+    """The default model in this process (batch size 8)."""
+    from pytest_llmeval.model import ModelSettings, load_backend
+
+    return load_backend(ModelSettings(model=default_model, batch_size=8))
+
+
 @pytest.mark.xdist_group("default-model")
 def test_membership_and_guided_completion_on_the_default_model(
-    shared_benchmarks: Path, default_model: str
+    shared_benchmarks: Path, default_backend: Any
 ) -> None:
     """Min-K% / Min-K%++ and guided completion on real MMLU and GSM8K items with the default
     model (in process): the scores are finite log-probability statistics, one per item and
@@ -122,10 +130,9 @@ def test_membership_and_guided_completion_on_the_default_model(
     from pytest_llmeval.contamination import guided_completion_probe, membership_probe
     from pytest_llmeval.dataset import first_n, load_items
     from pytest_llmeval.eval import TaskRunner
-    from pytest_llmeval.model import ModelSettings, load_backend
     from pytest_llmeval.task import load_task_spec
 
-    backend = load_backend(ModelSettings(model=default_model, batch_size=8))
+    backend = default_backend
     data = [shared_benchmarks]
     mmlu = load_task_spec(REPO / "benchmarks" / "mmlu.yaml")
     runner = TaskRunner(mmlu, data)
@@ -152,3 +159,50 @@ def test_membership_and_guided_completion_on_the_default_model(
     assert guided.n == 2
     assert all(i.guided_output.strip() and i.unguided_output.strip() for i in guided.items)
     assert all(0.0 <= i.guided_rouge_l <= 1.0 for i in guided.items)
+
+
+@pytest.mark.xdist_group("default-model")
+def test_shared_prefixes_give_the_unshared_results_on_real_items(
+    shared_benchmarks: Path, default_backend: Any
+) -> None:
+    """Reusing the few-shot block's states (and a question's context for its options) gives
+    the numbers of scoring every row from scratch: real 5-shot MMLU items with letter and
+    option-text continuations, and 8-shot GSM8K generations."""
+    from dataclasses import replace
+
+    from pytest_llmeval.dataset import load_items
+    from pytest_llmeval.eval import TaskRunner
+    from pytest_llmeval.model import GenerateRequest, LoglikelihoodRequest
+    from pytest_llmeval.task import load_task_spec
+
+    backend = default_backend
+    data = [shared_benchmarks]
+    mmlu = load_task_spec(REPO / "benchmarks" / "mmlu.yaml")
+    runner = TaskRunner(mmlu, data)
+    prepared = [runner.prepare(item) for item in load_items(mmlu, data)[:3]]
+    requests = [
+        LoglikelihoodRequest(p.prompt, " " + cont, shared_prefix=p.shared_prefix)
+        for p in prepared
+        for cont in [*p.choices, *p.item.doc["choices"]]
+    ]
+    gsm8k = load_task_spec(REPO / "benchmarks" / "gsm8k.yaml")
+    runner = TaskRunner(gsm8k, data)
+    generations = [
+        GenerateRequest(p.prompt, 24, stop=("Q:", "\n\n"), shared_prefix=p.shared_prefix)
+        for p in (runner.prepare(item) for item in load_items(gsm8k, data)[:3])
+    ]
+    shared = backend.loglikelihood(requests), backend.generate(generations)
+    assert backend._prefixes  # the few-shot blocks were cached
+    backend._share = False
+    try:
+        plain = (
+            backend.loglikelihood([replace(r, shared_prefix=0) for r in requests]),
+            backend.generate([replace(g, shared_prefix=0) for g in generations]),
+        )
+    finally:
+        backend._share = True
+    for a, b in zip(shared[0], plain[0], strict=True):
+        assert abs(a.logprob - b.logprob) < 1e-4
+        assert (a.is_greedy, a.n_tokens) == (b.is_greedy, b.n_tokens)
+    assert [g.text for g in shared[1]] == [g.text for g in plain[1]]
+    assert all(g.n_tokens > 0 for g in shared[1])

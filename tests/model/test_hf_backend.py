@@ -217,3 +217,66 @@ def test_token_detail_gives_per_token_logprobs_and_zscores(backend) -> None:  # 
     chosen = logprobs[torch.arange(len(cont)), torch.tensor(cont)]
     expected = ((chosen - mean) / std).tolist()
     assert list(detailed.token_zscores) == pytest.approx(expected, abs=1e-3)
+
+
+# A few-shot-like block many requests share (well over the backend's 32-token minimum).
+FEWSHOT = (
+    "".join(
+        f"Question: what is {a} plus {b}? Answer: {a + b}\n\n" for a, b in [(1, 2), (3, 4), (5, 6)]
+    )
+    * 3
+)
+
+
+def _questions() -> list[tuple[str, list[str]]]:
+    return [
+        (FEWSHOT + "Question: what is two plus three? Answer:", [" five", " seven apples", " 5"]),
+        (FEWSHOT + "Question: how many legs has a spider? Answer:", [" eight legs", " six"]),
+        (FEWSHOT + "Question: name a colour. Answer:", [" red", " green and blue", " A"]),
+    ]
+
+
+def test_shared_prefixes_and_options_give_the_unshared_numbers(backend) -> None:  # type: ignore[no-untyped-def]
+    """The few-shot block computed once and cached, each question's context run once for
+    its options: the same log-likelihoods as each row scored alone from scratch."""
+    shared = len(FEWSHOT)
+    reqs = [
+        LoglikelihoodRequest(ctx, cont, shared_prefix=shared)
+        for ctx, conts in _questions()
+        for cont in conts
+    ]
+    backend._prefixes.clear()
+    results = backend.loglikelihood(reqs)
+    assert len(backend._prefixes) == 1  # the few-shot block only, not each question
+    (cached,) = backend._prefixes
+    assert backend.tokenizer.decode(list(cached)) in FEWSHOT
+    assert backend.loglikelihood(reqs) == results  # a second call reuses the cache
+    for req, res in zip(reqs, results, strict=True):
+        reference = _reference_logprob(backend, req.context, req.continuation)
+        assert math.isclose(res.logprob, reference, abs_tol=1e-4), req
+        alone = backend.loglikelihood([LoglikelihoodRequest(req.context, req.continuation)])[0]
+        assert res.is_greedy == alone.is_greedy
+        assert res.n_tokens == alone.n_tokens
+
+
+def test_a_prefix_hint_that_does_not_match_the_tokens_is_harmless(backend) -> None:  # type: ignore[no-untyped-def]
+    """A hint that cuts a token in two, or covers the whole context, still scores right."""
+    ctx, conts = _questions()[0]
+    for hint in (len(FEWSHOT) - 3, len(ctx), 5):
+        for cont in conts:
+            res = backend.loglikelihood([LoglikelihoodRequest(ctx, cont, shared_prefix=hint)])[0]
+            assert math.isclose(res.logprob, _reference_logprob(backend, ctx, cont), abs_tol=1e-4)
+
+
+def test_generation_with_a_shared_prefix_equals_generation_without(backend) -> None:  # type: ignore[no-untyped-def]
+    """Prefix states reused, padding between the prefix and each prompt's own tokens: the
+    same greedy tokens as left-padded prompts without sharing, and as each prompt alone."""
+    prompts = [ctx for ctx, _ in _questions()] + [FEWSHOT + "Question: what"]
+    plain = backend.generate([GenerateRequest(p, max_new_tokens=8) for p in prompts])
+    shared = backend.generate(
+        [GenerateRequest(p, max_new_tokens=8, shared_prefix=len(FEWSHOT)) for p in prompts]
+    )
+    assert [r.text for r in shared] == [r.text for r in plain]
+    assert [r.n_tokens for r in shared] == [r.n_tokens for r in plain]
+    alone = [backend.generate([GenerateRequest(p, max_new_tokens=8)])[0].text for p in prompts]
+    assert [r.text for r in shared] == alone
