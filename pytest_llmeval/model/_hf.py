@@ -24,6 +24,9 @@ _MIN_SHARED = 32
 # Key/value states of shared prefixes kept across calls (least recently used dropped first):
 # the 57 five-shot MMLU prefixes of a 135M model take about 1.7 GB in float32.
 _PREFIX_CACHE_BYTES = 4 << 30
+# A row's reusable state: per layer (keys, values) of shape [1, heads, length, head_dim], and
+# the row's attention mask over those positions (0 marks a hole left by batching).
+_State = tuple[list[tuple[Any, Any]], Any]
 
 
 def set_seeds(seed: int) -> None:
@@ -61,8 +64,13 @@ class HFBackend:
             "cuda:"
         ):
             raise ModelError(f"--llm-device={settings.device}: expected auto, cuda or cpu")
-        if settings.batch_size < 1:
-            raise ModelError(f"--llm-batch-size={settings.batch_size}: must be >= 1")
+        if settings.batch_size < 0:
+            raise ModelError(f"--llm-batch-size={settings.batch_size}: must be >= 1 or auto")
+        if settings.device_map and settings.device != "auto":
+            raise ModelError(
+                f"--llm-device-map={settings.device_map} places the model itself: "
+                f"leave --llm-device at auto (got {settings.device})"
+            )
         self.settings = settings
         self.path = resolve_model_path(settings.model)
         if settings.device == "auto":
@@ -86,12 +94,17 @@ class HFBackend:
         self.model: Any
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-            self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype)
+            extra = {"device_map": settings.device_map} if settings.device_map else {}
+            self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype, **extra)
         except (OSError, ValueError) as exc:
             raise ModelError(
                 f"--llm-model={settings.model}: cannot load {self.path}: {exc}"
             ) from None
-        self.model.to(self.device)
+        if settings.device_map:
+            # accelerate placed the layers; inputs go where the embeddings are.
+            self.device = self.model.get_input_embeddings().weight.device
+        else:
+            self.model.to(self.device)
         self.model.eval()
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -99,6 +112,7 @@ class HFBackend:
         limit = settings.max_length or getattr(config, "max_position_embeddings", None) or 2048
         self.max_length = int(limit)
         self._batch_size = settings.batch_size
+        self.batch_size_source = "fixed"
         self._decoder = self.model.get_decoder()
         self._lm_head = self.model.get_output_embeddings()
         if self._decoder is None or self._lm_head is None:
@@ -112,9 +126,81 @@ class HFBackend:
         forward_args = inspect.signature(self._decoder.forward).parameters
         self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
         self._share = not sliding and all(t == "full_attention" for t in layer_types)
-        self._prefixes: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
+        self._prefixes: OrderedDict[tuple[int, ...], _State] = OrderedDict()
         self._prefix_bytes = 0
         self._text_tokens: dict[str, list[int]] = {}
+        if not settings.batch_size:
+            self._batch_size, self.batch_size_source = self._auto_batch_size()
+
+    # ------------------------------------------------------------------ batch size
+
+    def _auto_batch_size(self) -> tuple[int, str]:
+        """``--llm-batch-size auto``: found once per model, device, dtype and window, kept in
+        the cache directory and reused, so that runs on one machine batch alike (batching
+        changes numbers in the last digits). On a GPU the largest power of two (<= 512)
+        whose rows of the full context window run; on a CPU, where memory is not the
+        limit, the smallest size within 5% of the best measured throughput."""
+        import json
+        import time
+
+        import torch
+
+        from pytest_llmeval.model._resolve import cache_dir
+
+        weights = sorted(self.path.glob("*.safetensors")) or sorted(self.path.glob("*.bin"))
+        key = json.dumps(
+            [
+                str(self.path),
+                [(w.name, w.stat().st_size, int(w.stat().st_mtime)) for w in weights],
+                self.info_device_name(),
+                str(self.dtype),
+                self.max_length,
+                self.settings.device_map,
+                str(torch.__version__),
+            ]
+        )
+        store = cache_dir() / "batch_sizes.json"
+        known: dict[str, Any] = json.loads(store.read_text()) if store.is_file() else {}
+        if key in known:
+            entry = known[key]
+            return int(entry["batch_size"]), f"auto (found {entry['found']}, reused)"
+
+        def run(rows: int, width: int) -> None:
+            ids = torch.full((rows, width), int(self.tokenizer.pad_token_id), device=self.device)
+            with torch.inference_mode():
+                hidden, _ = self._decode([None] * rows, ids, torch.ones_like(ids))
+                self._head(hidden[:, -1:])
+
+        if self.device.type == "cuda":
+            size = 512
+            while size > 1:
+                try:
+                    run(size, self.max_length)
+                    break
+                except torch.cuda.OutOfMemoryError:
+                    size //= 2
+                finally:
+                    torch.cuda.empty_cache()
+        else:
+            speed: dict[int, float] = {}
+            run(1, 128)  # warm-up
+            for rows in (1, 2, 4, 8, 16, 32):
+                started = time.perf_counter()
+                run(rows, 128)
+                speed[rows] = rows / (time.perf_counter() - started)
+            best = max(speed.values())
+            size = min(r for r, v in speed.items() if v >= 0.95 * best)
+        known[key] = {"batch_size": size, "found": time.strftime("%Y-%m-%d %H:%M")}
+        store.parent.mkdir(parents=True, exist_ok=True)
+        store.write_text(json.dumps(known, indent=1))
+        return size, "auto (measured now)"
+
+    def info_device_name(self) -> str:
+        import torch
+
+        if self.device.type == "cuda":
+            return str(torch.cuda.get_device_name(self.device))
+        return platform.processor() or platform.machine()
 
     # ------------------------------------------------------------------ protocol
 
@@ -132,13 +218,12 @@ class HFBackend:
             "model_path": str(self.path),
             "model_type": getattr(self.model.config, "model_type", None),
             "device": str(self.device),
-            "device_name": (
-                torch.cuda.get_device_name(self.device)
-                if self.device.type == "cuda"
-                else platform.processor() or platform.machine()
-            ),
+            "device_name": self.info_device_name(),
             "dtype": str(self.dtype).replace("torch.", ""),
             "batch_size": self.batch_size,
+            "batch_size_source": self.batch_size_source,
+            "device_map": self.settings.device_map,
+            "prefix_sharing": self._share,
             "max_length": self.max_length,
             "seed": self.settings.seed,
             "torch": str(torch.__version__),
@@ -183,11 +268,11 @@ class HFBackend:
             n += 1
         return n if n >= _MIN_SHARED else 0
 
-    def _prefix_state(self, prefix: tuple[int, ...], keep: bool) -> list[tuple[Any, Any]]:
-        """Key/value states of ``prefix`` (batch of one), from the cache or computed by
-        extending the longest cached prefix of it; ``keep`` stores the result."""
+    def _prefix_state(self, prefix: tuple[int, ...], keep: bool) -> _State | None:
+        """The state of ``prefix`` (a batch of one), from the cache or computed by extending
+        the longest cached prefix of it; ``keep`` stores it (LRU, bounded in bytes)."""
         if not prefix:
-            return []
+            return None
         cached = self._prefixes.get(prefix)
         if cached is not None:
             self._prefixes.move_to_end(prefix)
@@ -198,10 +283,11 @@ class HFBackend:
                 base = candidate
         import torch
 
-        past = self._prefixes[base] if base else []
         ids = torch.tensor([prefix[len(base) :]], device=self.device)
         with torch.inference_mode():
-            _, state = self._decode(past, len(base), ids, torch.ones_like(ids), want_state=True)
+            _, (state,) = self._decode(
+                [self._prefixes.get(base)], ids, torch.ones_like(ids), want_state=True
+            )
         if keep:
             self._prefixes[prefix] = state
             self._prefix_bytes += _nbytes(state)
@@ -210,46 +296,71 @@ class HFBackend:
                 self._prefix_bytes -= _nbytes(dropped)
         return state
 
-    def _decode(
-        self,
-        past: list[tuple[Any, Any]],
-        n_past: int,
-        ids: Any,
-        mask: Any,
-        want_state: bool = False,
-    ) -> tuple[Any, list[tuple[Any, Any]]]:
-        """Run the decoder on right-padded ``ids`` after ``past`` (one row of states,
-        broadcast to the batch): the last hidden states, and with ``want_state`` the
-        key/value states of past + ids."""
+    def _past(self, states: Sequence[_State | None]) -> tuple[Any, Any]:
+        """One cache for a batch whose rows continue different states (or none): each row's
+        states left-aligned, the rest of the row a masked hole. Returns the cache (None when
+        no row has a state) and the mask of its positions."""
         import torch
 
-        rows = ids.shape[0]
-        cache = self._cache(past, rows) if past or want_state else None
-        ones = torch.ones((rows, n_past), dtype=mask.dtype, device=mask.device)
-        positions = torch.arange(n_past, n_past + ids.shape[1], device=ids.device)
+        rows = len(states)
+        width = max((len(s[1]) for s in states if s is not None), default=0)
+        mask = torch.zeros((rows, width), dtype=torch.long, device=self.device)
+        if not width:
+            return None, mask
+        from transformers import DynamicCache
+
+        first = next(s for s in states if s is not None)
+        if all(s is first for s in states):  # one state for all rows: a broadcast view
+            layers = [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in first[0]]
+            mask[:] = first[1]
+            return DynamicCache(ddp_cache_data=layers), mask
+        layers = []
+        for layer, (k0, v0) in enumerate(first[0]):
+            keys = k0.new_zeros((rows, k0.shape[1], width, k0.shape[3]))
+            values = v0.new_zeros((rows, v0.shape[1], width, v0.shape[3]))
+            for i, state in enumerate(states):
+                if state is not None:
+                    k, v = state[0][layer]
+                    keys[i, :, : k.shape[2]] = k[0]
+                    values[i, :, : v.shape[2]] = v[0]
+            layers.append((keys, values))
+        for i, state in enumerate(states):
+            if state is not None:
+                mask[i, : len(state[1])] = state[1]
+        return DynamicCache(ddp_cache_data=layers), mask
+
+    def _decode(
+        self, past: Sequence[_State | None], ids: Any, mask: Any, want_state: bool = False
+    ) -> tuple[Any, list[_State]]:
+        """Run the decoder on right-padded ``ids``, row i continuing ``past[i]``: the last
+        hidden states, and with ``want_state`` each row's state after its real tokens."""
+        import torch
+
+        cache, past_mask = self._past(past)
+        if cache is None and want_state:
+            from transformers import DynamicCache
+
+            cache = DynamicCache()
+        full_mask = torch.cat([past_mask, mask], 1)
+        # Each row's positions continue from its number of real (unmasked) past tokens.
+        positions = past_mask.sum(1, keepdim=True) + torch.arange(ids.shape[1], device=ids.device)
         out = self._decoder(
             input_ids=ids,
-            attention_mask=torch.cat([ones, mask], 1),
-            position_ids=positions.expand(rows, -1),
+            attention_mask=full_mask,
+            position_ids=positions,
             use_cache=cache is not None,
             **{self._cache_arg: cache},
         )
-        state = (
-            [(layer.keys, layer.values) for layer in cache.layers] if want_state and cache else []
-        )
-        return out.last_hidden_state, state
-
-    def _cache(self, past: list[tuple[Any, Any]], rows: int) -> Any:
-        """A fresh cache holding ``past`` (states of one row) for each of ``rows`` rows."""
-        from transformers import DynamicCache
-
-        if not past:
-            return DynamicCache()
-        return DynamicCache(
-            ddp_cache_data=[
-                (k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in past
-            ]
-        )
+        states: list[_State] = []
+        if want_state and cache is not None:
+            for i in range(ids.shape[0]):
+                end = past_mask.shape[1] + int(mask[i].sum())
+                kv = [
+                    (layer.keys[i : i + 1, :, :end], layer.values[i : i + 1, :, :end])
+                    for layer in cache.layers
+                ]
+                states.append((kv, full_mask[i, :end]))
+        return out.last_hidden_state, states
 
     def _head(self, hidden: Any) -> Any:
         """The LM head, with the output transforms some models apply to it."""
@@ -271,17 +382,19 @@ class HFBackend:
         """Score each request's continuation (the numbers of lm-eval's causal LM scoring).
 
         Each unique (context, continuation) is the model row ``context + continuation``
-        without its last token, split into a prefix whose key/value states are reused and
-        a suffix run in the batch:
+        without its last token, split into a state that is reused and a suffix run in the
+        batch:
 
         - the request's ``shared_prefix`` (description and few-shot block) is computed
           once and kept in an LRU cache across calls;
         - a context with several multi-token continuations (option-text multiple choice)
-          is run once, all but its last token, for all its options;
+          is run once, all but its last token (the questions of a call in one batch), and
+          its options continue that state;
         - requests with the same row (the one-letter answers of a question) share it.
 
-        Rows are batched by prefix, longest first (minimal padding); the LM head runs only
-        on the positions that predict continuation tokens.
+        Rows continuing different states share batches (each state left-aligned, holes
+        masked, positions counted per row), sorted by suffix length, longest first; the LM
+        head runs only on the positions that predict continuation tokens.
         """
         split: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
         for req in requests:
@@ -299,47 +412,80 @@ class HFBackend:
                 n_options[tuple(ctx)] = n_options.get(tuple(ctx), 0) + 1
         hints = {(r.context, r.continuation): r.shared_prefix for r in requests}
         detailed = {(r.context, r.continuation) for r in requests if r.token_detail}
-        kept: set[tuple[int, ...]] = set()
+        # A row: (the tokens whose state it continues, its own tokens) -> its requests.
         rows: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[str, str]]] = {}
+        questions: dict[tuple[int, ...], tuple[int, ...]] = {}  # context[:-1] -> its prefix
         for key, (ctx, cont) in split.items():
             whole = ctx + cont
-            prefix: tuple[int, ...] = ()
+            base: tuple[int, ...] = ()
             if len(whole) > self.max_length + 1:  # cut from the left, as lm-eval does
                 row = whole[-(self.max_length + 1) : -1]
             else:
                 row = whole[:-1]
-                prefix = tuple(ctx[: self._shared_tokens(ctx, key[0][: hints[key]])])
-                if prefix:
-                    kept.add(prefix)
+                base = tuple(ctx[: self._shared_tokens(ctx, key[0][: hints[key]])])
                 if self._share and n_options.get(tuple(ctx), 0) > 1:
-                    prefix = tuple(ctx[:-1])
-            rows.setdefault((prefix, tuple(row[len(prefix) :])), []).append(key)
-        by_prefix: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-        for prefix, suffix in rows:
-            by_prefix.setdefault(prefix, []).append(suffix)
-        # Shared prefixes first, so that a question's context extends its cached few-shot
-        # block instead of recomputing it.
-        for prefix in sorted(kept, key=len):
-            self._prefix_state(prefix, keep=True)
+                    questions[tuple(ctx[:-1])] = base
+                    base = tuple(ctx[:-1])
+            rows.setdefault((base, tuple(row[len(base) :])), []).append(key)
+        states: dict[tuple[int, ...], _State | None] = {(): None}
+        for prefix in {*questions.values(), *(b for b, _ in rows if b not in questions)}:
+            states[prefix] = self._prefix_state(prefix, keep=True)
+        self._question_states(questions, states)
+        order = sorted(rows, key=lambda r: (-len(r[1]), r))
         done: dict[tuple[str, str], LoglikelihoodResult] = {}
-        for prefix, suffixes in by_prefix.items():
-            state = self._prefix_state(prefix, keep=prefix in kept)
-            suffixes.sort(key=lambda s: (-len(s), s))
-            for start in range(0, len(suffixes), self.batch_size):
-                batch = suffixes[start : start + self.batch_size]
-                keep = [max(len(split[k][1]) for k in rows[(prefix, s)]) for s in batch]
-                windows = self._tail_logprobs(state, len(prefix), batch, keep)
-                for suffix, window in zip(batch, windows, strict=True):
-                    for key in rows[(prefix, suffix)]:
-                        cont = split[key][1]
-                        tail = window[len(window) - len(cont) :]
-                        done[key] = _score(tail, cont, detail=key in detailed)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            keep = [max(len(split[k][1]) for k in rows[r]) for r in batch]
+            windows = self._tail_logprobs(
+                [states[b] for b, _ in batch], [s for _, s in batch], keep
+            )
+            for entry, window in zip(batch, windows, strict=True):
+                for key in rows[entry]:
+                    cont = split[key][1]
+                    tail = window[len(window) - len(cont) :]
+                    done[key] = _score(tail, cont, detail=key in detailed)
         return [done[(r.context, r.continuation)] for r in requests]
+
+    def _question_states(
+        self,
+        questions: dict[tuple[int, ...], tuple[int, ...]],
+        states: dict[tuple[int, ...], _State | None],
+    ) -> None:
+        """The state of each question's context (but its last token), continuing its shared
+        prefix, computed in batches of questions (not kept across calls)."""
+        import torch
+
+        order = sorted(questions, key=lambda q: (-(len(q) - len(questions[q])), q))
+        for start in range(0, len(order), self.batch_size):
+            batch = [q for q in order[start : start + self.batch_size]]
+            own = [q[len(questions[q]) :] for q in batch]
+            for q in [q for q, o in zip(batch, own, strict=True) if not o]:
+                states[q] = states[questions[q]]  # the prefix is the whole question
+            batch = [q for q, o in zip(batch, own, strict=True) if o]
+            if not batch:
+                continue
+            ids, mask = self._right_padded([q[len(questions[q]) :] for q in batch])
+            with torch.inference_mode():
+                _, computed = self._decode(
+                    [states[questions[q]] for q in batch], ids, mask, want_state=True
+                )
+            states.update(zip(batch, computed, strict=True))
+
+    def _right_padded(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+        import torch
+
+        pad = int(self.tokenizer.pad_token_id)
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
+            mask[i, : len(row)] = 1
+        return ids.to(self.device), mask.to(self.device)
 
     def _tail_logprobs(
         self,
-        state: list[tuple[Any, Any]],
-        n_past: int,
+        states: Sequence[_State | None],
         suffixes: Sequence[tuple[int, ...]],
         keep: Sequence[int],
     ) -> list[Any]:
@@ -347,36 +493,32 @@ class HFBackend:
         the CPU, float32): the decoder runs once over the batch, the LM head only there."""
         import torch
 
-        pad = int(self.tokenizer.pad_token_id)
-        width = len(suffixes[0])
-        ids = torch.full((len(suffixes), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(suffixes), width), dtype=torch.long)
-        for i, suffix in enumerate(suffixes):
-            ids[i, : len(suffix)] = torch.tensor(suffix)
-            mask[i, : len(suffix)] = 1
+        ids, mask = self._right_padded(suffixes)
         most = max(keep)
         # Row i's last `most` positions; earlier indices are clipped to 0 and never read.
         index = torch.tensor([[max(0, len(s) - most + j) for j in range(most)] for s in suffixes])
         with torch.inference_mode():
-            hidden, _ = self._decode(state, n_past, ids.to(self.device), mask.to(self.device))
+            hidden, _ = self._decode(states, ids, mask)
             index = index.to(self.device).unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
             logits = self._head(torch.gather(hidden, 1, index))
             logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
         return [logprobs[i, most - k :] for i, k in enumerate(keep)]
 
+    # ------------------------------------------------------------------ generation
+
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
-        """Greedy generation in batches of prompts with the same budget, stop sequences and
-        shared prefix, longest first. Without a shared prefix the prompts are left-padded;
-        with one, the prefix's cached key/value states are reused and the padding sits
-        between the prefix and each prompt's own tokens (masked, positions follow the
-        mask), so the prefix is never recomputed."""
+        """Greedy generation in batches of prompts with the same budget and stop sequences,
+        longest first. A prompt's shared prefix is not recomputed: its cached state fills
+        the cache's first positions (holes masked where another row's prefix is longer),
+        the prompt's own tokens follow, left-padded; positions follow the mask."""
         import torch
         from transformers import GenerationConfig
 
         out: list[GenerateResult | None] = [None] * len(requests)
-        groups: dict[tuple[int, tuple[str, ...], tuple[int, ...]], list[int]] = {}
+        groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         prompt_tokens: dict[int, int] = {}
         encoded: dict[int, list[int]] = {}
+        prefixes: dict[int, tuple[int, ...]] = {}
         for i, req in enumerate(requests):
             budget = self.max_length - req.max_new_tokens
             if budget < 1:
@@ -386,7 +528,7 @@ class HFBackend:
                 )
             tokens = self._encode(req.context)
             prompt_tokens[i] = len(tokens)
-            prefix: tuple[int, ...] = ()
+            prefixes[i] = ()
             if len(tokens) > budget:
                 if req.overflow == "skip":
                     out[i] = GenerateResult(
@@ -400,13 +542,13 @@ class HFBackend:
                 tokens = _fit(tokens, budget, req.overflow)
             else:
                 shared = self._shared_tokens(tokens, req.context[: req.shared_prefix])
-                prefix = tuple(tokens[:shared])
+                prefixes[i] = tuple(tokens[:shared])
             encoded[i] = tokens
-            groups.setdefault((req.max_new_tokens, req.stop, prefix), []).append(i)
+            groups.setdefault((req.max_new_tokens, req.stop), []).append(i)
         eos = self.tokenizer.eos_token_id
         pad = int(self.tokenizer.pad_token_id)
-        for (max_new, stop, prefix), indices in groups.items():
-            order = sorted(indices, key=lambda i: (-len(encoded[i]), i))
+        for (max_new, stop), indices in groups.items():
+            order = sorted(indices, key=lambda i: (-(len(encoded[i]) - len(prefixes[i])), i))
             config = GenerationConfig(  # type: ignore[no-untyped-call]
                 max_new_tokens=max_new,
                 do_sample=False,
@@ -415,29 +557,30 @@ class HFBackend:
                 eos_token_id=eos,
                 stop_strings=list(stop) or None,
             )
-            state = self._prefix_state(prefix, keep=True)
-            p = len(prefix)
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
-                width = max(len(encoded[i]) for i in batch)
+                states = [self._prefix_state(prefixes[i], keep=True) for i in batch]
+                cache, past_mask = self._past(states)
+                own = [encoded[i][len(prefixes[i]) :] for i in batch]
+                width = max(len(o) for o in own)
                 ids = torch.full((len(batch), width), pad, dtype=torch.long)
                 mask = torch.zeros((len(batch), width), dtype=torch.long)
-                ids[:, :p] = torch.tensor(prefix, dtype=torch.long)
-                mask[:, :p] = 1
+                for row, tokens in enumerate(own):
+                    ids[row, width - len(tokens) :] = torch.tensor(tokens)
+                    mask[row, width - len(tokens) :] = 1
+                held = torch.full(past_mask.shape, pad, dtype=torch.long)
                 for row, i in enumerate(batch):
-                    own = encoded[i][p:]
-                    ids[row, width - len(own) :] = torch.tensor(own)
-                    mask[row, width - len(own) :] = 1
-                extra = {self._cache_arg: self._cache(state, len(batch))} if state else {}
+                    held[row, : len(prefixes[i])] = torch.tensor(prefixes[i], dtype=torch.long)
+                extra = {self._cache_arg: cache} if cache is not None else {}
                 with torch.inference_mode():
                     generated = self.model.generate(
-                        input_ids=ids.to(self.device),
-                        attention_mask=mask.to(self.device),
+                        input_ids=torch.cat([held, ids], 1).to(self.device),
+                        attention_mask=torch.cat([past_mask.cpu(), mask], 1).to(self.device),
                         generation_config=config,
                         tokenizer=self.tokenizer,
                         **extra,
                     )
-                new_tokens = generated[:, width:].cpu().tolist()
+                new_tokens = generated[:, held.shape[1] + width :].cpu().tolist()
                 for row, i in enumerate(batch):
                     out[i] = self._result(new_tokens[row], stop, prompt_tokens[i], encoded[i])
         return [r for r in out if r is not None]
@@ -493,8 +636,10 @@ def _score(window: Any, cont: Sequence[int], detail: bool) -> LoglikelihoodResul
     )
 
 
-def _nbytes(state: list[tuple[Any, Any]]) -> int:
-    return sum(int(k.numel() * k.element_size() + v.numel() * v.element_size()) for k, v in state)
+def _nbytes(state: _State) -> int:
+    return sum(
+        int(k.numel() * k.element_size() + v.numel() * v.element_size()) for k, v in state[0]
+    )
 
 
 def _fit(tokens: list[int], budget: int, overflow: str) -> list[int]:

@@ -122,7 +122,7 @@ class ModelSettings:
     model: str
     device: str = "auto"  # auto | cuda | cpu
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    batch_size: int = 8
+    batch_size: int = 8  # 0: auto (the hf backend finds one once per model/device/dtype)
     seed: int = 1234
     max_length: int | None = None
     backend: str = "hf"  # one of BACKENDS
@@ -131,3 +131,4 @@ class ModelSettings:
     concurrency: int = 4  # requests in flight at once
     max_retries: int = 5  # per request, on connection errors, timeouts, 429 and 5xx
     request_timeout: float = 600.0  # seconds per HTTP request
+    device_map: str | None = None  # hf: accelerate's auto|balanced|sequential placement

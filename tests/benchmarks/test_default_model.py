@@ -170,7 +170,7 @@ def test_shared_prefixes_give_the_unshared_results_on_real_items(
     option-text continuations, and 8-shot GSM8K generations."""
     from dataclasses import replace
 
-    from pytest_llmeval.dataset import load_items
+    from pytest_llmeval.dataset import first_n, load_items
     from pytest_llmeval.eval import TaskRunner
     from pytest_llmeval.model import GenerateRequest, LoglikelihoodRequest
     from pytest_llmeval.task import load_task_spec
@@ -179,7 +179,8 @@ def test_shared_prefixes_give_the_unshared_results_on_real_items(
     data = [shared_benchmarks]
     mmlu = load_task_spec(REPO / "benchmarks" / "mmlu.yaml")
     runner = TaskRunner(mmlu, data)
-    prepared = [runner.prepare(item) for item in load_items(mmlu, data)[:3]]
+    # Round-robin over subjects: rows continuing different few-shot blocks share batches.
+    prepared = [runner.prepare(item) for item in first_n(load_items(mmlu, data), 4)]
     requests = [
         LoglikelihoodRequest(p.prompt, " " + cont, shared_prefix=p.shared_prefix)
         for p in prepared
@@ -187,9 +188,10 @@ def test_shared_prefixes_give_the_unshared_results_on_real_items(
     ]
     gsm8k = load_task_spec(REPO / "benchmarks" / "gsm8k.yaml")
     runner = TaskRunner(gsm8k, data)
+    # GSM8K prompts and two MMLU prompts (other prefixes) in one generation batch.
     generations = [
         GenerateRequest(p.prompt, 24, stop=("Q:", "\n\n"), shared_prefix=p.shared_prefix)
-        for p in (runner.prepare(item) for item in load_items(gsm8k, data)[:3])
+        for p in [*(runner.prepare(item) for item in load_items(gsm8k, data)[:3]), *prepared[:2]]
     ]
     shared = backend.loglikelihood(requests), backend.generate(generations)
     assert backend._prefixes  # the few-shot blocks were cached

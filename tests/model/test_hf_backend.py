@@ -32,9 +32,9 @@ def _reference_logprob(backend, context: str, continuation: str) -> float:  # ty
     whole = tok(context + continuation, add_special_tokens=False)["input_ids"]
     ctx = tok(context, add_special_tokens=False)["input_ids"]
     cont = whole[len(ctx) :]
-    inp = torch.tensor([(ctx + cont)[:-1]])
+    inp = torch.tensor([(ctx + cont)[:-1]], device=backend.device)
     with torch.inference_mode():
-        logits = backend.model(input_ids=inp).logits[0]
+        logits = backend.model(input_ids=inp).logits[0].cpu()
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     start = len(ctx) - 1
     return float(sum(logprobs[start + i, t] for i, t in enumerate(cont)))
@@ -73,7 +73,11 @@ def test_is_greedy_matches_argmax(backend) -> None:  # type: ignore[no-untyped-d
     context = "Question: what is two plus three? Answer:"
     ids = backend.tokenizer(context, add_special_tokens=False)["input_ids"]
     with torch.inference_mode():
-        top = int(backend.model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+        top = int(
+            backend.model(input_ids=torch.tensor([ids], device=backend.device))
+            .logits[0, -1]
+            .argmax()
+        )
     greedy_text = backend.tokenizer.decode([top])
     res = backend.loglikelihood([LoglikelihoodRequest(context, greedy_text)])[0]
     if res.n_tokens == 1:  # the decoded token re-encodes to itself
@@ -209,7 +213,12 @@ def test_token_detail_gives_per_token_logprobs_and_zscores(backend) -> None:  # 
     whole = tok(context + continuation, add_special_tokens=False)["input_ids"]
     cont = whole[len(ctx) :]
     with torch.inference_mode():
-        logits = backend.model(input_ids=torch.tensor([(ctx + cont)[:-1]])).logits[0].float()
+        logits = (
+            backend.model(input_ids=torch.tensor([(ctx + cont)[:-1]], device=backend.device))
+            .logits[0]
+            .float()
+            .cpu()
+        )
     logprobs = torch.log_softmax(logits, dim=-1)[len(ctx) - 1 :]
     probs = logprobs.exp()
     mean = (probs * logprobs).sum(-1)
@@ -228,28 +237,36 @@ FEWSHOT = (
 )
 
 
+# Another subject's block: rows continuing different prefixes share batches.
+OTHER = "Translate to French.\n\n" + "English: the cat\nFrench: le chat\n\n" * 6
+
+
 def _questions() -> list[tuple[str, list[str]]]:
     return [
         (FEWSHOT + "Question: what is two plus three? Answer:", [" five", " seven apples", " 5"]),
         (FEWSHOT + "Question: how many legs has a spider? Answer:", [" eight legs", " six"]),
         (FEWSHOT + "Question: name a colour. Answer:", [" red", " green and blue", " A"]),
+        (OTHER + "English: the dog\nFrench:", [" le chien", " la", " le chat noir"]),
     ]
+
+
+def _prefix_of(context: str) -> int:
+    return len(FEWSHOT) if context.startswith(FEWSHOT) else len(OTHER)
 
 
 def test_shared_prefixes_and_options_give_the_unshared_numbers(backend) -> None:  # type: ignore[no-untyped-def]
     """The few-shot block computed once and cached, each question's context run once for
     its options: the same log-likelihoods as each row scored alone from scratch."""
-    shared = len(FEWSHOT)
     reqs = [
-        LoglikelihoodRequest(ctx, cont, shared_prefix=shared)
+        LoglikelihoodRequest(ctx, cont, shared_prefix=_prefix_of(ctx))
         for ctx, conts in _questions()
         for cont in conts
     ]
     backend._prefixes.clear()
     results = backend.loglikelihood(reqs)
-    assert len(backend._prefixes) == 1  # the few-shot block only, not each question
-    (cached,) = backend._prefixes
-    assert backend.tokenizer.decode(list(cached)) in FEWSHOT
+    assert len(backend._prefixes) == 2  # the few-shot blocks only, not each question
+    for cached in backend._prefixes:
+        assert backend.tokenizer.decode(list(cached)) in (FEWSHOT, OTHER)
     assert backend.loglikelihood(reqs) == results  # a second call reuses the cache
     for req, res in zip(reqs, results, strict=True):
         reference = _reference_logprob(backend, req.context, req.continuation)
@@ -271,12 +288,40 @@ def test_a_prefix_hint_that_does_not_match_the_tokens_is_harmless(backend) -> No
 def test_generation_with_a_shared_prefix_equals_generation_without(backend) -> None:  # type: ignore[no-untyped-def]
     """Prefix states reused, padding between the prefix and each prompt's own tokens: the
     same greedy tokens as left-padded prompts without sharing, and as each prompt alone."""
-    prompts = [ctx for ctx, _ in _questions()] + [FEWSHOT + "Question: what"]
+    prompts = [ctx for ctx, _ in _questions()] + [FEWSHOT + "Question: what", "Hello"]
     plain = backend.generate([GenerateRequest(p, max_new_tokens=8) for p in prompts])
     shared = backend.generate(
-        [GenerateRequest(p, max_new_tokens=8, shared_prefix=len(FEWSHOT)) for p in prompts]
+        [GenerateRequest(p, max_new_tokens=8, shared_prefix=_prefix_of(p)) for p in prompts]
     )
     assert [r.text for r in shared] == [r.text for r in plain]
     assert [r.n_tokens for r in shared] == [r.n_tokens for r in plain]
     alone = [backend.generate([GenerateRequest(p, max_new_tokens=8)])[0].text for p in prompts]
     assert [r.text for r in shared] == alone
+
+
+def test_auto_batch_size_is_found_once_recorded_and_reused(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLMEVAL_CACHE_DIR", str(tmp_path))
+    first = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=0))
+    assert first.batch_size in (1, 2, 4, 8, 16, 32)
+    assert first.info()["batch_size_source"] == "auto (measured now)"
+    assert (tmp_path / "batch_sizes.json").is_file()
+    again = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=0))
+    assert again.batch_size == first.batch_size
+    assert again.info()["batch_size_source"].endswith("reused)")
+    fixed = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=3))
+    assert (fixed.batch_size, fixed.info()["batch_size_source"]) == (3, "fixed")
+
+
+def test_device_map_places_the_model_through_accelerate(tiny_model_dir: Path) -> None:
+    pytest.importorskip("accelerate")
+    mapped = load_backend(ModelSettings(model=str(tiny_model_dir), device_map="auto"))
+    plain = load_backend(ModelSettings(model=str(tiny_model_dir)))
+    assert mapped.info()["device_map"] == "auto"
+    req = [LoglikelihoodRequest("The answer is", " 42")]
+    assert mapped.loglikelihood(req)[0].logprob == pytest.approx(
+        plain.loglikelihood(req)[0].logprob, abs=1e-5
+    )
+    with pytest.raises(Exception, match="--llm-device-map"):
+        load_backend(ModelSettings(model=str(tiny_model_dir), device_map="auto", device="cpu"))
