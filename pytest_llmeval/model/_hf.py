@@ -508,12 +508,8 @@ class HFBackend:
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
         """Greedy generation in batches of prompts with the same budget and stop sequences,
-        longest first. A prompt's shared prefix is not recomputed: its cached state fills
-        the cache's first positions (holes masked where another row's prefix is longer),
-        the prompt's own tokens follow, left-padded; positions follow the mask."""
-        import torch
-        from transformers import GenerationConfig
-
+        longest first (see ``_greedy``). A prompt's shared prefix is not recomputed: its
+        cached state is reused, the prompt's own tokens continue it."""
         out: list[GenerateResult | None] = [None] * len(requests)
         groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         prompt_tokens: dict[int, int] = {}
@@ -545,59 +541,90 @@ class HFBackend:
                 prefixes[i] = tuple(tokens[:shared])
             encoded[i] = tokens
             groups.setdefault((req.max_new_tokens, req.stop), []).append(i)
-        eos = self.tokenizer.eos_token_id
-        pad = int(self.tokenizer.pad_token_id)
         for (max_new, stop), indices in groups.items():
             order = sorted(indices, key=lambda i: (-(len(encoded[i]) - len(prefixes[i])), i))
-            config = GenerationConfig(  # type: ignore[no-untyped-call]
-                max_new_tokens=max_new,
-                do_sample=False,
-                num_beams=1,
-                pad_token_id=pad,
-                eos_token_id=eos,
-                stop_strings=list(stop) or None,
-            )
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
                 states = [self._prefix_state(prefixes[i], keep=True) for i in batch]
-                cache, past_mask = self._past(states)
                 own = [encoded[i][len(prefixes[i]) :] for i in batch]
-                width = max(len(o) for o in own)
-                ids = torch.full((len(batch), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for row, tokens in enumerate(own):
-                    ids[row, width - len(tokens) :] = torch.tensor(tokens)
-                    mask[row, width - len(tokens) :] = 1
-                held = torch.full(past_mask.shape, pad, dtype=torch.long)
-                for row, i in enumerate(batch):
-                    held[row, : len(prefixes[i])] = torch.tensor(prefixes[i], dtype=torch.long)
-                extra = {self._cache_arg: cache} if cache is not None else {}
-                with torch.inference_mode():
-                    generated = self.model.generate(
-                        input_ids=torch.cat([held, ids], 1).to(self.device),
-                        attention_mask=torch.cat([past_mask.cpu(), mask], 1).to(self.device),
-                        generation_config=config,
-                        tokenizer=self.tokenizer,
-                        **extra,
-                    )
-                new_tokens = generated[:, held.shape[1] + width :].cpu().tolist()
-                for row, i in enumerate(batch):
-                    out[i] = self._result(new_tokens[row], stop, prompt_tokens[i], encoded[i])
+                for i, (tokens, eos) in zip(
+                    batch, self._greedy(states, own, max_new, stop), strict=True
+                ):
+                    out[i] = self._result(tokens, eos, stop, prompt_tokens[i], encoded[i])
         return [r for r in out if r is not None]
 
-    def _result(
-        self, toks: list[int], stop: tuple[str, ...], n_prompt: int, used: list[int]
-    ) -> GenerateResult:
-        """Decode one row's new tokens: up to EOS, trailing padding dropped, text cut before
-        the first stop sequence."""
+    def _greedy(
+        self,
+        states: Sequence[_State | None],
+        own: Sequence[Sequence[int]],
+        max_new: int,
+        stop: tuple[str, ...],
+    ) -> list[tuple[list[int], bool]]:
+        """Greedy decoding of a batch: row i continues ``states[i]`` with its ``own`` tokens.
+        A row leaves the batch as soon as it produced EOS, a stop sequence (checked on the
+        decoded text after every token, as lm-eval's stopping criterion does) or
+        ``max_new`` tokens, so the remaining rows run smaller forward passes. Returns each
+        row's new tokens (EOS excluded) and whether it ended with EOS."""
+        import torch
+        from transformers import DynamicCache
+
         eos = self.tokenizer.eos_token_id
-        pad = int(self.tokenizer.pad_token_id)
-        finish = "length"
-        if eos is not None and eos in toks:
-            toks = toks[: toks.index(eos)]
-            finish = "eos"
-        while toks and toks[-1] == pad and finish == "length" and pad != eos:
-            toks = toks[:-1]
+        ids, mask = self._right_padded(own)
+        new: list[list[int]] = [[] for _ in own]
+        ended = [False] * len(own)
+        with torch.inference_mode():
+            cache, past_mask = self._past(states)
+            cache = cache if cache is not None else DynamicCache()
+            full = torch.cat([past_mask, mask], 1)
+            seen = full.sum(1)  # real tokens per row: the position of its next token
+            out = self._decoder(
+                input_ids=ids,
+                attention_mask=full,
+                position_ids=past_mask.sum(1, keepdim=True)
+                + torch.arange(ids.shape[1], device=ids.device),
+                use_cache=True,
+                **{self._cache_arg: cache},
+            )
+            rows = torch.arange(len(own), device=ids.device)
+            hidden = out.last_hidden_state[rows, mask.sum(1) - 1]
+            active = list(range(len(own)))
+            while active:
+                tokens = self._head(hidden).argmax(-1)
+                still = []
+                for j, row in enumerate(active):
+                    token = int(tokens[j])
+                    if token == eos:
+                        ended[row] = True
+                        continue
+                    new[row].append(token)
+                    text = self.tokenizer.decode(new[row], skip_special_tokens=True) if stop else ""
+                    if len(new[row]) < max_new and not any(s in text for s in stop):
+                        still.append(j)
+                if len(still) < len(active):
+                    if not still:
+                        break
+                    keep = torch.tensor(still, device=ids.device)
+                    cache.batch_select_indices(keep)
+                    full, seen, tokens = full[keep], seen[keep], tokens[keep]
+                    active = [active[j] for j in still]
+                full = torch.cat([full, full.new_ones((len(active), 1))], 1)
+                out = self._decoder(
+                    input_ids=tokens.unsqueeze(-1),
+                    attention_mask=full,
+                    position_ids=seen.unsqueeze(-1),
+                    use_cache=True,
+                    **{self._cache_arg: cache},
+                )
+                seen = seen + 1
+                hidden = out.last_hidden_state[:, -1]
+        return list(zip(new, ended, strict=True))
+
+    def _result(
+        self, toks: list[int], eos: bool, stop: tuple[str, ...], n_prompt: int, used: list[int]
+    ) -> GenerateResult:
+        """One row's result: its new tokens decoded, the text cut before the first stop
+        sequence."""
+        finish = "eos" if eos else "length"
         text = str(self.tokenizer.decode(toks, skip_special_tokens=True))
         cut = min((text.find(s) for s in stop if s in text), default=-1)
         if cut >= 0:

@@ -208,3 +208,14 @@ def test_shared_prefixes_give_the_unshared_results_on_real_items(
         assert (a.is_greedy, a.n_tokens) == (b.is_greedy, b.n_tokens)
     assert [g.text for g in shared[1]] == [g.text for g in plain[1]]
     assert all(g.n_tokens > 0 for g in shared[1])
+    # The backend's own greedy loop gives what transformers' generate gives (one request
+    # at a time: no padding), cut at the same stop sequences.
+    import torch
+
+    for request, result in zip(generations[:2], shared[1][:2], strict=True):
+        ids = backend.tokenizer(request.context, return_tensors="pt").input_ids
+        with torch.inference_mode():
+            out = backend.model.generate(ids, max_new_tokens=24, do_sample=False, num_beams=1)
+        text = backend.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+        cut = min((text.find(s) for s in request.stop if s in text), default=len(text))
+        assert result.text == text[:cut]

@@ -112,9 +112,11 @@ def test_generation_cuts_at_stop_sequences(backend) -> None:  # type: ignore[no-
 
 def test_info_records_settings(backend, tiny_model_dir: Path) -> None:  # type: ignore[no-untyped-def]
     info = backend.info()
-    assert info["dtype"] == "float32"
-    assert info["device"] == "cpu"
+    on_gpu = torch.cuda.is_available()  # device auto: float32 on CPU, bfloat16 on a GPU
+    assert info["dtype"] == ("bfloat16" if on_gpu else "float32")
+    assert info["device"] == ("cuda" if on_gpu else "cpu")
     assert info["batch_size"] == 3
+    assert (info["batch_size_source"], info["prefix_sharing"]) == ("fixed", True)
     assert info["model_path"] == str(tiny_model_dir)
 
 
@@ -304,7 +306,7 @@ def test_auto_batch_size_is_found_once_recorded_and_reused(
 ) -> None:
     monkeypatch.setenv("LLMEVAL_CACHE_DIR", str(tmp_path))
     first = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=0))
-    assert first.batch_size in (1, 2, 4, 8, 16, 32)
+    assert first.batch_size in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     assert first.info()["batch_size_source"] == "auto (measured now)"
     assert (tmp_path / "batch_sizes.json").is_file()
     again = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=0))
