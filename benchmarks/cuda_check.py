@@ -35,11 +35,13 @@ SPECS = Path(__file__).resolve().parent
 def _timed(runner: TaskRunner, items: list[Any], backend: Any) -> tuple[list[ItemResult], float]:
     import torch
 
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    sync()
+    gpu = torch.cuda.is_available()
+    if gpu:
+        torch.cuda.synchronize()
     started = time.perf_counter()
     out = runner.run(items, backend)
-    sync()
+    if gpu:
+        torch.cuda.synchronize()
     return out, time.perf_counter() - started
 
 

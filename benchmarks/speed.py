@@ -1,0 +1,244 @@
+"""Speed against lm-evaluation-harness: the parity runs, timed, and the machine's matmul rate.
+
+    python -m benchmarks.speed [--items 200] [--tasks mmlu,mmlu_continuation,gsm8k]
+        [--batch-size 8] [--model smollm2-135m] [--data-dir ../shared/benchmarks] [--out DIR]
+
+Needs ``pip install -e ".[hf,parity]"``. Runs what ``python -m benchmarks.parity`` runs
+(the same items through both tools, same model directory, dtype, device and batch size;
+see :mod:`benchmarks.lmeval_compare` for what is timed) and prints, per task type: items/s
+of each tool (model time / end to end), the ratio ours / lm-eval (above 1: ours is faster),
+the per-item agreement, and the share of the machine's measured float32 matmul rate that
+each tool's forward passes reach (model FLOPs of the forward passes actually run / model
+time, against the best GEMM rate measured here with torch on the same device, dtype and
+thread count). Then the parity criteria of the same runs, as ``python -m benchmarks.parity``
+prints them: one run gives both. Writes ``speed.md`` (the tables), ``parity.txt`` (the
+criteria) and ``speed.json`` (everything, with the per-item records) into ``--out``. Exit
+status 1 when a parity criterion fails; nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks import parity
+from benchmarks.lmeval_compare import (
+    Options,
+    Report,
+    TaskReport,
+    format_table,
+    markdown_table,
+    out_dir,
+    parse_args,
+    quiet_libraries,
+    run_all,
+    stderr,
+    write_json,
+)
+from pytest_llmeval.model import resolve_model_path
+
+
+def matmul_shapes(config: Any) -> list[tuple[str, int, int, int]]:
+    """(label, M, K, N) GEMMs: square ones and the model's own shapes for 2048 tokens (the
+    LM head for 256 rows)."""
+    hidden = int(config.hidden_size)
+    inter = int(getattr(config, "intermediate_size", 4 * hidden))
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    kv = int(getattr(config, "num_key_value_heads", heads)) * head_dim
+    vocab = int(config.vocab_size)
+    return [
+        ("square 1024", 1024, 1024, 1024),
+        ("square 2048", 2048, 2048, 2048),
+        ("attention q/o 2048 tokens", 2048, hidden, heads * head_dim),
+        ("attention k/v 2048 tokens", 2048, hidden, kv),
+        ("mlp up 2048 tokens", 2048, hidden, inter),
+        ("mlp down 2048 tokens", 2048, inter, hidden),
+        ("lm head 256 rows", 256, hidden, vocab),
+    ]
+
+
+def measure_matmul(opts: Options, min_seconds: float = 0.5) -> list[dict[str, Any]]:
+    """GFLOP/s of ``torch.mm`` per shape (best of the timed repetitions' mean)."""
+    import torch
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(resolve_model_path(opts.model))
+    device = torch.device(opts.device)
+    dtype = getattr(torch, opts.dtype)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    out = []
+    for label, m, k, n in matmul_shapes(config):
+        a = torch.randn(m, k, device=device, dtype=dtype)
+        b = torch.randn(k, n, device=device, dtype=dtype)
+        with torch.inference_mode():
+            for _ in range(2):
+                torch.mm(a, b)
+            sync()
+            reps = 0
+            started = time.perf_counter()
+            while reps < 3 or time.perf_counter() - started < min_seconds:
+                torch.mm(a, b)
+                reps += 1
+                if device.type == "cuda" and reps % 10:
+                    continue
+                sync()
+            sync()
+            seconds = time.perf_counter() - started
+        out.append(
+            {
+                "shape": label,
+                "m": m,
+                "k": k,
+                "n": n,
+                "reps": reps,
+                "gflop_per_s": 2.0 * m * k * n * reps / seconds / 1e9,
+            }
+        )
+    return out
+
+
+def _rate(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def agreement(task: TaskReport) -> str:
+    s = task.summary
+    n = max(1, int(s["items"]))
+    differ = int(s["items"]) - int(s["contexts_identical"])
+    ctx = f"; CONTEXTS DIFFER in {differ}" if differ else ""
+    if "argmax_identical" in s:
+        return (
+            f"argmax {100 * s['argmax_identical'] / n:.1f}% identical, "
+            f"max |delta ll| {s['max_abs_delta']:.1e}{ctx}"
+        )
+    return f"outputs {100 * s['outputs_identical'] / n:.1f}% identical{ctx}"
+
+
+def speed_rows(report: Report, peak: float) -> list[list[str]]:
+    rows = []
+    for t in report.tasks:
+        lm, ours = t.lmeval, t.ours
+        ratio_model = ours["items_per_s_model"] / lm["items_per_s_model"]
+        ratio_e2e = ours["items_per_s_end_to_end"] / lm["items_per_s_end_to_end"]
+        share = [100 * x["model_gflop_per_s"] / peak for x in (lm, ours)]
+        rows.append(
+            [
+                t.task_type,
+                str(t.summary["items"]),
+                f"{_rate(lm['items_per_s_model'])} / {_rate(lm['items_per_s_end_to_end'])}",
+                f"{_rate(ours['items_per_s_model'])} / {_rate(ours['items_per_s_end_to_end'])}",
+                f"{ratio_model:.2f}x / {ratio_e2e:.2f}x",
+                agreement(t),
+                f"{share[0]:.1f}% / {share[1]:.1f}%",
+            ]
+        )
+    return rows
+
+
+SPEED_HEADER = [
+    "task type",
+    "items",
+    "lm-eval items/s (model / e2e)",
+    "ours items/s (model / e2e)",
+    "ratio ours/lm-eval (model / e2e)",
+    "per-item agreement",
+    "matmul peak reached (lm-eval / ours)",
+]
+DETAIL_HEADER = [
+    "task type",
+    "tool",
+    "setup s",
+    "model s",
+    "end-to-end s",
+    "forward passes",
+    "decoder tokens (without padding)",
+    "LM-head rows",
+    "model GFLOP",
+    "GFLOP/s",
+]
+
+
+def detail_rows(report: Report) -> list[list[str]]:
+    rows = []
+    for t in report.tasks:
+        for name, tool in (("lm-eval", t.lmeval), ("ours", t.ours)):
+            timing, fwd = tool["timing"], tool["forward"]
+            rows.append(
+                [
+                    t.task_type,
+                    name,
+                    f"{timing['setup_s']:.2f}",
+                    f"{timing['model_s']:.2f}",
+                    f"{timing['end_to_end_s']:.2f}",
+                    str(fwd["forward_calls"]),
+                    f"{fwd['decoder_tokens']} ({fwd['real_tokens']})",
+                    str(fwd["head_rows"]),
+                    f"{fwd['flops'] / 1e9:.0f}",
+                    f"{tool['model_gflop_per_s']:.1f}",
+                ]
+            )
+    return rows
+
+
+def render(report: Report, matmul: list[dict[str, Any]], markdown: bool) -> str:
+    table = markdown_table if markdown else format_table
+    peak = max(m["gflop_per_s"] for m in matmul)
+    cfg = report.config
+    opts = cfg["options"]
+    head = (
+        f"model {opts['model']} ({cfg['model_path']}), {opts['dtype']} on {opts['device']}, "
+        f"batch size {opts['batch_size']} (both tools), {cfg['torch_threads']} torch thread(s); "
+        f"torch {cfg['versions']['torch']}, transformers {cfg['versions']['transformers']}, "
+        f"lm-eval {cfg['versions']['lm_eval']}; model loading: ours "
+        f"{cfg['model_load_s']['ours']:.1f}s, lm-eval {cfg['model_load_s']['lmeval']:.1f}s "
+        "(not counted)"
+    )
+    matmul_rows = [[m["shape"], f"{m['m']}x{m['k']} @ {m['k']}x{m['n']}", f"{m['gflop_per_s']:.1f}"]
+                   for m in matmul]  # fmt: skip
+    parity = "passed" if report.passed else "FAILED (see the parity criteria in speed.json)"
+    return "\n\n".join(
+        [
+            head,
+            table(SPEED_HEADER, speed_rows(report, peak)),
+            "items/s: items / wall time inside the tool's loglikelihood/generate calls (model) "
+            "and of the whole evaluation call (e2e); ratio above 1: ours is faster. "
+            f"Matmul peak: the best measured {opts['dtype']} GEMM rate, {peak:.1f} GFLOP/s; "
+            "reached: model FLOPs of the forward passes run (2 x decoder parameters without "
+            "the embedding table x decoder tokens incl. padding + 2 x LM-head parameters x "
+            "LM-head rows + dense attention) / model time.",
+            table(DETAIL_HEADER, detail_rows(report)),
+            table(["GEMM", "shape", "GFLOP/s"], matmul_rows),
+            f"parity: {parity}",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    opts = parse_args(argv, "python -m benchmarks.speed", __doc__.splitlines()[0])
+    with quiet_libraries():
+        report = run_all(opts, log=stderr)
+    stderr("measuring the machine's matmul throughput ...")
+    matmul = measure_matmul(opts)
+    report.extra["matmul"] = matmul
+    target = out_dir(opts, "speed")
+    write_json(target / "speed.json", report.to_dict())
+    (target / "speed.md").write_text(render(report, matmul, markdown=True) + "\n", encoding="utf-8")
+    (target / "parity.txt").write_text(parity.render(report) + "\n", encoding="utf-8")
+    print(render(report, matmul, markdown=False))
+    print("\n" + parity.render(report))
+    print(f"report: {target / 'speed.md'}, {target / 'speed.json'}, {target / 'parity.txt'}")
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

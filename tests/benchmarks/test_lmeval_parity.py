@@ -1,0 +1,288 @@
+"""The lm-evaluation-harness parity harness (``benchmarks/lmeval_tasks.py``,
+``benchmarks/lmeval_compare.py``, ``python -m benchmarks.parity``).
+
+Without a model: the harness task YAMLs, built by lm-eval itself, ask byte for byte what our
+specs ask on real items of each task type, and the comparison's criteria catch a context
+that differs, a log-likelihood off by more than the tolerance and a different output. With
+the default model: a small real run of both tools passes every criterion. Skipped when
+lm-eval is not installed (``pip install -e ".[parity]"``; CI does not install it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("lm_eval", reason="lm-eval not installed: pip install -e '.[parity]'")
+
+from benchmarks.lmeval_compare import (
+    ForwardStats,
+    LmevalRun,
+    Models,
+    OursRun,
+    RecordingBackend,
+    Timing,
+    compare_generation,
+    compare_multiple_choice,
+    diagnose_divergence,
+    first_difference,
+    summarize,
+)
+from benchmarks.lmeval_tasks import (
+    TaskSet,
+    build_lmeval_tasks,
+    lmeval_requests,
+    load_spec,
+    select_items,
+    write_task_set,
+)
+from pytest_llmeval.eval import TaskRunner
+from pytest_llmeval.model import (
+    GenerateRequest,
+    GenerateResult,
+    LoglikelihoodRequest,
+    LoglikelihoodResult,
+)
+
+# college_mathematics-0008's first option is the text "None", which pandas reads as a
+# missing value unless told otherwise.
+SUBJECTS = ("abstract_algebra", "college_mathematics")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _offline() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_DATASETS_OFFLINE", "1")
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        yield
+
+
+def _task_set(shared: Path, tmp: Path, task_type: str, n: int, **kw: Any) -> TaskSet:
+    subsets = SUBJECTS if task_type != "gsm8k" else None
+    return write_task_set(task_type, [shared], tmp, n, subsets=subsets, **kw)
+
+
+@pytest.mark.parametrize("task_type", ["mmlu", "mmlu_continuation"])
+def test_mmlu_contexts_and_continuations_are_byte_identical(
+    shared_benchmarks: Path, tmp_path: Path, task_type: str
+) -> None:
+    task_set = _task_set(shared_benchmarks, tmp_path, task_type, 18)
+    assert task_set.limit == 9 and len(task_set.items) == 18
+    requests = lmeval_requests(task_set, build_lmeval_tasks(task_set))
+    runner = TaskRunner(task_set.spec, [shared_benchmarks])
+    for item in task_set.items:
+        p = runner.prepare(item)
+        args = requests[item.id]
+        assert [a[0] for a in args] == [p.prompt] * 4, item.id
+        assert [a[1] for a in args] == [" " + c for c in p.choices], item.id
+    none_option = requests[f"{task_type}-college_mathematics-0008"]
+    expected = " A" if task_type == "mmlu" else " None"
+    assert none_option[0][1] == expected
+    if task_type == "mmlu":
+        assert "\nA. None\n" in none_option[0][0]
+    assert (
+        "The following are questions (with answers) about college mathematics.\n\n"
+        if task_type == "mmlu_continuation"
+        else "The following are multiple choice questions (with answers) about college"
+    ) in none_option[0][0]
+
+
+def test_gsm8k_context_and_generation_settings(shared_benchmarks: Path, tmp_path: Path) -> None:
+    task_set = _task_set(shared_benchmarks, tmp_path, "gsm8k", 3, max_new_tokens=32)
+    assert [i.id for i in task_set.items] == ["gsm8k-0000", "gsm8k-0001", "gsm8k-0002"]
+    requests = lmeval_requests(task_set, build_lmeval_tasks(task_set))
+    runner = TaskRunner(task_set.spec, [shared_benchmarks])
+    for item in task_set.items:
+        ((context, kwargs),) = requests[item.id]
+        assert context == runner.prepare(item).prompt
+        assert context.count("\nA: ") == 8
+        assert kwargs["until"] == ["Q:", "\n\n"]
+        assert kwargs["max_gen_toks"] == 32 and kwargs["do_sample"] is False
+
+
+def test_harness_yaml_reads_every_csv_cell_as_text(shared_benchmarks: Path, tmp_path: Path) -> None:
+    task_set = _task_set(shared_benchmarks, tmp_path, "mmlu", 2)
+    text = (task_set.yaml_dir / "llmeval_parity_mmlu_college_mathematics.yaml").read_text()
+    assert "question: !function 'builtins.str'" in text
+    assert 'doc_to_text: "{{question.strip()}}\\nA. {{choice0}}' in text
+    assert "keep_default_na: false" in text
+    assert str(shared_benchmarks.resolve() / "mmlu/dev/college_mathematics_dev.csv") in text
+
+
+def test_selection_takes_the_first_items_of_every_subject(shared_benchmarks: Path) -> None:
+    spec = load_spec("mmlu")
+    items, k = select_items(spec, [shared_benchmarks], 5, SUBJECTS)
+    assert k == 3
+    assert [i.id for i in items] == [
+        f"mmlu-{s}-000{j}" for s in ("abstract_algebra", "college_mathematics") for j in range(3)
+    ]
+    everything, k = select_items(spec, [shared_benchmarks], 200)
+    assert k == 4 and len(everything) == 204  # 51 subjects here
+    with pytest.raises(ValueError, match="no subset"):
+        select_items(spec, [shared_benchmarks], 5, ("astrology",))
+    assert load_spec("gsm8k", max_new_tokens=7).generate.max_new_tokens == 7  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- criteria
+
+
+class _Scripted:
+    """Log-likelihood -(index of the choice) - 0.5, greedy output "The answer is 18."."""
+
+    batch_size = 8
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+        return [
+            LoglikelihoodResult(logprob=-(i % 4) - 0.5, is_greedy=i % 4 == 0, n_tokens=1)
+            for i, _ in enumerate(requests)
+        ]
+
+    def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        return [GenerateResult("The answer is 18.", 6, "stop") for _ in requests]
+
+    def info(self) -> Mapping[str, Any]:
+        return {}
+
+
+def _runs(task_set: TaskSet, lm_values: Any) -> tuple[OursRun, LmevalRun]:
+    """Our run on the scripted backend and a harness run whose per-request answers are
+    ``lm_values(item_id, index, ours)`` and whose arguments are the harness's own."""
+    backend = RecordingBackend(_Scripted(), Timing())
+    results = TaskRunner(task_set.spec, task_set.data_dirs).run(task_set.items, backend)
+    requests = lmeval_requests(task_set, build_lmeval_tasks(task_set))
+    names = {item_id: key for key, item_id in task_set.item_ids.items()}
+    samples = {}
+    for r in results:
+        ours: list[Any] = (
+            [(lp, g) for lp, g in zip(r.logprobs, r.is_greedy, strict=True)]
+            if r.choices
+            else [r.output]
+        )
+        resps = [[lm_values(r.item_id, i, v)] for i, v in enumerate(ours)]
+        samples[r.item_id] = {
+            "task": names[r.item_id][0],
+            "doc_id": names[r.item_id][1],
+            "arguments": requests[r.item_id],
+            "resps": resps,
+            "filtered": {},
+            "metrics": {"none": {"acc": r.acc, "acc_norm": r.acc_norm}},
+        }
+    ours_run = OursRun(
+        timing=Timing(),
+        forward=ForwardStats(),
+        results=results,
+        ll_requests=backend.ll_requests,
+        gen_requests=backend.gen_requests,
+    )
+    return ours_run, LmevalRun(timing=Timing(), forward=ForwardStats(), samples=samples, scores={})
+
+
+def _failed(task_set: TaskSet, records: Sequence[Mapping[str, Any]]) -> list[str]:
+    _, criteria = summarize(task_set, records, task_set.requested)
+    return [c.name for c in criteria if not c.passed]
+
+
+def test_criteria_catch_log_likelihood_and_argmax_differences(
+    shared_benchmarks: Path, tmp_path: Path
+) -> None:
+    task_set = _task_set(shared_benchmarks, tmp_path, "mmlu_continuation", 2)
+    close = _runs(task_set, lambda item, i, v: (v[0] + 5e-5, v[1]))
+    assert _failed(task_set, compare_multiple_choice(task_set, *close)) == []
+
+    def off(item: str, i: int, v: tuple[float, bool]) -> tuple[float, bool]:
+        if item.endswith("abstract_algebra-0000") and i == 3:
+            return (0.0, v[1])  # now the most likely choice
+        return v
+
+    records = compare_multiple_choice(task_set, *_runs(task_set, off))
+    assert _failed(task_set, records) == ["argmax identical", "max |delta ll| < 0.0001"]
+    assert [r["item_id"] for r in records if r["pred"] != r["lmeval_pred"]] == [
+        "mmlu_continuation-abstract_algebra-0000"
+    ]
+
+
+def test_criteria_catch_a_context_that_differs(shared_benchmarks: Path, tmp_path: Path) -> None:
+    task_set = _task_set(shared_benchmarks, tmp_path, "mmlu", 1)
+    ours, lm = _runs(task_set, lambda item, i, v: v)
+    first = task_set.items[0].id
+    lm.samples[first]["arguments"] = [
+        (ctx.replace("Answer:", "Answer :"), cont) for ctx, cont in lm.samples[first]["arguments"]
+    ]
+    records = compare_multiple_choice(task_set, ours, lm)
+    assert _failed(task_set, records) == ["contexts byte-identical"]
+    assert records[0]["context_first_difference"] == first_difference(
+        ours.ll_requests[0].context, lm.samples[first]["arguments"][0][0]
+    )
+
+
+def test_criteria_catch_a_different_output(shared_benchmarks: Path, tmp_path: Path) -> None:
+    task_set = _task_set(shared_benchmarks, tmp_path, "gsm8k", 2, max_new_tokens=16)
+    same = _runs(task_set, lambda item, i, v: v)
+    records = compare_generation(task_set, *same, count_tokens=len)
+    assert _failed(task_set, records) == []
+    assert all(r["correct"] and r["lmeval_correct"] for r in records[:1])  # gsm8k-0000: 18
+    other = _runs(task_set, lambda item, i, v: "The answer is 17." if item == "gsm8k-0001" else v)
+    records = compare_generation(task_set, *other, count_tokens=len)
+    assert _failed(task_set, records) == [
+        "outputs identical (greedy)",
+        "extracted answers identical",
+    ]
+    assert records[1]["output_first_difference"] == 15
+
+    class CharTokens:  # the harness model's tokenizer, one token per character
+        def tok_encode(self, text: str) -> list[int]:
+            return [ord(c) for c in text]
+
+        def tok_decode(self, tokens: Sequence[int]) -> str:
+            return "".join(chr(t) for t in tokens)
+
+    models = Models(_Scripted(), CharTokens(), None, None, {}, Path())  # type: ignore[arg-type]
+    diagnose_divergence(records, other[0].gen_requests, models)
+    assert "divergence" not in records[0]
+    assert records[1]["divergence"] == {
+        "token_index": 15,
+        "ours_token": "8",
+        "lmeval_token": "7",
+        "ours_token_logprob": -0.5,
+        "lmeval_token_logprob": -1.5,
+        "logprob_margin": 1.0,
+    }
+
+
+# --------------------------------------------------------------------------- real run
+
+
+def test_parity_cli_on_the_default_model(
+    shared_benchmarks: Path, default_model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both tools, 2 MMLU + 2 option-text MMLU + 2 GSM8K items (16 new tokens): every parity
+    criterion passes; the report has the per-item records and both tools' timings."""
+    from benchmarks.parity import main
+
+    code = main(
+        [
+            "--items=2",
+            "--subjects=abstract_algebra",
+            "--max-new-tokens=16",
+            f"--model={default_model}",
+            f"--data-dir={shared_benchmarks}",
+            f"--out={tmp_path}",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "PARITY PASSED" in out
+    report = json.loads((tmp_path / "parity.json").read_text())
+    assert report["passed"] is True
+    tasks = report["tasks"]
+    assert list(tasks) == ["mmlu", "mmlu_continuation", "gsm8k"]
+    for name, task in tasks.items():
+        assert len(task["items"]) == 2, name
+        for tool in ("ours", "lmeval"):
+            assert task[tool]["timing"]["model_s"] > 0
+            assert task[tool]["forward"]["decoder_tokens"] > 0
+    assert tasks["mmlu"]["summary"]["max_abs_delta"] < 1e-4
+    assert tasks["gsm8k"]["summary"]["outputs_identical"] == 2
