@@ -1,13 +1,15 @@
-"""Shared fixtures: a tiny random causal LM built offline, the shared benchmark data, and
-the default model run through the shipped benchmark specs."""
+"""Shared fixtures: a tiny random causal LM built offline, a scripted OpenAI-compatible
+server, the shared benchmark data, and the default model run through the shipped benchmark
+specs."""
 
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from openai_fake import FakeServer
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_BENCHMARKS = REPO.parent / "shared" / "benchmarks"
@@ -63,6 +65,17 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeServer]:
+    """A scripted OpenAI-compatible completions server on loopback (``tests/openai_fake.py``);
+    its API root is ``fake_openai.url``."""
+    server = FakeServer()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pytest_llmeval._errors import ModelError
 from pytest_llmeval.contamination._rewrite import option_orders, permute_options, rewrite_numbers
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import TaskRunner
@@ -55,6 +56,16 @@ def membership_scores(
     """Min-K% and Min-K%++ of each ``(item_id, text)``, the text scored from the start."""
     requests = [LoglikelihoodRequest("", text, token_detail=True) for _, text in texts]
     results = backend.loglikelihood(requests)
+    for (item_id, _), r in zip(texts, results, strict=True):
+        if r.token_logprobs and len(r.token_zscores) != len(r.token_logprobs):
+            # Min-K%++ would silently be NaN: say why instead.
+            backend_name = backend.info().get("backend", type(backend).__name__)
+            raise ModelError(
+                f"membership scores of {item_id}: the {backend_name} backend gives per-token "
+                "log-probabilities but no z-scores, which Min-K%++ needs (they take the "
+                "model's full next-token distribution; a completions server returns top-k "
+                "log-probabilities only). Run membership probes with --llm-backend=hf."
+            )
     return [
         MembershipScore(
             item_id=item_id,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model._resolve import EMBEDDED, cache_dir, resolve_model_path
 from pytest_llmeval.model._types import (
+    BACKENDS,
     OVERFLOW_POLICIES,
     Backend,
     GenerateRequest,
@@ -16,18 +16,23 @@ from pytest_llmeval.model._types import (
     Overflow,
 )
 
-if TYPE_CHECKING:
-    pass
-
 
 def load_backend(settings: ModelSettings) -> Backend:
-    """Load the in-process Hugging Face backend for ``settings``."""
+    """The backend ``settings.backend`` names: ``hf`` loads the model into this process
+    (torch and transformers are imported here only); ``openai`` connects to a server."""
+    if settings.backend == "openai":
+        from pytest_llmeval.model._openai import OpenAIBackend
+
+        return OpenAIBackend(settings)
+    if settings.backend != "hf":
+        raise ModelError(f"--llm-backend={settings.backend}: expected one of {', '.join(BACKENDS)}")
     from pytest_llmeval.model._hf import HFBackend
 
     return HFBackend(settings)
 
 
 __all__ = [
+    "BACKENDS",
     "EMBEDDED",
     "OVERFLOW_POLICIES",
     "Backend",

@@ -75,6 +75,9 @@ class HFBackend:
         self.path = resolve_model_path(settings.model)
         if settings.device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+            gpus = torch.cuda.device_count() if device == "cuda" else 0
+            if gpus > 1 and settings.worker is not None and not settings.device_map:
+                device = f"cuda:{settings.worker % gpus}"  # one GPU per xdist worker
         else:
             device = settings.device
             if device.startswith("cuda") and not torch.cuda.is_available():

@@ -132,3 +132,6 @@ class ModelSettings:
     max_retries: int = 5  # per request, on connection errors, timeouts, 429 and 5xx
     request_timeout: float = 600.0  # seconds per HTTP request
     device_map: str | None = None  # hf: accelerate's auto|balanced|sequential placement
+    # The index of this process among parallel workers (pytest-xdist): with device "auto"
+    # and several GPUs, worker w takes GPU w modulo their number.
+    worker: int | None = None

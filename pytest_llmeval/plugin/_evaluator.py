@@ -7,6 +7,7 @@ writes the run directory; what the controller needs travels in report user prope
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,6 +74,14 @@ class Evaluator:
             batch_size=self.options.batch_size,
             seed=self.options.seed,
             max_length=self.options.max_length,
+            backend=self.options.backend,
+            base_url=self.options.base_url,
+            api_key_env=self.options.api_key_env,
+            concurrency=self.options.concurrency,
+            max_retries=self.options.max_retries,
+            request_timeout=self.options.request_timeout,
+            device_map=self.options.device_map,
+            worker=_xdist_worker(),
         )
         try:
             backend = load_backend(settings)
@@ -94,12 +103,22 @@ class Evaluator:
         from pytest_llmeval.record._hash import HashCache
 
         info = dict(backend.info())
-        model_path = Path(str(info.get("model_path", "")))
+        raw_path = info.get("model_path")
+        model_path = Path(str(raw_path)) if raw_path else None
         cache = HashCache()
         env = environment_record(
-            self.code_dir, model_path if model_path.is_dir() else None, hash_cache=cache
+            self.code_dir,
+            model_path if model_path is not None and model_path.is_dir() else None,
+            hash_cache=cache,
         )
         cache.save()
+        if env.get("model") is None and info.get("model_sha256_reason"):
+            # A model behind a server: no weights to hash here; say so instead of a bare null.
+            env["model"] = {
+                "sha256": None,
+                "weights_sha256": None,
+                "reason": info["model_sha256_reason"],
+            }
         model = env.get("model") or {}
         env["backend"] = info
         libraries = env.get("libraries", {})
@@ -108,13 +127,21 @@ class Evaluator:
             "weights_sha256": model.get("weights_sha256"),
             "model_sha256": model.get("sha256"),
             "dtype": info.get("dtype"),
-            "device_type": str(info.get("device", "")).split(":")[0],
+            "device_type": str(info.get("device") or "").split(":")[0],
             "batch_size": info.get("batch_size"),
             "max_length": info.get("max_length"),
             "seed": self.options.seed,
             "torch": libraries.get("torch"),
             "transformers": libraries.get("transformers"),
         }
+        if info.get("backend") == "openai":
+            # What identifies the remote model (its weights cannot be hashed from here).
+            self.model_settings.update(
+                base_url=info.get("base_url"),
+                served_model=info.get("model"),
+                server_model=info.get("server_model"),
+                server=info.get("server"),
+            )
         plain: dict[str, Any] = _json(env)
         return plain
 
@@ -210,3 +237,10 @@ class Evaluator:
                 if abs(a - b) > LOGPROB_TOLERANCE:
                     problems.append(f"log-likelihood of choice {i}: {a!r} != {b!r}")
             first.determinism = "; ".join(problems) if problems else "ok"
+
+
+def _xdist_worker() -> int | None:
+    """This process's xdist worker number (gw3 -> 3), None outside xdist: with several GPUs
+    and ``--llm-device auto`` each worker takes its own device."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None

@@ -17,6 +17,47 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "model to evaluate: a local HF model directory or 'smollm2-135m'",
         None,
     ),
+    (
+        "--llm-backend",
+        "llm_backend",
+        "hf (transformers in this process, default) | openai (an OpenAI-compatible "
+        "completions server: vLLM, SGLang, TGI, llama.cpp; needs --llm-base-url)",
+        "hf",
+    ),
+    (
+        "--llm-base-url",
+        "llm_base_url",
+        "--llm-backend=openai: the server's API root, e.g. http://127.0.0.1:8000/v1 "
+        "(--llm-model is then the served model name)",
+        None,
+    ),
+    (
+        "--llm-api-key-env",
+        "llm_api_key_env",
+        "--llm-backend=openai: the environment variable holding the API key, if the server "
+        "needs one (default OPENAI_API_KEY; the key is never recorded)",
+        "OPENAI_API_KEY",
+    ),
+    (
+        "--llm-concurrency",
+        "llm_concurrency",
+        "--llm-backend=openai: requests in flight at once (default 4); also the number of "
+        "items handed to the backend at a time",
+        "4",
+    ),
+    (
+        "--llm-max-retries",
+        "llm_max_retries",
+        "--llm-backend=openai: retries of a request on connection errors, timeouts, 429 and "
+        "5xx, with exponential backoff (default 5)",
+        "5",
+    ),
+    (
+        "--llm-request-timeout",
+        "llm_request_timeout",
+        "--llm-backend=openai: seconds to wait for one HTTP answer (default 600)",
+        "600",
+    ),
     ("--llm-device", "llm_device", "auto|cuda|cpu (auto picks CUDA when present)", "auto"),
     (
         "--llm-dtype",
@@ -27,8 +68,17 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
     (
         "--llm-batch-size",
         "llm_batch_size",
-        "fixed batch size (default 8; never changed silently)",
+        "fixed batch size (default 8; never changed silently), or 'auto': the largest that "
+        "fits the GPU (on CPU the fastest), found once per model/device/dtype, cached and "
+        "recorded",
         "8",
+    ),
+    (
+        "--llm-device-map",
+        "llm_device_map",
+        "spread a model too big for one GPU over the visible devices with accelerate: "
+        "auto|balanced|sequential (instead of --llm-device)",
+        None,
     ),
     (
         "--llm-max-length",
@@ -87,6 +137,13 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "llm_exclude",
         "a file of item ids (one per line, '#' comments) left out of every task: the reduced "
         "set is scored and the list's SHA256 is recorded",
+        None,
+    ),
+    (
+        "--llm-agreement",
+        "llm_agreement",
+        "an agreement record of two backends (python -m pytest_llmeval.model.agreement): its "
+        "summary and SHA256 go into the run's eval config and one line is printed",
         None,
     ),
     (
@@ -185,6 +242,24 @@ def _int(config: pytest.Config, name: str, minimum: int) -> int | None:
     return number
 
 
+def _batch_size(config: pytest.Config) -> int:
+    """``--llm-batch-size``: a number >= 1, or ``auto`` (0)."""
+    if str(_raw(config, "llm_batch_size") or "").strip().lower() == "auto":
+        return 0
+    return _int(config, "llm_batch_size", 1) or 8
+
+
+def _device_map(config: pytest.Config) -> str | None:
+    if not _raw(config, "llm_device_map"):
+        return None
+    return _choice(config, "llm_device_map", ("auto", "balanced", "sequential"))
+
+
+def _nonnegative(config: pytest.Config, name: str, default: int) -> int:
+    value = _int(config, name, 0)
+    return default if value is None else value
+
+
 def _choice(config: pytest.Config, name: str, options: tuple[str, ...]) -> str:
     value = str(_raw(config, name))
     if value not in options and not (name == "llm_device" and value.startswith("cuda:")):
@@ -239,6 +314,43 @@ def _alpha(config: pytest.Config) -> float:
     return alpha
 
 
+def _timeout(config: pytest.Config) -> float:
+    value = _raw(config, "llm_request_timeout")
+    try:
+        seconds = float(value) if value not in (None, "") else 600.0
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not seconds > 0:
+        raise pytest.UsageError(
+            f"--llm-request-timeout (ini llm_request_timeout): expected seconds > 0, got {value!r}"
+        )
+    return seconds
+
+
+def _base_url(config: pytest.Config, backend: str) -> str | None:
+    value = _raw(config, "llm_base_url")
+    url = str(value).strip() if value else None
+    if backend == "openai":
+        if not url:
+            raise pytest.UsageError(
+                "--llm-backend=openai needs the server's URL: --llm-base-url=http://HOST:PORT/v1 "
+                "(ini llm_base_url)"
+            )
+        if not url.startswith(("http://", "https://")):
+            raise pytest.UsageError(
+                f"--llm-base-url (ini llm_base_url): expected http(s)://HOST:PORT/v1, got {url!r}"
+            )
+        return url
+    # The ini value may stay in place for when the backend is switched; a URL given on the
+    # command line with the hf backend is a mistake.
+    if config.getoption("llm_base_url"):
+        raise pytest.UsageError(
+            "--llm-base-url is for --llm-backend=openai (the backend is hf, which loads "
+            "--llm-model into this process)"
+        )
+    return None
+
+
 def _path(config: pytest.Config, name: str) -> Path | None:
     value = _raw(config, name)
     return Path(str(value)).expanduser() if value else None
@@ -251,7 +363,7 @@ class Options:
     model: str | None
     device: str
     dtype: str
-    batch_size: int
+    batch_size: int  # 0: auto
     limit: int | None
     seed: int
     output: Path
@@ -271,17 +383,27 @@ class Options:
     exclude: Path | None = None
     probe_items: int = 50
     probe_alpha: float = 0.01
+    backend: str = "hf"
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 4
+    max_retries: int = 5
+    request_timeout: float = 600.0
+    agreement: Path | None = None
+    device_map: str | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
         model = _raw(config, "llm_model") or None
         output = _raw(config, "llm_output")
         strict = config.getoption("llm_strict")
+        backend = _choice(config, "llm_backend", ("hf", "openai"))
         return cls(
             model=str(model) if model else None,
             device=_choice(config, "llm_device", ("auto", "cuda", "cpu")),
             dtype=_choice(config, "llm_dtype", ("auto", "float32", "bfloat16", "float16")),
-            batch_size=_int(config, "llm_batch_size", 1) or 8,
+            batch_size=_batch_size(config),
+            device_map=_device_map(config),
             limit=_int(config, "llm_limit", 1),
             seed=_int(config, "llm_seed", 0) or 0,
             output=Path(output).expanduser() if output else config.rootpath / ".llmeval" / "runs",
@@ -301,4 +423,11 @@ class Options:
             exclude=_path(config, "llm_exclude"),
             probe_items=_int(config, "llm_probe_items", 1) or 50,
             probe_alpha=_alpha(config),
+            backend=backend,
+            base_url=_base_url(config, backend),
+            api_key_env=str(_raw(config, "llm_api_key_env") or "OPENAI_API_KEY"),
+            concurrency=_int(config, "llm_concurrency", 1) or 4,
+            max_retries=_nonnegative(config, "llm_max_retries", 5),
+            request_timeout=_timeout(config),
+            agreement=_path(config, "llm_agreement"),
         )

@@ -60,6 +60,19 @@ def _read_exclusions(path: Path | None) -> tuple[frozenset[str], str | None]:
     return frozenset(ids), hashlib.sha256(data).hexdigest()
 
 
+def _read_agreement(path: Path | None) -> tuple[dict[str, Any] | None, str | None]:
+    """An agreement record (``python -m pytest_llmeval.model.agreement``) and its SHA256."""
+    if path is None:
+        return None, None
+    from pytest_llmeval._errors import LlmEvalError
+    from pytest_llmeval.model.agreement import read_agreement
+
+    try:
+        return read_agreement(path)
+    except LlmEvalError as exc:
+        raise pytest.UsageError(f"--llm-agreement (ini llm_agreement): {exc}") from None
+
+
 def task_meta(spec: TaskSpec, total_items: int) -> dict[str, Any]:
     """What the controller needs to know of a task; travels in every item report."""
     return {
@@ -171,6 +184,7 @@ class LlmEvalSession:
         self.failure_reports: list[FailureReport] = []
         self.started = _dt.datetime.now()
         self.excluded, self.exclude_sha256 = _read_exclusions(self.options.exclude)
+        self.agreement, self.agreement_sha256 = _read_agreement(self.options.agreement)
         if self.options.baseline_fail and not self.is_worker:
             from pytest_llmeval.record._compare import parse_gate
 
@@ -356,7 +370,7 @@ class LlmEvalSession:
         env = self.environment
         backend = env.get("backend", {}) if env else {}
         model = (env.get("model") or {}) if env else {}
-        return {
+        config: dict[str, Any] = {
             "model": opts.model,
             "model_path": backend.get("model_path"),
             "model_sha256": model.get("sha256"),
@@ -368,7 +382,7 @@ class LlmEvalSession:
             },
             "dtype": backend.get("dtype", opts.dtype),
             "device": backend.get("device", opts.device),
-            "batch_size": opts.batch_size,
+            "batch_size": backend.get("batch_size", opts.batch_size),
             "limit": opts.limit,
             "seed": opts.seed,
             "seeds": {"python": opts.seed, "numpy": opts.seed, "torch": opts.seed},
@@ -398,6 +412,26 @@ class LlmEvalSession:
             },
             "environment": env,
         }
+        if backend.get("backend") == "openai":
+            # A served model: no weights to hash; it is identified by what the server says.
+            config["model_sha256_reason"] = model.get("reason")
+            config["framework"].update(
+                base_url=backend.get("base_url"),
+                server_model=backend.get("server_model"),
+                server=backend.get("server"),
+                concurrency=backend.get("concurrency"),
+                max_retries=backend.get("max_retries"),
+            )
+        if opts.agreement is not None and self.agreement is not None:
+            config["agreement"] = {
+                "file": str(opts.agreement),
+                "sha256": self.agreement_sha256,
+                "a": (self.agreement.get("a") or {}).get("spec"),
+                "b": (self.agreement.get("b") or {}).get("spec"),
+                "limit": self.agreement.get("limit"),
+                "summary": self.agreement.get("summary"),
+            }
+        return config
 
     def decide(self) -> list[Verdict]:
         verdicts = []

@@ -56,6 +56,13 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             f"(sha256 {str(session.exclude_sha256)[:12]}); scores are on the reduced sets",
             yellow=True,
         )
+    if session.agreement is not None:
+        from pytest_llmeval.model.agreement import summary_line
+
+        tr.write_line(
+            f"{summary_line(session.agreement)} "
+            f"({session.options.agreement}, sha256 {str(session.agreement_sha256)[:12]})"
+        )
     for v in verdicts:
         cues = session.tallies[v.task].recall_cues
         if cues:

@@ -47,6 +47,12 @@ VOLATILE_FIELDS: tuple[str, ...] = (
     "model_info.transformers",
     "framework.torch",
     "framework.transformers",
+    # where a served model was reached and how hard (the served model is compared)
+    "framework.base_url",
+    "framework.concurrency",
+    "framework.max_retries",
+    # a record of how two backends agree, attached to the run: metadata, not a setting
+    "agreement",
     # per-task bookkeeping: the floor gates the score but does not change it; the selection
     # is what the shared-item pairing accounts for; the spec file's location is not content
     "tasks.*.floor",

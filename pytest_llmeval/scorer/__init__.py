@@ -20,6 +20,7 @@ from pytest_llmeval.scorer._metrics import (
     auroc,
     binomial_upper_tail,
     mcnemar_exact,
+    paired_difference,
     wilson_interval,
 )
 
@@ -39,6 +40,7 @@ __all__ = [
     "normalize_answer",
     "normalize_math_answer",
     "numbers",
+    "paired_difference",
     "parse_number",
     "token_f1",
     "wilson_interval",

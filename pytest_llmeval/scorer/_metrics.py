@@ -58,6 +58,28 @@ def accuracy(correct: Sequence[bool | float]) -> Estimate:
     return Estimate(n=n, value=mean, stderr=stderr, ci_low=low, ci_high=high)
 
 
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> Estimate:
+    """The mean of ``b[i] - a[i]`` over paired per-item scores, with its standard error and
+    the normal 95% interval ``mean +- 1.96 stderr`` (not clipped; NaN bounds below 2 pairs).
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired scores need equal lengths, got {len(a)} and {len(b)}")
+    n = len(a)
+    if n == 0:
+        nan = float("nan")
+        return Estimate(n=0, value=nan, stderr=nan, ci_low=nan, ci_high=nan)
+    diffs = [float(y) - float(x) for x, y in zip(a, b, strict=True)]
+    mean = sum(diffs) / n
+    if n < 2:
+        nan = float("nan")
+        return Estimate(n=n, value=mean, stderr=nan, ci_low=nan, ci_high=nan)
+    var = sum((d - mean) ** 2 for d in diffs) / (n - 1)
+    stderr = math.sqrt(var / n)
+    return Estimate(
+        n=n, value=mean, stderr=stderr, ci_low=mean - Z95 * stderr, ci_high=mean + Z95 * stderr
+    )
+
+
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value for ``b`` correct->wrong and ``c`` wrong->correct pairs.
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_llmeval._errors import ModelError
 from pytest_llmeval.contamination import membership_probe, membership_scores, min_k
 from pytest_llmeval.dataset import load_items
 from pytest_llmeval.eval import TaskRunner
@@ -112,3 +113,21 @@ def test_membership_probe_separates_familiar_texts(tmp_path: Path) -> None:
     assert report.to_dict()["auroc_min_k"] == 1.0
     scores = membership_scores([("x", "text")], backend, fraction=1.0)
     assert scores[0].n_tokens == 10
+
+
+class TopOneOnly(Familiar):
+    """A backend that has per-token log-probabilities but no z-scores (a served model)."""
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+        return [
+            LoglikelihoodResult(r.logprob, r.is_greedy, r.n_tokens, r.token_logprobs)
+            for r in super().loglikelihood(requests)
+        ]
+
+    def info(self) -> Mapping[str, Any]:
+        return {"backend": "openai"}
+
+
+def test_membership_scores_fail_clearly_without_zscores() -> None:
+    with pytest.raises(ModelError, match=r"openai backend .* no z-scores, which Min-K%\+\+"):
+        membership_scores([("x", "text")], TopOneOnly(set()))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_llmeval.scorer import Estimate, accuracy, wilson_interval
+from pytest_llmeval.scorer import Estimate, accuracy, paired_difference, wilson_interval
 from pytest_llmeval.scorer._metrics import Z95
 
 EPS = 1e-12
@@ -137,3 +137,17 @@ def test_fractional_scores_get_the_normal_interval() -> None:
     assert (est.ci_low, est.ci_high) == pytest.approx((0.5 - Z95 * sd / 2, 0.5 + Z95 * sd / 2))
     assert accuracy([0.99, 0.5]).ci_high == 1.0  # clipped
     assert (accuracy([0.3]).ci_low, accuracy([0.3]).ci_high) == (0.0, 1.0)
+
+
+def test_paired_difference_is_the_mean_per_item_change_with_a_normal_interval() -> None:
+    a = [1.0, 0.0, 1.0, 0.0, 1.0]
+    b = [1.0, 1.0, 1.0, 0.0, 0.0]
+    diff = paired_difference(a, b)
+    assert diff.value == 0.0 and diff.n == 5
+    sd = math.sqrt(2 / 4)  # differences 0, 1, 0, 0, -1
+    assert diff.stderr == pytest.approx(sd / math.sqrt(5))
+    assert (diff.ci_low, diff.ci_high) == pytest.approx((-Z95 * diff.stderr, Z95 * diff.stderr))
+    assert paired_difference([0.0, 0.0], [1.0, 1.0]).ci_low == 1.0  # no spread
+    assert math.isnan(paired_difference([1.0], [0.0]).ci_low)
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_difference([1.0], [])

@@ -1,0 +1,456 @@
+"""The OpenAI-compatible backend against a scripted loopback server (``fake_openai``):
+request shapes, log-likelihood from echoed prompt log-probabilities, generation, retries,
+concurrency, deduplication and context overflow."""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from typing import Any
+
+import pytest
+from openai_fake import FakeServer, Reply, default_completion, echo_logprobs, toy_logprob
+
+from pytest_llmeval._errors import ModelError
+from pytest_llmeval.model import (
+    GenerateRequest,
+    LoglikelihoodRequest,
+    ModelSettings,
+    load_backend,
+)
+from pytest_llmeval.model._openai import OpenAIBackend
+
+
+def _backend(server: FakeServer, **kw: Any) -> OpenAIBackend:
+    settings = ModelSettings(model="toy", backend="openai", base_url=server.url, **kw)
+    backend = load_backend(settings)
+    assert isinstance(backend, OpenAIBackend)
+    backend.backoff_base = 0.01  # fast retries without Retry-After
+    server.requests.clear()  # start-up requests (/models, tokenize and echo probes)
+    return backend
+
+
+def _completion(text: str, finish: str = "stop", **extra: Any) -> Reply:
+    return Reply(
+        body={
+            "choices": [{"index": 0, "text": text, "finish_reason": finish, **extra}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7},
+        }
+    )
+
+
+# ---------------------------------------------------------------- start-up and records
+
+
+def test_info_records_the_server_and_never_the_key(
+    fake_openai: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOY_KEY", "sk-secret-123")
+    backend = _backend(fake_openai, api_key_env="TOY_KEY", concurrency=3, seed=7)
+    info = backend.info()
+    assert info["backend"] == "openai"
+    assert info["base_url"] == fake_openai.url
+    assert info["model"] == "toy"
+    assert info["server_model"] == {"id": "toy", "max_model_len": 4096, "owned_by": "tests"}
+    assert info["server"]["server"].startswith("BaseHTTP")
+    assert (info["concurrency"], info["max_retries"], info["seed"]) == (3, 5, 7)
+    assert info["max_length"] == 4096  # from /models
+    assert info["prompt_logprobs"] == "aligned"  # the start-up probe
+    assert backend.batch_size == 3
+    assert "sk-secret-123" not in repr(info)
+    # the key is sent, as a bearer token
+    assert all(h.get("Authorization") == "Bearer sk-secret-123" for _, _, h in fake_openai.requests)
+
+
+def test_max_length_option_wins_over_the_server(fake_openai: FakeServer) -> None:
+    assert _backend(fake_openai, max_length=512).info()["max_length"] == 512
+
+
+def test_a_model_the_server_does_not_serve_is_named(fake_openai: FakeServer) -> None:
+    with pytest.raises(ModelError, match="serves toy; pass one of these names"):
+        load_backend(ModelSettings(model="other", backend="openai", base_url=fake_openai.url))
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ModelError, match="--llm-base-url"):
+        load_backend(ModelSettings(model="m", backend="openai"))
+    with pytest.raises(ModelError, match="http"):
+        load_backend(ModelSettings(model="m", backend="openai", base_url="ftp://x/v1"))
+    with pytest.raises(ModelError, match="--llm-backend=vllm"):
+        load_backend(ModelSettings(model="m", backend="vllm"))
+
+
+def test_an_unreachable_server_fails_after_its_retries() -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    OpenAIBackend.backoff_base, saved = 0.01, OpenAIBackend.backoff_base
+    try:
+        with pytest.raises(ModelError, match=r"no answer from the server after 2 attempt"):
+            load_backend(
+                ModelSettings(
+                    model="m",
+                    backend="openai",
+                    base_url=f"http://127.0.0.1:{port}/v1",
+                    max_retries=1,
+                )
+            )
+    finally:
+        OpenAIBackend.backoff_base = saved
+
+
+# ---------------------------------------------------------------- log-likelihood
+
+
+def test_loglikelihood_sums_the_continuation_tokens(fake_openai: FakeServer) -> None:
+    backend = _backend(fake_openai)
+    results = backend.loglikelihood(
+        [
+            LoglikelihoodRequest("Question: two plus three? Answer:", " 5"),
+            # trailing whitespace of the context moves to the continuation
+            LoglikelihoodRequest("Colors: red green. Answer: ", "blue sky", token_detail=True),
+        ]
+    )
+    assert results[0].logprob == pytest.approx(toy_logprob(" 5"))
+    assert (results[0].n_tokens, results[0].is_greedy) == (1, True)
+    assert results[0].token_logprobs == ()
+    assert results[1].logprob == pytest.approx(toy_logprob(" blue") + toy_logprob(" sky"))
+    assert results[1].token_logprobs == pytest.approx((toy_logprob(" blue"), toy_logprob(" sky")))
+    assert results[1].token_zscores == ()  # needs the full distribution: never filled here
+    bodies = fake_openai.completion_bodies()
+    assert {b["prompt"] for b in bodies} == {
+        "Question: two plus three? Answer: 5",
+        "Colors: red green. Answer: blue sky",
+    }
+    for body in bodies:
+        assert body["echo"] is True and body["logprobs"] == 1
+        assert body["max_tokens"] == 1 and body["temperature"] == 0.0
+        assert body["model"] == "toy" and body["seed"] == 1234
+
+
+def test_a_token_straddling_the_boundary_counts_for_the_continuation(
+    fake_openai: FakeServer,
+) -> None:
+    # The server's tokenizer merges across the boundary: "Answer:(B)" -> "Answer", ":(", "B)"
+    backend = _backend(fake_openai)
+    fake_openai.completions = lambda body: Reply(
+        body={"choices": [echo_logprobs(body["prompt"], ["Answer", ":(", "B)"])]}
+    )
+    (result,) = backend.loglikelihood([LoglikelihoodRequest("Answer:", "(B)")])
+    # ":(" covers the context's ":" and the continuation's "(": it is scored with "B)"
+    assert result.n_tokens == 2
+    assert result.logprob == pytest.approx(toy_logprob(":(") + toy_logprob("B)"))
+
+
+def test_the_unscored_first_token_of_an_empty_context_is_left_out(
+    fake_openai: FakeServer,
+) -> None:
+    (result,) = _backend(fake_openai).loglikelihood(
+        [LoglikelihoodRequest("", "hello big world", token_detail=True)]
+    )
+    assert result.n_tokens == 2
+    assert result.token_logprobs == pytest.approx((toy_logprob(" big"), toy_logprob(" world")))
+
+
+def test_is_greedy_compares_with_the_top_alternative(fake_openai: FakeServer) -> None:
+    def better_alternative(body: dict[str, Any]) -> Reply:
+        choice = echo_logprobs(body["prompt"])
+        choice["logprobs"]["top_logprobs"][-2] = {" 7": -0.01, " 5": toy_logprob(" 5")}
+        return Reply(body={"choices": [choice]})
+
+    backend = _backend(fake_openai)
+    assert backend.loglikelihood([LoglikelihoodRequest("Answer:", " 5")])[0].is_greedy
+    fake_openai.completions = better_alternative
+    assert not backend.loglikelihood([LoglikelihoodRequest("Answer:", " 5")])[0].is_greedy
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(body={"choices": [{"text": "x !", "logprobs": None, "finish_reason": "length"}]}),
+        # only the generated token scored (echo ignored)
+        Reply(
+            body={
+                "choices": [
+                    {
+                        "text": " !",
+                        "logprobs": {
+                            "tokens": [" !"],
+                            "text_offset": [100],
+                            "token_logprobs": [-0.1],
+                            "top_logprobs": [{" !": -0.1}],
+                        },
+                    }
+                ]
+            }
+        ),
+        Reply(400, {"error": {"message": "echo is not supported together with logprobs"}}),
+    ],
+    ids=["no-logprobs", "no-prompt-tokens", "rejected"],
+)
+def test_without_prompt_logprobs_multiple_choice_fails_clearly(
+    fake_openai: FakeServer, reply: Reply
+) -> None:
+    backend = _backend(fake_openai)
+    fake_openai.completions = lambda body: reply
+    with pytest.raises(ModelError, match=r"multiple-choice tasks .* need a server that scores"):
+        backend.loglikelihood([LoglikelihoodRequest("Answer:", " 5")])
+
+
+def test_prompt_logprobs_one_token_off_are_refused(fake_openai: FakeServer) -> None:
+    fake_openai.completions = lambda body: Reply(
+        body={"choices": [echo_logprobs(body["prompt"], shifted=True)]}
+    )
+    backend = _backend(fake_openai)
+    assert backend.info()["prompt_logprobs"] == "shifted"
+    with pytest.raises(ModelError, match="shifted by one token"):
+        backend.loglikelihood([LoglikelihoodRequest("Answer:", " 5")])
+
+
+def test_a_server_without_prompt_logprobs_still_generates(fake_openai: FakeServer) -> None:
+    def no_echo(body: dict[str, Any]) -> Reply:
+        if body.get("echo"):
+            return Reply(400, {"error": {"message": "echo and logprobs are not supported"}})
+        return _completion(" 12")
+
+    fake_openai.completions = no_echo
+    backend = _backend(fake_openai)
+    assert backend.info()["prompt_logprobs"].startswith("unavailable: HTTP 400")
+    assert backend.generate([GenerateRequest("q", 4)])[0].text == " 12"
+    calls = len(fake_openai.completion_bodies())
+    with pytest.raises(ModelError, match="multiple-choice tasks"):
+        backend.loglikelihood([LoglikelihoodRequest("Answer:", " 5")])
+    assert len(fake_openai.completion_bodies()) == calls  # refused without a request
+
+
+# ---------------------------------------------------------------- generation
+
+
+def test_generate_request_and_stop_handling(fake_openai: FakeServer) -> None:
+    replies = {
+        "p-stop": _completion(" 42\nQ: next", finish="stop"),  # stop string echoed: cut
+        "p-length": _completion(" 1 2 3", finish="length"),
+        "p-eos": _completion(" done", finish="stop"),  # no stop sequences asked: EOS
+        "p-vllm": _completion(" done", finish="stop", stop_reason=None),  # vLLM says EOS
+        "p-hit": _completion(" 7", finish="stop"),  # server cut its stop sequence out
+    }
+    backend = _backend(fake_openai, seed=99)
+    fake_openai.completions = lambda body: replies[body["prompt"]]
+    stop = ("\nQ:", "\n\n")
+    results = backend.generate(
+        [
+            GenerateRequest("p-stop", 16, stop),
+            GenerateRequest("p-length", 3, stop),
+            GenerateRequest("p-eos", 16),
+            GenerateRequest("p-vllm", 16, stop),
+            GenerateRequest("p-hit", 16, stop),
+        ]
+    )
+    assert [(r.text, r.finish_reason) for r in results] == [
+        (" 42", "stop"),
+        (" 1 2 3", "length"),
+        (" done", "eos"),
+        (" done", "eos"),
+        (" 7", "stop"),
+    ]
+    assert (results[0].n_tokens, results[0].n_prompt_tokens) == (7, 11)
+    body = fake_openai.completion_bodies()[0]
+    assert body["max_tokens"] == 16 and body["stop"] == ["\nQ:", "\n\n"]
+    assert (body["temperature"], body["top_p"], body["n"], body["seed"]) == (0.0, 1.0, 1, 99)
+    assert "stop" not in fake_openai.completion_bodies()[2]
+    assert body["repeat_penalty"] == 1.0  # llama.cpp servers default to 1.1
+
+
+def test_a_rejected_sampling_extra_is_dropped_for_good(fake_openai: FakeServer) -> None:
+    def strict(body: dict[str, Any]) -> Reply:
+        if "repeat_penalty" in body:
+            return Reply(400, {"error": {"message": "Unrecognized argument: repeat_penalty"}})
+        return _completion(" ok")
+
+    backend = _backend(fake_openai, concurrency=1)
+    fake_openai.completions = strict
+    assert [r.text for r in backend.generate([GenerateRequest("a", 4), GenerateRequest("b", 4)])]
+    bodies = fake_openai.completion_bodies()
+    assert len(bodies) == 3  # one rejected, then both without the extra
+    assert backend.info()["sampling_extras"] == {}
+
+
+# ---------------------------------------------------------------- retries and errors
+
+
+def test_429_and_503_are_retried_honouring_retry_after(fake_openai: FakeServer) -> None:
+    script = [
+        Reply(429, {"error": {"message": "slow down"}}, {"Retry-After": "1"}),
+        Reply(503, {"error": {"message": "loading"}}, {"Retry-After": "1"}),
+    ]
+
+    def flaky(body: dict[str, Any]) -> Reply:
+        return script.pop(0) if script else _completion(" fine")
+
+    backend = _backend(fake_openai)
+    fake_openai.completions = flaky
+    started = time.monotonic()
+    (result,) = backend.generate([GenerateRequest("q", 4)])
+    assert result.text == " fine"
+    assert time.monotonic() - started >= 1.9  # waited as told, twice
+    assert len(fake_openai.completion_bodies()) == 3
+
+
+def test_5xx_without_retry_after_backs_off_and_gives_up(fake_openai: FakeServer) -> None:
+    backend = _backend(fake_openai, max_retries=2)
+    fake_openai.completions = lambda body: Reply(500, {"error": {"message": "boom"}})
+    with pytest.raises(ModelError, match=r"/v1/completions: HTTP 500: boom"):
+        backend.generate([GenerateRequest("q", 4)])
+    assert len(fake_openai.completion_bodies()) == 3
+
+
+def test_other_4xx_fail_at_once_with_the_servers_message(fake_openai: FakeServer) -> None:
+    backend = _backend(fake_openai)
+    fake_openai.completions = lambda body: Reply(400, {"error": {"message": "bad temperature"}})
+    with pytest.raises(ModelError) as info:
+        backend.generate([GenerateRequest("q", 4)])
+    assert f"{fake_openai.url}/completions: HTTP 400: bad temperature" in str(info.value)
+    assert len(fake_openai.completion_bodies()) == 1
+
+
+# ---------------------------------------------------------------- concurrency
+
+
+def test_in_flight_requests_are_bounded_and_results_keep_their_order(
+    fake_openai: FakeServer,
+) -> None:
+    def slow(body: dict[str, Any]) -> Reply:
+        reply = default_completion(body)
+        reply.delay = 0.15
+        return reply
+
+    backend = _backend(fake_openai, concurrency=3)
+    fake_openai.completions = slow
+    requests = [GenerateRequest(f"prompt number {i:02d}", 4) for i in range(10)]
+    results = backend.generate(requests)
+    assert [r.text for r in results] == [f" answer to {r.context[-12:]}" for r in requests]
+    assert fake_openai.max_in_flight == 3
+
+
+def test_identical_requests_are_sent_once(fake_openai: FakeServer) -> None:
+    backend = _backend(fake_openai, concurrency=4)
+    gen = [GenerateRequest(p, 4) for p in ("a", "b", "a", "c", "b", "a")]
+    assert [r.text for r in backend.generate(gen)] == [
+        f" answer to {p}" for p in ("a", "b", "a", "c", "b", "a")
+    ]
+    assert len(fake_openai.completion_bodies()) == 3
+    # "x " + "y" and "x" + " y" are one prompt with one boundary: one request
+    ll = [
+        LoglikelihoodRequest("ctx x ", "y"),
+        LoglikelihoodRequest("ctx x", " y"),
+        LoglikelihoodRequest("ctx x", " y", token_detail=True),
+    ]
+    results = backend.loglikelihood(ll)
+    assert len(fake_openai.completion_bodies()) == 4
+    assert results[0].logprob == results[1].logprob == results[2].logprob
+    assert results[2].token_logprobs and not results[0].token_logprobs
+
+
+# ---------------------------------------------------------------- context windows
+
+
+CONTEXT_ERROR = Reply(
+    400,
+    {
+        "error": {
+            "message": "This model's maximum context length is 2048 tokens, however you "
+            "requested 2300 tokens (2044 in your prompt; 256 for the completion). Please "
+            "reduce your prompt; or completion length.",
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+        }
+    },
+)
+
+
+def test_a_prompt_rejected_for_length_is_reported_as_not_fitting(
+    fake_openai: FakeServer,
+) -> None:
+    fake_openai.models = [{"id": "toy"}]  # no max_model_len: the window is unknown
+    backend = _backend(fake_openai)
+    fake_openai.completions = lambda body: CONTEXT_ERROR
+    (result,) = backend.generate([GenerateRequest("long prompt", 256)])
+    assert result.finish_reason == "context_overflow"
+    assert (result.n_prompt_tokens, result.context_window) == (2044, 2048)
+    # truncation cannot be done without the server's tokenizer: a clear error
+    with pytest.raises(ModelError, match=r"generate.overflow: truncate_left .* tokenize"):
+        backend.generate([GenerateRequest("long prompt", 256, overflow="truncate_left")])
+
+
+def _tokenize_routes(server: FakeServer) -> None:
+    """llama-cpp-python's /extras/tokenize and /extras/detokenize over the toy tokenizer."""
+    vocab: dict[str, int] = {}
+    pieces: dict[int, str] = {}
+
+    def ids(text: str) -> list[int]:
+        out = []
+        for piece in text.split(" "):
+            if piece not in vocab:
+                vocab[piece] = len(vocab)
+                pieces[vocab[piece]] = piece
+            out.append(vocab[piece])
+        return out
+
+    server.routes["/extras/tokenize"] = lambda body: Reply(body={"tokens": ids(body["input"])})
+    server.routes["/extras/detokenize"] = lambda body: Reply(
+        body={"text": " ".join(pieces[t] for t in body["tokens"])}
+    )
+
+
+def test_with_a_tokenize_endpoint_prompts_are_fitted_client_side(
+    fake_openai: FakeServer,
+) -> None:
+    _tokenize_routes(fake_openai)
+    fake_openai.models = [{"id": "toy", "max_model_len": 64}]
+    backend = _backend(fake_openai)
+    assert backend.info()["tokenize_endpoint"]["kind"] == "llama-cpp-python"
+    prompt = " ".join(f"w{i}" for i in range(70))
+    skip, left, middle, fits = backend.generate(
+        [
+            GenerateRequest(prompt, 4),
+            GenerateRequest(prompt, 4, overflow="truncate_left"),
+            GenerateRequest(prompt, 4, overflow="truncate_middle"),
+            GenerateRequest("w1 w2", 4),
+        ]
+    )
+    assert (skip.finish_reason, skip.n_prompt_tokens, skip.context_window) == (
+        "context_overflow",
+        70,
+        64,
+    )
+    assert (left.truncated_tokens, left.n_prompt_tokens) == (10, 70)
+    assert (middle.truncated_tokens, fits.truncated_tokens) == (10, 0)
+    sent = {b["prompt"] for b in fake_openai.completion_bodies()}
+    assert " ".join(f"w{i}" for i in range(10, 70)) in sent  # the end kept
+    head_tail = [f"w{i}" for i in range(30)] + [f"w{i}" for i in range(40, 70)]
+    assert " ".join(head_tail) in sent  # first and last halves kept
+    assert prompt not in sent  # the skipped prompt never went out
+    assert not math.isnan(float(left.n_tokens))
+
+
+def test_a_long_loglikelihood_request_is_cut_from_the_left(fake_openai: FakeServer) -> None:
+    _tokenize_routes(fake_openai)
+    fake_openai.models = [{"id": "toy", "max_model_len": 16}]
+    backend = _backend(fake_openai)
+    context = " ".join(f"w{i}" for i in range(30)) + " Answer:"
+    (result,) = backend.loglikelihood([LoglikelihoodRequest(context, " 5")])
+    assert result.logprob == pytest.approx(toy_logprob(" 5"))
+    (body,) = fake_openai.completion_bodies()
+    # the window less the generated token: the last 15 of the 32 toy tokens
+    assert body["prompt"] == " ".join(f"w{i}" for i in range(17, 30)) + " Answer: 5"
+
+
+def test_a_loglikelihood_request_the_server_finds_too_long_fails_clearly(
+    fake_openai: FakeServer,
+) -> None:
+    fake_openai.models = [{"id": "toy"}]
+    backend = _backend(fake_openai)
+    fake_openai.completions = lambda body: CONTEXT_ERROR
+    with pytest.raises(ModelError, match=r"does not fit the server's context window .* has none"):
+        backend.loglikelihood([LoglikelihoodRequest("long context", " 5")])
