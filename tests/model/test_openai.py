@@ -255,10 +255,11 @@ def test_generate_request_and_stop_handling(fake_openai: FakeServer) -> None:
         (" 7", "stop"),
     ]
     assert (results[0].n_tokens, results[0].n_prompt_tokens) == (7, 11)
-    body = fake_openai.completion_bodies()[0]
+    bodies = {b["prompt"]: b for b in fake_openai.completion_bodies()}  # sent concurrently
+    body = bodies["p-stop"]
     assert body["max_tokens"] == 16 and body["stop"] == ["\nQ:", "\n\n"]
     assert (body["temperature"], body["top_p"], body["n"], body["seed"]) == (0.0, 1.0, 1, 99)
-    assert "stop" not in fake_openai.completion_bodies()[2]
+    assert "stop" not in bodies["p-eos"]
     assert body["repeat_penalty"] == 1.0  # llama.cpp servers default to 1.1
 
 
