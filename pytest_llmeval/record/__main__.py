@@ -1,8 +1,9 @@
 """Offline tools for run directories.
 
-``python -m pytest_llmeval.record diff RUN_A RUN_B``
-    exit 0 when both runs have the same item records (apart from timing fields) and the
-    same task scores, else print the differing items and exit 1.
+``python -m pytest_llmeval.record diff RUN_A RUN_B [--tol 1e-4]``
+    exit 0 when both runs have the same item records (apart from timing fields; floats
+    such as log-probabilities within ``--tol``) and the same task summaries (score, n,
+    interval, floor, verdict), else print the differing items and exit 1.
 ``python -m pytest_llmeval.record compare RUN BASELINE [--fail EXPR]``
     the baseline comparison of ``--llm-baseline``, for runs that already exist.
 """
@@ -10,9 +11,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.record._compare import (
@@ -25,33 +28,90 @@ from pytest_llmeval.record._compare import (
 from pytest_llmeval.record._rundir import strip_timing
 
 
-def _diff(a: str, b: str) -> int:
+def _float_delta(a: Any, b: Any) -> float | None:
+    """The largest |a - b| over the floats of two JSON values of the same shape, or None
+    when they differ in anything else (type, length, keys, a string, an int, a bool)."""
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return 0.0 if math.isnan(a) and math.isnan(b) else math.inf
+        return abs(a - b)
+    if type(a) is not type(b):
+        return None
+    if isinstance(a, list):
+        if len(a) != len(b):
+            return None
+        deltas = [_float_delta(x, y) for x, y in zip(a, b, strict=True)]
+        return None if None in deltas else max((d for d in deltas if d is not None), default=0.0)
+    if isinstance(a, dict):
+        if set(a) != set(b):
+            return None
+        deltas = [_float_delta(a[k], b[k]) for k in a]
+        return None if None in deltas else max((d for d in deltas if d is not None), default=0.0)
+    return 0.0 if a == b else None
+
+
+def _differing_fields(ra: Mapping[str, Any], rb: Mapping[str, Any], tol: float) -> list[str]:
+    """Fields of two records that differ: anything but floats exactly, floats by more than
+    ``tol``."""
+    out = []
+    for key in sorted(set(ra) | set(rb)):
+        if key not in ra or key not in rb:
+            out.append(key)
+            continue
+        delta = _float_delta(ra[key], rb[key])
+        if delta is None or delta > tol:
+            out.append(key)
+    return out
+
+
+def _max_delta(ra: Mapping[str, Any], rb: Mapping[str, Any]) -> float:
+    deltas = [_float_delta(ra[k], rb[k]) for k in set(ra) & set(rb)]
+    return max((d for d in deltas if d is not None), default=0.0)
+
+
+def _diff(a: str, b: str, tol: float = 0.0) -> int:
+    """Item records (apart from timing fields) and task summaries (apart from their
+    duration) of two runs: equal, with floats such as log-probabilities allowed to differ
+    by ``tol``; everything else (outputs, extracted answers, predictions, correctness,
+    verdicts) must be identical."""
     run_a, run_b = load_run(Path(a)), load_run(Path(b))
     problems: list[str] = []
-    for task in sorted(set(run_a.items) | set(run_b.items)):
+    for task in sorted(
+        set(run_a.items) | set(run_b.items) | set(run_a.metrics) | set(run_b.metrics)
+    ):
         items_a, items_b = run_a.items.get(task, {}), run_b.items.get(task, {})
+        largest = 0.0
         for item_id in sorted(set(items_a) | set(items_b)):
             ra, rb = items_a.get(item_id), items_b.get(item_id)
             if ra is None or rb is None:
                 problems.append(f"{task} {item_id}: only in {'B' if ra is None else 'A'}")
-            elif strip_timing(ra) != strip_timing(rb):
-                fields = sorted(
-                    k
-                    for k in set(ra) | set(rb)
-                    if strip_timing(ra).get(k) != strip_timing(rb).get(k)
-                )
+                continue
+            ra, rb = strip_timing(ra), strip_timing(rb)
+            fields = _differing_fields(ra, rb, tol)
+            if fields:
                 problems.append(f"{task} {item_id}: differs in {', '.join(fields)}")
-        score_a = run_a.metrics.get(task, {}).get("score")
-        score_b = run_b.metrics.get(task, {}).get("score")
-        if score_a != score_b:
-            problems.append(f"{task}: score {score_a} != {score_b}")
-        print(f"{task}: {len(items_a)} vs {len(items_b)} items, score {score_a} vs {score_b}")
+            largest = max(largest, _max_delta(ra, rb))
+        summary_a = _summary(run_a.metrics.get(task))
+        summary_b = _summary(run_b.metrics.get(task))
+        for key in _differing_fields(summary_a, summary_b, tol):
+            problems.append(f"{task}: {key} {summary_a.get(key)} != {summary_b.get(key)}")
+        print(
+            f"{task}: {len(items_a)} vs {len(items_b)} items, score {summary_a.get('score')} "
+            f"vs {summary_b.get('score')}, verdict {summary_a.get('verdict')} vs "
+            f"{summary_b.get('verdict')}, largest float difference {largest:.3g}"
+        )
     for line in problems:
         print(line)
-    print(
-        "identical apart from timing fields" if not problems else f"{len(problems)} difference(s)"
-    )
+    what = "timing fields" + (f" and floats within {tol:g}" if tol else "")
+    print(f"identical apart from {what}" if not problems else f"{len(problems)} difference(s)")
     return 0 if not problems else 1
+
+
+def _summary(metrics: Any) -> dict[str, Any]:
+    """A task's summary without its duration."""
+    if not isinstance(metrics, Mapping):
+        return {}
+    return {k: v for k, v in metrics.items() if k != "seconds"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,6 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     diff = sub.add_parser("diff", help="are two runs identical apart from timing?")
     diff.add_argument("run_a")
     diff.add_argument("run_b")
+    diff.add_argument(
+        "--tol",
+        type=float,
+        default=0.0,
+        help="floats (log-probabilities, ...) may differ by this much (default 0: exact)",
+    )
     cmp_ = sub.add_parser("compare", help="compare a run with a baseline run")
     cmp_.add_argument("run")
     cmp_.add_argument("baseline")
@@ -71,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "diff":
-            return _diff(args.run_a, args.run_b)
+            return _diff(args.run_a, args.run_b, args.tol)
         comparison = compare_runs(load_run(Path(args.run)), load_run(Path(args.baseline)))
         for line in format_comparison(comparison):
             print(line)

@@ -53,3 +53,34 @@ def test_compare_gate_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "GATE (drop:10:sig): t dropped" in capsys.readouterr().out
     assert main(["compare", str(worse), str(tmp_path / "missing")]) == 2
     assert main(["compare", str(worse), str(base), "--fail", "bogus"]) == 2
+
+
+def test_diff_tolerates_float_noise_but_not_outputs_or_verdicts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _run(tmp_path, "a", {"t-0": "1", "t-1": "2"}, seconds=0.5)
+    b = _run(tmp_path, "b", {"t-0": "1", "t-1": "2"}, seconds=0.5)
+    for run, logprobs in ((a, [-1.0, -2.5]), (b, [-1.000004, -2.5])):
+        path = run / "tasks" / "t_output.jsonl"
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        for line in lines:
+            line["logprobs"] = logprobs
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert main(["diff", str(a), str(b)]) == 1
+    assert "t t-0: differs in logprobs" in capsys.readouterr().out
+    assert main(["diff", str(a), str(b), "--tol", "1e-5"]) == 0
+    out = capsys.readouterr().out
+    assert "largest float difference 4e-06" in out
+    assert "identical apart from timing fields and floats within 1e-05" in out
+    # the same scores with a different verdict (another floor) are a difference
+    (b / "metrics_summary.json").write_text(
+        json.dumps({"t": {"score": 0.5, "floor": 0.6, "verdict": "fail", "seconds": 3.0}})
+    )
+    (a / "metrics_summary.json").write_text(
+        json.dumps({"t": {"score": 0.5, "floor": 0.4, "verdict": "pass", "seconds": 1.0}})
+    )
+    assert main(["diff", str(a), str(b), "--tol", "1e-5"]) == 1
+    out = capsys.readouterr().out
+    assert "t: verdict pass != fail" in out
+    assert "t: floor 0.4 != 0.6" in out
+    assert "seconds" not in out  # a summary's duration is not compared
