@@ -571,13 +571,17 @@ class HFBackend:
         import torch
         from transformers import DynamicCache
 
+        from pytest_llmeval.model._kv import reserve_room
+
         eos = self.tokenizer.eos_token_id
         ids, mask = self._right_padded(own)
         new: list[list[int]] = [[] for _ in own]
         ended = [False] * len(own)
         with torch.inference_mode():
             cache, past_mask = self._past(states)
-            cache = cache if cache is not None else DynamicCache()
+            # Room for every token still to come, written in place (no copy of the whole
+            # cache per token, see _kv.py).
+            cache = reserve_room(cache if cache is not None else DynamicCache(), max_new)
             full = torch.cat([past_mask, mask], 1)
             seen = full.sum(1)  # real tokens per row: the position of its next token
             out = self._decoder(
