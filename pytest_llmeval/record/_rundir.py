@@ -134,8 +134,17 @@ def resumable_items(
 
 
 def strip_timing(record: Mapping[str, Any]) -> dict[str, Any]:
-    """An item record without the fields that legitimately differ between identical runs."""
-    return {k: v for k, v in record.items() if k not in TIMING_FIELDS and k != "reused_from"}
+    """An item record without the fields that legitimately differ between identical runs:
+    timing fields at any depth (the sandbox's ``details.seconds`` too) and ``reused_from``."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: strip(v) for k, v in value.items() if k not in TIMING_FIELDS}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return {k: strip(v) for k, v in record.items() if k not in TIMING_FIELDS and k != "reused_from"}
 
 
 def mark_superseded(sources: list[Path], by: Path) -> None:

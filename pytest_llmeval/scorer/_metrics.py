@@ -42,10 +42,12 @@ def accuracy(correct: Sequence[bool | float]) -> Estimate:
     n = len(correct)
     if n == 0:
         return Estimate(n=0, value=float("nan"), stderr=float("nan"), ci_low=0.0, ci_high=1.0)
-    total = float(sum(float(c) for c in correct))
+    # fsum: exactly rounded, so the numbers do not depend on the order the items arrived in
+    # (xdist workers finish in any order).
+    total = math.fsum(float(c) for c in correct)
     mean = total / n
     if n > 1:
-        var = sum((float(c) - mean) ** 2 for c in correct) / (n - 1)
+        var = math.fsum((float(c) - mean) ** 2 for c in correct) / (n - 1)
         stderr = math.sqrt(var / n)
     else:
         stderr = float("nan")

@@ -84,3 +84,19 @@ def test_diff_tolerates_float_noise_but_not_outputs_or_verdicts(
     assert "t: verdict pass != fail" in out
     assert "t: floor 0.4 != 0.6" in out
     assert "seconds" not in out  # a summary's duration is not compared
+
+
+def test_diff_ignores_timing_nested_in_details(tmp_path: Path) -> None:
+    """A code task's sandbox result carries its own duration (``details.seconds``)."""
+    runs = []
+    for name, seconds in (("a", 0.07), ("b", 0.13)):
+        run = _run(tmp_path, name, {"t-0": "1"}, seconds=0.5)
+        path = run / "tasks" / "t_output.jsonl"
+        line = json.loads(path.read_text())
+        line["details"] = {"status": "failed", "reason": "AssertionError", "seconds": seconds}
+        path.write_text(json.dumps(line) + "\n")
+        runs.append(run)
+    assert main(["diff", str(runs[0]), str(runs[1])]) == 0
+    path = runs[1] / "tasks" / "t_output.jsonl"
+    path.write_text(path.read_text().replace('"failed"', '"passed"'))
+    assert main(["diff", str(runs[0]), str(runs[1])]) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from hypothesis import given
@@ -151,3 +152,13 @@ def test_paired_difference_is_the_mean_per_item_change_with_a_normal_interval() 
     assert math.isnan(paired_difference([1.0], [0.0]).ci_low)
     with pytest.raises(ValueError, match="equal lengths"):
         paired_difference([1.0], [])
+
+
+def test_accuracy_does_not_depend_on_the_order_of_the_items() -> None:
+    """xdist workers report items in any order: the same scores give the same numbers."""
+    scores = [1.0, 0.0, 0.0, 1.0, 0.3, 0.7, 0.1] * 5 + [0.0] * 3
+    reference = accuracy(scores)
+    rng = random.Random(0)
+    for _ in range(50):
+        rng.shuffle(scores)
+        assert accuracy(scores) == reference
