@@ -93,8 +93,11 @@ def _diff(a: str, b: str, tol: float = 0.0) -> int:
             largest = max(largest, _max_delta(ra, rb))
         summary_a = _summary(run_a.metrics.get(task))
         summary_b = _summary(run_b.metrics.get(task))
-        for key in _differing_fields(summary_a, summary_b, tol):
-            problems.append(f"{task}: {key} {summary_a.get(key)} != {summary_b.get(key)}")
+        if bool(summary_a) != bool(summary_b):
+            problems.append(f"{task}: task summary only in {'A' if summary_a else 'B'}")
+        else:
+            for key in _differing_fields(summary_a, summary_b, tol):
+                problems.append(f"{task}: {key} {summary_a.get(key)} != {summary_b.get(key)}")
         print(
             f"{task}: {len(items_a)} vs {len(items_b)} items, score {summary_a.get('score')} "
             f"vs {summary_b.get('score')}, verdict {summary_a.get('verdict')} vs "
