@@ -49,12 +49,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = llm
     # The session object receives item reports itself (pytest_runtest_logreport).
     config.pluginmanager.register(llm, "llmeval-session")
-    # Keep each task on one xdist worker so its batches stay full and the model loads once
-    # per worker: plain `-n N` means `--dist load`; upgrade it to `loadgroup`.
-    if getattr(config.option, "dist", "no") == "load" and getattr(
-        config.option, "numprocesses", None
-    ):
-        config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist, plain ``-n N`` (``--dist load``): each task's items go to one worker,
+    so its model loads once there and its batches stay full (``_schedule.py``). Another
+    ``--dist`` mode chosen explicitly is left to xdist."""
+    if config.getvalue("dist") != "load":
+        return None
+    from ._schedule import TaskScheduling
+
+    return TaskScheduling(config, log)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -226,7 +227,9 @@ def test_xdist_aggregates_on_the_controller(
     pytest.importorskip("xdist")
     write_project(pytester, mc_floor=0.99)
     serial = pytester.runpytest_subprocess(*_args(tiny_model_dir, "--llm-output=serial"))
-    parallel = pytester.runpytest_subprocess(*_args(tiny_model_dir, "-n", "2", "--llm-output=par"))
+    parallel = pytester.runpytest_subprocess(
+        *_args(tiny_model_dir, "-n", "2", "-v", "--llm-output=par")
+    )
     assert serial.ret == parallel.ret == 1
     for result in (serial, parallel):
         result.stdout.fnmatch_lines(["arith*5/5*pass*", "colors*4/4*FAIL*", "*FAIL colors*"])
@@ -242,6 +245,15 @@ def test_xdist_aggregates_on_the_controller(
 
     assert items("serial") == items("par")
     assert len(items("par")) == 9
+    # Each task ran on one worker: every item computed once, in the task's own batches (a
+    # task split over workers computes items that the other worker computes again).
+    run = next((pytester.path / "par").iterdir())
+    computed = re.findall(r"(\w+): computed (\d+) item", (run / "eval.log").read_text())
+    assert sorted(computed) == [("arith", "5"), ("colors", "4")]
+    workers = re.findall(r"\[(gw\d)\] .*?(arith|colors)\.yaml::", parallel.stdout.str())
+    assert len(workers) == 9
+    assert len({w for w, task in workers if task == "arith"}) == 1
+    assert len({w for w, task in workers if task == "colors"}) == 1
 
 
 def test_failure_analysis_option(
