@@ -37,36 +37,29 @@ def _float_delta(a: Any, b: Any) -> float | None:
         return abs(a - b)
     if type(a) is not type(b):
         return None
+    if isinstance(a, dict):
+        if set(a) != set(b):
+            return None
+        a, b = [a[k] for k in a], [b[k] for k in a]
     if isinstance(a, list):
         if len(a) != len(b):
             return None
         deltas = [_float_delta(x, y) for x, y in zip(a, b, strict=True)]
         return None if None in deltas else max((d for d in deltas if d is not None), default=0.0)
-    if isinstance(a, dict):
-        if set(a) != set(b):
-            return None
-        deltas = [_float_delta(a[k], b[k]) for k in a]
-        return None if None in deltas else max((d for d in deltas if d is not None), default=0.0)
     return 0.0 if a == b else None
 
 
-def _differing_fields(ra: Mapping[str, Any], rb: Mapping[str, Any], tol: float) -> list[str]:
-    """Fields of two records that differ: anything but floats exactly, floats by more than
-    ``tol``."""
-    out = []
+def _compare(ra: Mapping[str, Any], rb: Mapping[str, Any], tol: float) -> tuple[list[str], float]:
+    """The fields of two records that differ (anything but floats exactly, floats by more
+    than ``tol``) and the largest float difference of the fields they share."""
+    differing, largest = [], 0.0
     for key in sorted(set(ra) | set(rb)):
-        if key not in ra or key not in rb:
-            out.append(key)
-            continue
-        delta = _float_delta(ra[key], rb[key])
+        delta = _float_delta(ra[key], rb[key]) if key in ra and key in rb else None
         if delta is None or delta > tol:
-            out.append(key)
-    return out
-
-
-def _max_delta(ra: Mapping[str, Any], rb: Mapping[str, Any]) -> float:
-    deltas = [_float_delta(ra[k], rb[k]) for k in set(ra) & set(rb)]
-    return max((d for d in deltas if d is not None), default=0.0)
+            differing.append(key)
+        if delta is not None:
+            largest = max(largest, delta)
+    return differing, largest
 
 
 def _diff(a: str, b: str, tol: float = 0.0) -> int:
@@ -86,17 +79,16 @@ def _diff(a: str, b: str, tol: float = 0.0) -> int:
             if ra is None or rb is None:
                 problems.append(f"{task} {item_id}: only in {'B' if ra is None else 'A'}")
                 continue
-            ra, rb = strip_timing(ra), strip_timing(rb)
-            fields = _differing_fields(ra, rb, tol)
+            fields, delta = _compare(strip_timing(ra), strip_timing(rb), tol)
             if fields:
                 problems.append(f"{task} {item_id}: differs in {', '.join(fields)}")
-            largest = max(largest, _max_delta(ra, rb))
+            largest = max(largest, delta)
         summary_a = _summary(run_a.metrics.get(task))
         summary_b = _summary(run_b.metrics.get(task))
         if bool(summary_a) != bool(summary_b):
             problems.append(f"{task}: task summary only in {'A' if summary_a else 'B'}")
         else:
-            for key in _differing_fields(summary_a, summary_b, tol):
+            for key in _compare(summary_a, summary_b, tol)[0]:
                 problems.append(f"{task}: {key} {summary_a.get(key)} != {summary_b.get(key)}")
         print(
             f"{task}: {len(items_a)} vs {len(items_b)} items, score {summary_a.get('score')} "
@@ -112,9 +104,7 @@ def _diff(a: str, b: str, tol: float = 0.0) -> int:
 
 def _summary(metrics: Any) -> dict[str, Any]:
     """A task's summary without its duration."""
-    if not isinstance(metrics, Mapping):
-        return {}
-    return {k: v for k, v in metrics.items() if k != "seconds"}
+    return strip_timing(metrics) if isinstance(metrics, Mapping) else {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

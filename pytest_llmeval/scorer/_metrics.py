@@ -32,6 +32,18 @@ def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, fl
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def _mean_stderr(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error (sample sd / sqrt(n); NaN below two values) of a non-empty
+    list. Sums are exactly rounded (``math.fsum``), so the numbers do not depend on the
+    order the items arrived in (xdist workers finish in any order)."""
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n < 2:
+        return mean, float("nan")
+    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
 def accuracy(correct: Sequence[bool | float]) -> Estimate:
     """Mean of per-item scores in [0, 1] with stderr (sample sd / sqrt(n)) and a 95% CI.
 
@@ -42,17 +54,10 @@ def accuracy(correct: Sequence[bool | float]) -> Estimate:
     n = len(correct)
     if n == 0:
         return Estimate(n=0, value=float("nan"), stderr=float("nan"), ci_low=0.0, ci_high=1.0)
-    # fsum: exactly rounded, so the numbers do not depend on the order the items arrived in
-    # (xdist workers finish in any order).
-    total = math.fsum(float(c) for c in correct)
-    mean = total / n
-    if n > 1:
-        var = math.fsum((float(c) - mean) ** 2 for c in correct) / (n - 1)
-        stderr = math.sqrt(var / n)
-    else:
-        stderr = float("nan")
-    if all(float(c) in (0.0, 1.0) for c in correct):
-        low, high = wilson_interval(total, n)
+    scores = [float(c) for c in correct]
+    mean, stderr = _mean_stderr(scores)
+    if all(c in (0.0, 1.0) for c in scores):
+        low, high = wilson_interval(math.fsum(scores), n)
     elif n > 1:
         low, high = max(0.0, mean - Z95 * stderr), min(1.0, mean + Z95 * stderr)
     else:
@@ -70,13 +75,7 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> Estimate:
     if n == 0:
         nan = float("nan")
         return Estimate(n=0, value=nan, stderr=nan, ci_low=nan, ci_high=nan)
-    diffs = [float(y) - float(x) for x, y in zip(a, b, strict=True)]
-    mean = sum(diffs) / n
-    if n < 2:
-        nan = float("nan")
-        return Estimate(n=n, value=mean, stderr=nan, ci_low=nan, ci_high=nan)
-    var = sum((d - mean) ** 2 for d in diffs) / (n - 1)
-    stderr = math.sqrt(var / n)
+    mean, stderr = _mean_stderr([float(y) - float(x) for x, y in zip(a, b, strict=True)])
     return Estimate(
         n=n, value=mean, stderr=stderr, ci_low=mean - Z95 * stderr, ci_high=mean + Z95 * stderr
     )
