@@ -48,12 +48,14 @@ class ReservedLayer(DynamicLayer):  # type: ignore[no-untyped-call]
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         added = key_states.shape[-2]
-        if self.keys is not self._view or self._keys_buf is None:
-            self._restart(key_states, value_states, added)
+        if (
+            self._keys_buf is None
+            or self.keys is not self._view  # replaced from outside
+            or self._filled + added > self._keys_buf.shape[-2]  # full
+        ):
+            self._rebuffer(key_states, value_states, added)
         assert self._keys_buf is not None and self._values_buf is not None
         start = self._filled
-        if start + added > self._keys_buf.shape[-2]:
-            self._grow(start + added + self.reserve)
         end = start + added
         self._keys_buf[:, :, start:end] = key_states
         self._values_buf[:, :, start:end] = value_states
@@ -67,9 +69,10 @@ class ReservedLayer(DynamicLayer):  # type: ignore[no-untyped-call]
         self._filled = 0
         super().reset()
 
-    def _restart(self, key_states: torch.Tensor, value_states: torch.Tensor, added: int) -> None:
-        """A new buffer holding the current ``keys``/``values`` (none yet, or replaced from
-        outside) with room for ``added`` more positions and the reserve."""
+    def _rebuffer(self, key_states: torch.Tensor, value_states: torch.Tensor, added: int) -> None:
+        """A new buffer holding the current ``keys``/``values`` (none yet, replaced from
+        outside, or the filled part of a full buffer) with room for ``added`` more positions
+        and the reserve."""
         keys, values = self.keys, self.values
         filled = 0 if keys is None or keys.numel() == 0 else int(keys.shape[-2])
         capacity = filled + added + self.reserve
@@ -81,14 +84,6 @@ class ReservedLayer(DynamicLayer):  # type: ignore[no-untyped-call]
             self._keys_buf[:, :, :filled] = keys
             self._values_buf[:, :, :filled] = values
         self._filled = filled
-
-    def _grow(self, capacity: int) -> None:
-        assert self._keys_buf is not None and self._values_buf is not None
-        old_k, old_v, n = self._keys_buf, self._values_buf, self._filled
-        self._keys_buf = old_k.new_empty((*old_k.shape[:2], capacity, old_k.shape[3]))
-        self._values_buf = old_v.new_empty((*old_v.shape[:2], capacity, old_v.shape[3]))
-        self._keys_buf[:, :, :n] = old_k[:, :, :n]
-        self._values_buf[:, :, :n] = old_v[:, :, :n]
 
 
 def reserve_room(cache: Any, reserve: int) -> Any:
