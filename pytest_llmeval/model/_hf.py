@@ -16,6 +16,8 @@ from pytest_llmeval.model._types import (
     LoglikelihoodRequest,
     LoglikelihoodResult,
     ModelSettings,
+    fit_tokens,
+    move_trailing_space,
 )
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -239,10 +241,7 @@ class HFBackend:
     def _split(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """lm-eval's split: the context's own tokens, and the tail of the tokenized
         ``context + continuation`` beyond as many tokens as the context has."""
-        n_spaces = len(context) - len(context.rstrip())
-        if n_spaces:
-            continuation = context[-n_spaces:] + continuation
-            context = context[:-n_spaces]
+        context, continuation = move_trailing_space(context, continuation)
         if not context:
             prefix = self.tokenizer.bos_token_id
             if prefix is None:
@@ -538,7 +537,7 @@ class HFBackend:
                         context_window=self.max_length,
                     )
                     continue
-                tokens = _fit(tokens, budget, req.overflow)
+                tokens = fit_tokens(tokens, budget, req.overflow)
             else:
                 shared = self._shared_tokens(tokens, req.context[: req.shared_prefix])
                 prefixes[i] = tuple(tokens[:shared])
@@ -674,12 +673,3 @@ def _nbytes(state: _State) -> int:
     return sum(
         int(k.numel() * k.element_size() + v.numel() * v.element_size()) for k, v in state[0]
     )
-
-
-def _fit(tokens: list[int], budget: int, overflow: str) -> list[int]:
-    """Cut a prompt to ``budget`` tokens: keep its end (``truncate_left``) or its first and
-    last halves (``truncate_middle``, as LongBench does)."""
-    if overflow == "truncate_left":
-        return tokens[-budget:]
-    head = budget // 2
-    return tokens[:head] + tokens[len(tokens) - (budget - head) :]

@@ -76,6 +76,8 @@ from pytest_llmeval.model._types import (
     LoglikelihoodRequest,
     LoglikelihoodResult,
     ModelSettings,
+    fit_tokens,
+    move_trailing_space,
 )
 
 K = TypeVar("K", bound=Hashable)
@@ -175,17 +177,6 @@ def _first_int(patterns: Sequence[str], text: str) -> int | None:
         if match:
             return int(match.group(1))
     return None
-
-
-def _fit(tokens: list[int], budget: int, overflow: str) -> list[int]:
-    """Keep the end of the prompt (``truncate_left``) or its first and last halves
-    (``truncate_middle``)."""
-    if budget <= 0:
-        return []
-    if overflow == "truncate_left":
-        return tokens[-budget:]
-    head = budget // 2
-    return tokens[:head] + tokens[len(tokens) - (budget - head) :]
 
 
 class _Tokenizer:
@@ -765,7 +756,7 @@ class OpenAIBackend:
             )
         target = budget
         for _ in range(4):
-            text = self._detokenize(_fit(tokens, target, overflow))
+            text = self._detokenize(fit_tokens(tokens, target, overflow))
             count = len(self._tokenize(text))
             if count <= budget:
                 return text, count
@@ -779,10 +770,7 @@ class OpenAIBackend:
 def _split(context: str, continuation: str) -> tuple[str, int]:
     """The prompt ``context + continuation`` after moving the context's trailing whitespace
     to the continuation, and the character index where the continuation starts."""
-    n_spaces = len(context) - len(context.rstrip())
-    if n_spaces:
-        continuation = context[-n_spaces:] + continuation
-        context = context[:-n_spaces]
+    context, continuation = move_trailing_space(context, continuation)
     return context + continuation, len(context)
 
 

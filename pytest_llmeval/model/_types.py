@@ -61,6 +61,26 @@ Overflow = Literal["skip", "truncate_middle", "truncate_left"]
 OVERFLOW_POLICIES: tuple[Overflow, ...] = OVERFLOW_NAMES  # type: ignore[assignment]
 
 
+def move_trailing_space(context: str, continuation: str) -> tuple[str, str]:
+    """lm-eval's convention for log-likelihood requests (both backends): the context's
+    trailing whitespace belongs to the continuation."""
+    n_spaces = len(context) - len(context.rstrip())
+    if not n_spaces:
+        return context, continuation
+    return context[:-n_spaces], context[-n_spaces:] + continuation
+
+
+def fit_tokens(tokens: list[int], budget: int, overflow: str) -> list[int]:
+    """Cut a prompt to ``budget`` tokens (both backends): keep its end (``truncate_left``)
+    or its first and last halves (``truncate_middle``, as LongBench does)."""
+    if budget <= 0:
+        return []
+    if overflow == "truncate_left":
+        return tokens[-budget:]
+    head = budget // 2
+    return tokens[:head] + tokens[len(tokens) - (budget - head) :]
+
+
 @dataclass(frozen=True)
 class GenerateRequest:
     context: str

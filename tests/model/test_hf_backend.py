@@ -163,7 +163,7 @@ def test_a_prompt_that_does_not_fit_is_not_run_by_default(short_window) -> None:
 
 @pytest.mark.parametrize("policy", ["truncate_middle", "truncate_left"])
 def test_truncation_is_opt_in_and_counted(short_window, policy: str) -> None:  # type: ignore[no-untyped-def]
-    from pytest_llmeval.model._hf import _fit
+    from pytest_llmeval.model._types import fit_tokens as _fit
 
     ids = short_window.tokenizer(LONG, add_special_tokens=False)["input_ids"]
     result = short_window.generate(
@@ -189,7 +189,7 @@ def test_truncation_is_opt_in_and_counted(short_window, policy: str) -> None:  #
 
 
 def test_fit_keeps_head_and_tail_or_the_end() -> None:
-    from pytest_llmeval.model._hf import _fit
+    from pytest_llmeval.model._types import fit_tokens as _fit
 
     tokens = list(range(10))
     assert _fit(tokens, 5, "truncate_middle") == [0, 1, 7, 8, 9]
