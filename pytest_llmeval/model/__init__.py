@@ -6,14 +6,19 @@ from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model._resolve import EMBEDDED, cache_dir, resolve_model_path
 from pytest_llmeval.model._types import (
     BACKENDS,
+    BOS_POLICIES,
     OVERFLOW_POLICIES,
     Backend,
+    ChatTemplate,
     GenerateRequest,
     GenerateResult,
     LoglikelihoodRequest,
     LoglikelihoodResult,
     ModelSettings,
     Overflow,
+    bos_added,
+    cut_at_stop,
+    stop_hit,
 )
 
 
@@ -33,16 +38,21 @@ def load_backend(settings: ModelSettings) -> Backend:
 
 __all__ = [
     "BACKENDS",
+    "BOS_POLICIES",
     "EMBEDDED",
     "OVERFLOW_POLICIES",
     "Backend",
+    "ChatTemplate",
     "GenerateRequest",
     "GenerateResult",
     "LoglikelihoodRequest",
     "LoglikelihoodResult",
     "ModelSettings",
     "Overflow",
+    "bos_added",
     "cache_dir",
+    "cut_at_stop",
     "load_backend",
     "resolve_model_path",
+    "stop_hit",
 ]
