@@ -27,11 +27,18 @@ class DriftCheck:
         evaluator = llm.evaluator
         try:
             evaluator.backend()
+            backend = (evaluator.environment or {}).get("backend") or {}
+            template = backend.get("chat_template") or {}
             extra: dict[str, Any] = {
                 "dtype": evaluator.model_settings.get("dtype"),
                 "device_type": evaluator.model_settings.get("device_type"),
                 "batch_size": evaluator.model_settings.get("batch_size"),
                 "seed": evaluator.model_settings.get("seed"),
+                # The model's chat template and BOS policy (each task's hashes cover them
+                # too; these lines name the cause when they change).
+                "chat_template.sha256": template.get("sha256"),
+                "chat_template.end_of_turn": template.get("end_of_turn"),
+                "add_bos": (backend.get("bos") or {}).get("add"),
             }
             for name in sorted(llm.runners):
                 try:

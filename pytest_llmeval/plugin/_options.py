@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from pytest_llmeval.eval import ChatSettings
+    from pytest_llmeval.model import ModelSettings
 
 # (cli flag, ini name, help, default as ini string)
 _OPTIONS: list[tuple[str, str, str, str | None]] = [
@@ -164,6 +168,47 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "write into this run directory (combine one-task-per-process runs into one record)",
         None,
     ),
+    (
+        "--llm-chat-template",
+        "llm_chat_template",
+        "auto|on|off: render prompts with the model's chat template (auto, the default: "
+        "when the model has one); on the command line it wins over a spec's prompt.chat pin, "
+        "as ini value it does not",
+        "auto",
+    ),
+    (
+        "--llm-chat-template-file",
+        "llm_chat_template_file",
+        "a Jinja chat template (or a JSON file with a 'chat_template' key) used instead of "
+        "the model's own (hf backend)",
+        None,
+    ),
+    (
+        "--llm-system-prompt",
+        "llm_system_prompt",
+        "a system prompt for every task (before a spec's own system prompt and description)",
+        None,
+    ),
+    (
+        "--llm-fewshot-multiturn",
+        "llm_fewshot_multiturn",
+        "on|off: under a chat template, few-shot examples as alternating user/assistant "
+        "turns (on, the default, lm-eval's --fewshot_as_multiturn) or in one user turn",
+        "on",
+    ),
+    (
+        "--llm-add-bos",
+        "llm_add_bos",
+        "auto|yes|no: put the BOS token before each prompt (auto: as the tokenizer's config "
+        "does; never twice when a chat template writes it)",
+        "auto",
+    ),
+    (
+        "--llm-thinking-markers",
+        "llm_thinking_markers",
+        "START,END markers of a reasoning block (default <think>,</think>)",
+        "<think>,</think>",
+    ),
 ]
 
 
@@ -208,6 +253,20 @@ def add_options(parser: pytest.Parser) -> None:
         default=False,
         help="let specs fall back to their Hugging Face hub dataset when no local copy is found "
         "(needs `datasets` and internet; same as LLMEVAL_ALLOW_HUB=1)",
+    )
+    group.addoption(
+        "--llm-strip-thinking",
+        dest="llm_strip_thinking",
+        action="store_true",
+        default=None,
+        help="remove a reasoning block (<think>...</think>) from generations before extraction; "
+        "the record keeps both texts, and a block never closed is its own failure class",
+    )
+    parser.addini(
+        "llm_strip_thinking",
+        help="remove reasoning blocks before extraction",
+        type="bool",
+        default=False,
     )
     group.addoption(
         "--llm-no-resume",
@@ -351,6 +410,34 @@ def _base_url(config: pytest.Config, backend: str) -> str | None:
     return None
 
 
+def _markers(config: pytest.Config) -> tuple[str, str]:
+    value = str(_raw(config, "llm_thinking_markers") or "<think>,</think>")
+    start, sep, end = value.partition(",")
+    if not sep or not start.strip() or not end.strip() or "," in end:
+        raise pytest.UsageError(
+            "--llm-thinking-markers (ini llm_thinking_markers): expected START,END "
+            f"(e.g. <think>,</think>), got {value!r}"
+        )
+    return start.strip(), end.strip()
+
+
+def _template_file(config: pytest.Config, backend: str) -> Path | None:
+    path = _path(config, "llm_chat_template_file")
+    if path is None:
+        return None
+    if backend != "hf":
+        raise pytest.UsageError(
+            "--llm-chat-template-file (ini llm_chat_template_file) is applied by the hf "
+            f"backend; --llm-backend={backend} sends conversations to the server, which "
+            "applies its own template (start the server with the template you want)"
+        )
+    if not path.is_file():
+        raise pytest.UsageError(
+            f"--llm-chat-template-file (ini llm_chat_template_file): no such file: {path}"
+        )
+    return path
+
+
 def _path(config: pytest.Config, name: str) -> Path | None:
     value = _raw(config, name)
     return Path(str(value)).expanduser() if value else None
@@ -391,13 +478,63 @@ class Options:
     request_timeout: float = 600.0
     agreement: Path | None = None
     device_map: str | None = None
+    chat_template: str = "auto"
+    # Given on the command line: wins over a spec's prompt.chat pin (the ini value does not).
+    chat_template_forced: bool = False
+    chat_template_file: Path | None = None
+    system_prompt: str | None = None
+    fewshot_multiturn: bool = True
+    add_bos: str = "auto"
+    strip_thinking: bool = False
+    thinking_markers: tuple[str, str] = ("<think>", "</think>")
+
+    def chat_settings(self) -> ChatSettings:
+        """How prompts reach a chat model in this run (the task runner's settings)."""
+        from pytest_llmeval.eval import ChatSettings
+
+        return ChatSettings(
+            mode=self.chat_template,
+            forced=self.chat_template_forced,
+            system_prompt=self.system_prompt,
+            multiturn=self.fewshot_multiturn,
+            strip_thinking=self.strip_thinking,
+            thinking=self.thinking_markers,
+        )
+
+    def model_settings(self, worker: int | None = None) -> ModelSettings:
+        """How to load the model of this run."""
+        from pytest_llmeval.model import ModelSettings
+
+        assert self.model is not None
+        return ModelSettings(
+            model=self.model,
+            device=self.device,
+            dtype=self.dtype,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            max_length=self.max_length,
+            backend=self.backend,
+            base_url=self.base_url,
+            api_key_env=self.api_key_env,
+            concurrency=self.concurrency,
+            max_retries=self.max_retries,
+            request_timeout=self.request_timeout,
+            device_map=self.device_map,
+            worker=worker,
+            chat_template_file=(
+                str(self.chat_template_file) if self.chat_template_file is not None else None
+            ),
+            add_bos=self.add_bos,
+        )
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
         model = _raw(config, "llm_model") or None
         output = _raw(config, "llm_output")
         strict = config.getoption("llm_strict")
+        strip_thinking = config.getoption("llm_strip_thinking")
         backend = _choice(config, "llm_backend", ("hf", "openai"))
+        system_prompt = _raw(config, "llm_system_prompt")
         return cls(
             model=str(model) if model else None,
             device=_choice(config, "llm_device", ("auto", "cuda", "cpu")),
@@ -430,4 +567,16 @@ class Options:
             max_retries=_nonnegative(config, "llm_max_retries", 5),
             request_timeout=_timeout(config),
             agreement=_path(config, "llm_agreement"),
+            chat_template=_choice(config, "llm_chat_template", ("auto", "on", "off")),
+            chat_template_forced=config.getoption("llm_chat_template") is not None,
+            chat_template_file=_template_file(config, backend),
+            system_prompt=str(system_prompt) if system_prompt else None,
+            fewshot_multiturn=_choice(config, "llm_fewshot_multiturn", ("on", "off")) == "on",
+            add_bos=_choice(config, "llm_add_bos", ("auto", "yes", "no")),
+            strip_thinking=bool(
+                strip_thinking
+                if strip_thinking is not None
+                else config.getini("llm_strip_thinking")
+            ),
+            thinking_markers=_markers(config),
         )

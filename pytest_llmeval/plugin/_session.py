@@ -204,7 +204,9 @@ class LlmEvalSession:
                 f"task name {spec.name!r} is defined twice: {existing.source} and {spec.source}"
             )
         self.specs[spec.name] = spec
-        self.runners[spec.name] = TaskRunner(spec, self.options.data_dirs)
+        self.runners[spec.name] = TaskRunner(
+            spec, self.options.data_dirs, self.options.chat_settings()
+        )
         return spec
 
     def catalog_rows(self) -> list[dict[str, str]]:
@@ -518,6 +520,7 @@ class LlmEvalSession:
             [v.row() for v in self.verdicts if v.status != "skipped"],
             self.environment or None,
             self.comparison,
+            task_configs={t: tally.config for t, tally in self.tallies.items()},
         )
         (self.run.path / MARKDOWN).write_text(markdown, encoding="utf-8")
         append_github_step_summary(markdown, os.environ)

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from pytest_llmeval.record import prompt_lines
+
 from ._collect import describe
 from ._session import LlmEvalSession
 
@@ -50,6 +52,8 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             "partial: scores cover only the selected items (--llm-limit or -k), not whole tasks",
             yellow=True,
         )
+    for line in prompt_lines({v.task: session.tallies[v.task].config for v in verdicts}):
+        tr.write_line(f"prompts: {line}")
     if session.options.exclude is not None:
         tr.write_line(
             f"excluded: the {len(session.excluded)} item ids listed in {session.options.exclude} "

@@ -20,7 +20,11 @@ from pytest_llmeval.record._env import (
 )
 from pytest_llmeval.record._hash import HashCache, file_sha256, model_fingerprint, stable_hash
 from pytest_llmeval.record._rundir import RunDir, resumable_items, strip_timing
-from pytest_llmeval.record._summary import append_github_step_summary, markdown_summary
+from pytest_llmeval.record._summary import (
+    append_github_step_summary,
+    markdown_summary,
+    prompt_lines,
+)
 from pytest_llmeval.record._taskconfig import config_hash, prompt_hash, task_config
 from pytest_llmeval.scorer import mcnemar_exact  # re-exported: baseline comparisons use it
 
@@ -48,6 +52,7 @@ __all__ = [
     "model_fingerprint",
     "parse_gate",
     "prompt_hash",
+    "prompt_lines",
     "resumable_items",
     "stable_hash",
     "strip_timing",
