@@ -146,7 +146,7 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
     (
         "--llm-agreement",
         "llm_agreement",
-        "an agreement record of two backends (python -m pytest_llmeval.model.agreement): its "
+        "an agreement record of two backends (python -m pytest_llmeval.eval.agreement): its "
         "summary and SHA256 go into the run's eval config and one line is printed",
         None,
     ),

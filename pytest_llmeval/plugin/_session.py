@@ -61,11 +61,11 @@ def _read_exclusions(path: Path | None) -> tuple[frozenset[str], str | None]:
 
 
 def _read_agreement(path: Path | None) -> tuple[dict[str, Any] | None, str | None]:
-    """An agreement record (``python -m pytest_llmeval.model.agreement``) and its SHA256."""
+    """An agreement record (``python -m pytest_llmeval.eval.agreement``) and its SHA256."""
     if path is None:
         return None, None
     from pytest_llmeval._errors import LlmEvalError
-    from pytest_llmeval.model.agreement import read_agreement
+    from pytest_llmeval.eval.agreement import read_agreement
 
     try:
         return read_agreement(path)

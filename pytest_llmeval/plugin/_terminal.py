@@ -61,7 +61,7 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             yellow=True,
         )
     if session.agreement is not None:
-        from pytest_llmeval.model.agreement import summary_line
+        from pytest_llmeval.eval.agreement import summary_line
 
         tr.write_line(
             f"{summary_line(session.agreement)} "
