@@ -75,7 +75,7 @@ def pytest_collection_modifyitems(
     if llm.options.catalog:  # show the catalog, run nothing
         config.hook.pytest_deselected(items=list(items))
         items[:] = []
-    llm.set_selection(items)
+    llm.set_selection([item for item in items if isinstance(item, EvalItem)])
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.dataset import Item, task_subsets
 from pytest_llmeval.eval import ItemResult, TaskRunner
-from pytest_llmeval.record._rundir import resumable_items
-from pytest_llmeval.record._taskconfig import config_hash, prompt_hash, task_config
+from pytest_llmeval.record import config_hash, prompt_hash, resumable_items, task_config
 
 from ._options import Options
 
@@ -83,8 +82,7 @@ class Evaluator:
         return backend
 
     def _environment(self, backend: Backend) -> dict[str, Any]:
-        from pytest_llmeval.record._env import environment_record
-        from pytest_llmeval.record._hash import HashCache
+        from pytest_llmeval.record import HashCache, environment_record
 
         info = dict(backend.info())
         raw_path = info.get("model_path")

@@ -15,12 +15,13 @@ import os
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
+from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import FailureReport, ItemResult, TaskRunner, analyse_failures
-from pytest_llmeval.record._rundir import (
+from pytest_llmeval.record import (
     CONFIG,
     MARKDOWN,
     SUMMARY,
@@ -36,9 +37,15 @@ from ._evaluator import Evaluator
 from ._options import Options
 
 if TYPE_CHECKING:
-    from pytest_llmeval.record._compare import Comparison
+    from pytest_llmeval.record import Comparison
 
-    from ._collect import EvalItem
+
+class SelectedItem(Protocol):
+    """A benchmark item's test as the session sees it (``_collect.EvalItem``): its task
+    and its item. The session never imports the collection module (which imports it)."""
+
+    task: str
+    item: Item
 
 
 def _read_exclusions(path: Path | None) -> tuple[frozenset[str], str | None]:
@@ -169,7 +176,7 @@ class LlmEvalSession:
         self.specs: dict[str, TaskSpec] = {}
         self.total_items: dict[str, int] = {}
         self.runners: dict[str, TaskRunner] = {}
-        self.selected: dict[str, list[EvalItem]] = {}
+        self.selected: dict[str, list[SelectedItem]] = {}
         self.evaluator = Evaluator(self.options, config.invocation_params.dir)
         self.environment_sent = False
         self.task_config_sent: set[str] = set()
@@ -186,7 +193,7 @@ class LlmEvalSession:
         self.excluded, self.exclude_sha256 = _read_exclusions(self.options.exclude)
         self.agreement, self.agreement_sha256 = _read_agreement(self.options.agreement)
         if self.options.baseline_fail and not self.is_worker:
-            from pytest_llmeval.record._compare import parse_gate
+            from pytest_llmeval.record import parse_gate
 
             try:
                 parse_gate(self.options.baseline_fail)
@@ -238,17 +245,15 @@ class LlmEvalSession:
             )
         return rows
 
-    def set_selection(self, items: list[pytest.Item]) -> None:
-        from ._collect import EvalItem
-
+    def set_selection(self, items: list[SelectedItem]) -> None:
+        """The benchmark items selected to run (after -k, -m and deselection), by task."""
         self.selected = {}
         for item in items:
-            if isinstance(item, EvalItem):
-                self.selected.setdefault(item.task, []).append(item)
+            self.selected.setdefault(item.task, []).append(item)
 
     # ---------------------------------------------------------------- compute side
 
-    def result_for(self, item: EvalItem) -> tuple[ItemResult, list[str]]:
+    def result_for(self, item: SelectedItem) -> tuple[ItemResult, list[str]]:
         """This item's result (computed with the next pending items of its task)."""
         selected = self.selected.get(item.task, [item])
         # The selection is only listed on a cache miss (once per batch, not once per item).
@@ -256,7 +261,7 @@ class LlmEvalSession:
             self.runners[item.task], item.item, lambda: [it.item for it in selected]
         )
 
-    def properties_for(self, item: EvalItem, result: ItemResult, log: list[str]) -> list[Any]:
+    def properties_for(self, item: SelectedItem, result: ItemResult, log: list[str]) -> list[Any]:
         """User properties that carry an item's outcome to the controller."""
         props: list[Any] = [("llmeval_result", result.to_dict())]
         if log:
@@ -287,7 +292,7 @@ class LlmEvalSession:
             if self.options.run_dir is not None:
                 path = self.options.run_dir
             else:
-                from pytest_llmeval.record._env import git_info
+                from pytest_llmeval.record import git_info
 
                 git = git_info(self.config.rootpath) or {}
                 path = new_run_dir(
@@ -513,7 +518,7 @@ class LlmEvalSession:
         self._compare_with_baseline()
         self._analyse_failures()
         write_json_atomic(self.run.path / SUMMARY, summary)
-        from pytest_llmeval.record._summary import append_github_step_summary, markdown_summary
+        from pytest_llmeval.record import append_github_step_summary, markdown_summary
 
         markdown = markdown_summary(
             f"pytest-llmeval: {self.options.model}",
@@ -556,7 +561,7 @@ class LlmEvalSession:
     def _compare_with_baseline(self) -> None:
         if self.options.baseline is None or self.run is None:
             return
-        from pytest_llmeval.record._compare import compare_runs, gate_failures, load_run, parse_gate
+        from pytest_llmeval.record import compare_runs, gate_failures, load_run, parse_gate
 
         current = load_run(self.run.path)
         baseline = load_run(self.options.baseline)

@@ -118,7 +118,7 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     for line in stable_vs_fresh(session):
         tr.write_line(line, yellow=True)
     if session.comparison is not None:
-        from pytest_llmeval.record._compare import format_comparison
+        from pytest_llmeval.record import format_comparison
 
         tr.write_sep("-", f"llmeval baseline: {session.options.baseline}")
         for line in format_comparison(session.comparison):

@@ -19,7 +19,17 @@ from pytest_llmeval.record._env import (
     library_versions,
 )
 from pytest_llmeval.record._hash import HashCache, file_sha256, model_fingerprint, stable_hash
-from pytest_llmeval.record._rundir import RunDir, resumable_items, strip_timing
+from pytest_llmeval.record._rundir import (
+    CONFIG,
+    MARKDOWN,
+    SUMMARY,
+    RunDir,
+    mark_superseded,
+    new_run_dir,
+    resumable_items,
+    strip_timing,
+    write_json_atomic,
+)
 from pytest_llmeval.record._summary import (
     append_github_step_summary,
     markdown_summary,
@@ -29,6 +39,9 @@ from pytest_llmeval.record._taskconfig import config_hash, prompt_hash, task_con
 from pytest_llmeval.scorer import mcnemar_exact  # re-exported: baseline comparisons use it
 
 __all__ = [
+    "CONFIG",
+    "MARKDOWN",
+    "SUMMARY",
     "Comparison",
     "ConfigDiff",
     "HashCache",
@@ -47,9 +60,11 @@ __all__ = [
     "git_info",
     "library_versions",
     "load_run",
+    "mark_superseded",
     "markdown_summary",
     "mcnemar_exact",
     "model_fingerprint",
+    "new_run_dir",
     "parse_gate",
     "prompt_hash",
     "prompt_lines",
@@ -57,4 +72,5 @@ __all__ = [
     "stable_hash",
     "strip_timing",
     "task_config",
+    "write_json_atomic",
 ]
