@@ -19,6 +19,7 @@ from pytest_llmeval.record._env import (
     library_versions,
 )
 from pytest_llmeval.record._hash import HashCache, file_sha256, model_fingerprint, stable_hash
+from pytest_llmeval.record._report import prepare_report, render_report, write_report
 from pytest_llmeval.record._rundir import RunDir, resumable_items, strip_timing
 from pytest_llmeval.record._summary import append_github_step_summary, markdown_summary
 from pytest_llmeval.record._taskconfig import config_hash, prompt_hash, task_config
@@ -47,9 +48,12 @@ __all__ = [
     "mcnemar_exact",
     "model_fingerprint",
     "parse_gate",
+    "prepare_report",
     "prompt_hash",
+    "render_report",
     "resumable_items",
     "stable_hash",
     "strip_timing",
     "task_config",
+    "write_report",
 ]
