@@ -58,6 +58,7 @@ ASSETS = "_report_assets"
 HISTORY_LIMIT = 20  # earlier runs shown per task
 DETAILS_LIMIT = 4000  # characters of an item's scorer details shown in the browser
 FLIPPED_SHOWN = 40  # flipped item links listed per task (all are filterable in the browser)
+DIFFS_SHOWN = 12  # config/environment differences listed before the rest is folded
 NOT_SCORED = "not_scored"  # an item whose prompt did not fit the context window
 
 # ---------------------------------------------------------------------------- the model
@@ -456,8 +457,9 @@ def comparison_view(
         baseline_path=str(baseline.path),
         alpha=comparison.alpha,
         rows=rows,
-        config_diffs=[format_diff(d) for d in comparison.config_diffs],
-        env_diffs=[format_diff(d) for d in comparison.env_diffs],
+        # short differences first: `fewshot.k: 5 -> 1` before the lists of ids it changed
+        config_diffs=sorted((format_diff(d) for d in comparison.config_diffs), key=len),
+        env_diffs=sorted((format_diff(d) for d in comparison.env_diffs), key=len),
     )
 
 
@@ -923,6 +925,7 @@ def render_report(model: ReportModel) -> str:
         history_svg=lambda *a, **k: Markup(history_svg(*a, **k)),
         isfinite=math.isfinite,
         FLIPPED_SHOWN=FLIPPED_SHOWN,
+        DIFFS_SHOWN=DIFFS_SHOWN,
     )
     template = env.from_string(_asset("report.html.j2"))
     script = _asset("report.js")

@@ -263,7 +263,7 @@ def history_svg(series: HistorySeries, *, width: int = 360, height: int = 150) -
             f'<circle class="{cls}" cx="{_f(x)}" cy="{_f(py(p.score))}" '
             f'r="{5 if p.current else 3.5}">{_title(tip)}</circle>'
         )
-    first, last = points[0].started[:10], points[-1].started[:10]
+    first, last = (p.started[:16].replace("T", " ") for p in (points[0], points[-1]))
     parts.append(
         f'<text class="tick" x="{left}" y="{height - 6}">{html.escape(first)}</text>'
         f'<text class="tick" x="{width - right}" y="{height - 6}" text-anchor="end">'
