@@ -164,6 +164,12 @@ class FailureView:
     answer_in_output: int
     samples: list[dict[str, Any]]
 
+    @property
+    def bars(self) -> list[tuple[str, float]]:
+        """The classes, most frequent first, as chart bars."""
+        ranked = sorted(self.distribution.items(), key=lambda kv: (-kv[1], kv[0]))
+        return [(kind.replace("_", " "), float(count)) for kind, count in ranked]
+
 
 @dataclass
 class HistoryPoint:

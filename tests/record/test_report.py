@@ -437,6 +437,7 @@ def test_failure_analysis_is_read_from_failures_json(run: Path) -> None:
     model = prepare_report(run)
     (view,) = model.failures
     assert view.distribution == {"wrong_answer": 1, "format_failure": 1}
+    assert view.bars == [("format failure", 1.0), ("wrong answer", 1.0)]
     html = render_report(model)
     assert "arith: 2 of 3 items failed" in html and 'href="#item/arith/arith-0001"' in html
 
