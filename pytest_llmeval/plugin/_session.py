@@ -472,6 +472,8 @@ class LlmEvalSession:
         self.verdicts = verdicts
         if self.run is not None and any(t.results for t in self.tallies.values()):
             self._finish_record()
+        elif self.run is not None:  # only probe reports (or nothing scored): still a report
+            self._write_report()
         return verdicts
 
     def _finish_record(self) -> None:

@@ -872,13 +872,17 @@ def prepare_report(
     finished = (path / "metrics_summary.json").is_file()
     superseded = path / "superseded_by.txt"
     notes = []
-    if not finished:
+    has_items = any(record.items.values())
+    if not finished and has_items:
         notes.append(
             "This run has no metrics_summary.json: it was interrupted (or is still running). "
             "Task scores are computed here from its item records; no floor was checked."
         )
-    if not record.items and not record.metrics:
-        notes.append("This run has no task records yet.")
+    elif not finished:
+        notes.append(
+            "This run has no item records and no metrics_summary.json: it ran only "
+            "contamination probes, or it stopped before its first result."
+        )
     model = record.config.get("model") or "?"
     started = record.config.get("started")
     return ReportModel(

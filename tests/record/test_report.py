@@ -252,6 +252,24 @@ def test_interrupted_run_rows_are_computed_from_items_without_a_verdict(tmp_path
     assert "interrupted" in html and "no verdict" in html
 
 
+def test_a_run_of_probes_only_is_not_called_interrupted(tmp_path: Path) -> None:
+    path = tmp_path / "probes-only"
+    (path / "tasks").mkdir(parents=True)
+    (path / "contamination").mkdir()
+    report = _paired([True] * 12, [False] * 12)
+    (path / "contamination" / "mmlu-option_shuffle.json").write_text(
+        json.dumps({**report.to_dict(), "alpha": 0.01})
+    )
+    model = prepare_report(path)
+    assert model.tasks == [] and len(model.probes) == 1
+    assert model.notes == [
+        "This run has no item records and no metrics_summary.json: it ran only "
+        "contamination probes, or it stopped before its first result."
+    ]
+    html = render_report(model)
+    assert "no summary</span>" in html and ">interrupted<" not in html
+
+
 def test_repeats_and_reused_items_are_shown(tmp_path: Path) -> None:
     records = [gen("arith-0000", True, reused_from="/runs/old", repeat_scores=[1.0, 0.0, 1.0])]
     path = write_run(
