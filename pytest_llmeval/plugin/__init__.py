@@ -49,6 +49,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = llm
     # The session object receives item reports itself (pytest_runtest_logreport).
     config.pluginmanager.register(llm, "llmeval-session")
+    from ._html import HtmlExtras, html_wanted
+
+    if html_wanted(config):  # pytest-html (optional extra 'html') with --html=FILE
+        config.pluginmanager.register(HtmlExtras(llm), "llmeval-html")
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)

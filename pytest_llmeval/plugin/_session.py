@@ -189,6 +189,9 @@ class LlmEvalSession:
         self.gate_failures: list[str] = []
         self.resumed_from: set[str] = set()
         self.failure_reports: list[FailureReport] = []
+        # report.html of the run (or why it could not be written: a warning, never a failure)
+        self.report_path: Path | None = None
+        self.report_error: str | None = None
         self.started = _dt.datetime.now()
         self.excluded, self.exclude_sha256 = _read_exclusions(self.options.exclude)
         self.agreement, self.agreement_sha256 = _read_agreement(self.options.agreement)
@@ -476,6 +479,8 @@ class LlmEvalSession:
         self.verdicts = verdicts
         if self.run is not None and any(t.results for t in self.tallies.values()):
             self._finish_record()
+        elif self.run is not None:  # only probe reports (or nothing scored): still a report
+            self._write_report()
         return verdicts
 
     def _finish_record(self) -> None:
@@ -539,6 +544,19 @@ class LlmEvalSession:
                 if not math.isnan(v.score)
             )
         )
+        self._write_report()
+
+    def _write_report(self) -> None:
+        """``report.html`` from the records just written. The records are the result: a
+        report that cannot be built is a warning line, never a crash or a failed run."""
+        assert self.run is not None
+        try:
+            from pytest_llmeval.record import write_report
+
+            self.report_path = write_report(self.run.path, self.options.baseline)
+        except Exception as exc:  # any bug in the report must leave the run as it is
+            self.report_error = f"{type(exc).__name__}: {exc}"
+            self.run.log(f"report.html not written: {self.report_error}")
 
     def _analyse_failures(self) -> None:
         if self.options.failures <= 0 or self.run is None:

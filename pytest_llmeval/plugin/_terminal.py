@@ -128,6 +128,15 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     write_failures(session, tr)
     if session.run is not None:
         tr.write_line(f"run record: {session.run.path}")
+        if session.report_path is not None:
+            tr.write_line(f"run report: {session.report_path}")
+        if session.report_error is not None:
+            tr.write_line(
+                f"WARNING report.html was not written ({session.report_error}); the records are "
+                "complete: rebuild it with python -m pytest_llmeval.record report "
+                f"{session.run.path}",
+                yellow=True,
+            )
 
 
 def write_details(session: LlmEvalSession, tr: Any) -> None:

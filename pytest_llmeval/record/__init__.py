@@ -19,6 +19,7 @@ from pytest_llmeval.record._env import (
     library_versions,
 )
 from pytest_llmeval.record._hash import HashCache, file_sha256, model_fingerprint, stable_hash
+from pytest_llmeval.record._report import prepare_report, render_report, write_report
 from pytest_llmeval.record._rundir import (
     CONFIG,
     MARKDOWN,
@@ -66,11 +67,14 @@ __all__ = [
     "model_fingerprint",
     "new_run_dir",
     "parse_gate",
+    "prepare_report",
     "prompt_hash",
     "prompt_lines",
+    "render_report",
     "resumable_items",
     "stable_hash",
     "strip_timing",
     "task_config",
     "write_json_atomic",
+    "write_report",
 ]
