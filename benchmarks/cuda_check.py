@@ -1,16 +1,23 @@
 """The CUDA path of the HF backend, checked in one run on a GPU machine.
 
-    python -m benchmarks.cuda_check --model DIR --data-dir DIR [--out report.json]
+    python -m benchmarks.cuda_check --model DIR --data-dir DIR [--chat auto|on|off]
+        [--out report.json]
 
 What it checks and measures, with the real model and real benchmark items:
 
 - shared prefixes (few-shot block cached, a question's context run once for its options,
   generation reusing the prefix) against scoring every row from scratch, in float32:
   max |delta log-likelihood|, identical argmax, identical greedy generations; items/s of each;
-- batch invariance (batch 1 vs the default 8);
+- batch invariance: MMLU and GSM8K items at batch sizes 1, 4 and 16 against the default 8
+  (per-item argmax and log-likelihoods, generated text);
 - bfloat16 against float32 (argmax agreement, accuracy of each);
 - ``--llm-batch-size auto`` (the size found and how long finding it took);
 - ``--llm-device-map auto`` (accelerate's placement) against plain placement.
+
+Every prompt goes through the model's chat template unless ``--chat off`` (default ``auto``,
+the plugin's default: on when the model has one); the report records the mode. Parity with
+lm-evaluation-harness on the GPU is ``benchmarks.parity --device cuda --dtype bfloat16
+--chat`` (lm-eval must be installed there); ``benchmarks/gpu_check.sh`` runs both.
 
 It prints one JSON report (and writes it to --out). It is a check to run by hand on a GPU
 machine, not a test: CI has no GPU.
@@ -25,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmeval.dataset import first_n, load_items
-from pytest_llmeval.eval import ItemResult, TaskRunner
+from pytest_llmeval.eval import ChatSettings, ItemResult, TaskRunner
 from pytest_llmeval.model import ModelSettings, load_backend
 from pytest_llmeval.task import load_task_spec
 
@@ -71,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gen-items", type=int, default=64)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--device", default="cuda", help="cpu: a dry run of this script")
+    parser.add_argument("--chat", choices=("auto", "on", "off"), default="auto")
     args = parser.parse_args(argv)
 
     import torch
@@ -82,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "transformers": transformers.__version__,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "model": args.model,
+        "chat_template": args.chat,
     }
     data = [args.data_dir]
     tasks: dict[str, tuple[TaskRunner, list[Any]]] = {}
@@ -94,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             continue
         spec = load_task_spec(path)
-        tasks[name] = (TaskRunner(spec, data), first_n(load_items(spec, data), n))
+        runner = TaskRunner(spec, data, ChatSettings(mode=args.chat, forced=True))
+        tasks[name] = (runner, first_n(load_items(spec, data), n))
 
     def load(**kw: Any) -> Any:
         started = time.perf_counter()
@@ -121,12 +131,15 @@ def main(argv: list[str] | None = None) -> int:
             **_compare(shared, plain),
         }
         print(json.dumps({name: report[f"{name}_float32"]}), flush=True)
-    runner, items = tasks["mmlu"]
-    single, _ = load(dtype="float32", batch_size=1)
-    report["batch_invariance_mmlu"] = _compare(
-        runner.run(items[:40], single), reference["mmlu"][:40]
-    )
-    del single
+    for size in (1, 4, 16):
+        other, _ = load(dtype="float32", batch_size=size)
+        for name in ("mmlu", "gsm8k"):
+            runner, items = tasks[name]
+            got: list[ItemResult] = []
+            for start in range(0, len(items), size):
+                got.extend(runner.run(items[start : start + size], other))
+            report[f"batch_invariance_{name}_bs{size}_vs_bs8"] = _compare(got, reference[name])
+        del other
     bf16, _ = load(dtype="bfloat16", batch_size=8)
     for name in ("mmlu", "gsm8k"):
         runner, items = tasks[name]
