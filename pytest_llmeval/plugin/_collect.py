@@ -167,6 +167,10 @@ class MissingDataItem(pytest.Item):
         if floor is None:
             self.add_marker(pytest.mark.skip(reason=reason))
 
+    def setup(self) -> None:
+        if get_session(self.config).options.model is None:  # nothing is evaluated anyway
+            pytest.skip(self.reason)
+
     def runtest(self) -> None:
         pytest.fail(
             f"the task has a floor of {self.floor} but runs no item: {self.reason}",
