@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model._resolve import EMBEDDED, cache_dir, resolve_model_path
 from pytest_llmeval.model._types import (
     BACKENDS,
@@ -16,6 +15,7 @@ from pytest_llmeval.model._types import (
     LoglikelihoodResult,
     ModelSettings,
     Overflow,
+    SettingsError,
     bos_added,
     cut_at_stop,
     stop_hit,
@@ -29,8 +29,6 @@ def load_backend(settings: ModelSettings) -> Backend:
         from pytest_llmeval.model._openai import OpenAIBackend
 
         return OpenAIBackend(settings)
-    if settings.backend != "hf":
-        raise ModelError(f"--llm-backend={settings.backend}: expected one of {', '.join(BACKENDS)}")
     from pytest_llmeval.model._hf import HFBackend
 
     return HFBackend(settings)
@@ -49,6 +47,7 @@ __all__ = [
     "LoglikelihoodResult",
     "ModelSettings",
     "Overflow",
+    "SettingsError",
     "bos_added",
     "cache_dir",
     "cut_at_stop",

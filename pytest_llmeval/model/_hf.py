@@ -12,7 +12,6 @@ from typing import Any
 from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model._resolve import resolve_model_path
 from pytest_llmeval.model._types import (
-    BOS_POLICIES,
     ChatTemplate,
     GenerateRequest,
     GenerateResult,
@@ -26,7 +25,6 @@ from pytest_llmeval.model._types import (
     stop_hit,
 )
 
-_DTYPES = ("auto", "float32", "bfloat16", "float16")
 # A shared prefix shorter than this many tokens is recomputed rather than cached.
 _MIN_SHARED = 32
 # Key/value states of shared prefixes kept across calls (least recently used dropped first):
@@ -85,23 +83,7 @@ class HFBackend:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if settings.dtype not in _DTYPES:
-            raise ModelError(f"--llm-dtype={settings.dtype}: expected one of {', '.join(_DTYPES)}")
-        if settings.device not in ("auto", "cpu", "cuda") and not settings.device.startswith(
-            "cuda:"
-        ):
-            raise ModelError(f"--llm-device={settings.device}: expected auto, cuda or cpu")
-        if settings.batch_size < 0:
-            raise ModelError(f"--llm-batch-size={settings.batch_size}: must be >= 1 or auto")
-        if settings.device_map and settings.device != "auto":
-            raise ModelError(
-                f"--llm-device-map={settings.device_map} places the model itself: "
-                f"leave --llm-device at auto (got {settings.device})"
-            )
-        if settings.add_bos not in BOS_POLICIES:
-            raise ModelError(
-                f"--llm-add-bos={settings.add_bos}: expected one of {', '.join(BOS_POLICIES)}"
-            )
+        # ModelSettings checked every setting when it was made.
         template_text = _read_template_file(settings.chat_template_file)
         self.settings = settings
         self.path = resolve_model_path(settings.model)

@@ -239,17 +239,8 @@ class OpenAIBackend:
     retry_after_cap = 120.0  # the longest Retry-After honoured
 
     def __init__(self, settings: ModelSettings) -> None:
-        if not settings.base_url:
-            raise ModelError("--llm-backend=openai needs the server's URL: --llm-base-url=URL")
+        assert settings.base_url  # ModelSettings checked the server settings
         parsed = urllib.parse.urlsplit(settings.base_url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ModelError(f"--llm-base-url={settings.base_url}: expected http(s)://host:port/v1")
-        if settings.concurrency < 1:
-            raise ModelError(f"--llm-concurrency={settings.concurrency}: must be >= 1")
-        if settings.max_retries < 0:
-            raise ModelError(f"--llm-max-retries={settings.max_retries}: must be >= 0")
-        if settings.request_timeout <= 0:
-            raise ModelError(f"request timeout {settings.request_timeout}: must be > 0")
         self.settings = settings
         self.base_url = settings.base_url.rstrip("/")
         path = parsed.path.rstrip("/")

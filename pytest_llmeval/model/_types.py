@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from pytest_llmeval._errors import ModelError
 from pytest_llmeval.task._spec import OVERFLOW_POLICIES as OVERFLOW_NAMES
 
 Overflow = Literal["skip", "truncate_middle", "truncate_left"]
@@ -249,10 +250,25 @@ class Backend(Protocol):
 
 
 BOS_POLICIES = ("auto", "yes", "no")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICE_MAPS = ("auto", "balanced", "sequential")
 
 BACKENDS = ("hf", "openai")
 """``hf``: transformers in this process; ``openai``: an OpenAI-compatible completions server
 (vLLM, SGLang, TGI, llama.cpp) reached over HTTP."""
+
+
+class SettingsError(ModelError):
+    """A model setting is invalid. ``option`` is its name as an option without the
+    ``--llm-`` prefix (``dtype``, ``base-url``), so that the pytest plugin can name the
+    command-line flag and the ini key."""
+
+    def __init__(self, option: str, value: object, expected: str) -> None:
+        self.option = option
+        self.value = value
+        self.expected = expected
+        shown = "" if value is None else f"={value}"
+        super().__init__(f"--llm-{option}{shown}: {expected}")
 
 
 @dataclass(frozen=True)
@@ -284,3 +300,70 @@ class ModelSettings:
     chat_template_file: str | None = None
     # hf: BOS before every prompt: "auto" (as the tokenizer's config says), "yes", "no".
     add_bos: str = "auto"
+
+    def __post_init__(self) -> None:
+        """Every setting is checked here, once, whoever builds the settings (the pytest
+        plugin, a script, the agreement CLI): backends rely on it."""
+        if self.backend not in BACKENDS:
+            raise SettingsError("backend", self.backend, f"expected one of {'|'.join(BACKENDS)}")
+        if self.dtype not in DTYPES:
+            raise SettingsError("dtype", self.dtype, f"expected one of {'|'.join(DTYPES)}")
+        device = self.device
+        if device not in ("auto", "cpu", "cuda") and not (
+            device.startswith("cuda:") and device[5:].isdigit()
+        ):
+            raise SettingsError("device", device, "expected auto, cpu, cuda or cuda:N")
+        if self.batch_size < 0:
+            raise SettingsError("batch-size", self.batch_size, "must be >= 1 or auto")
+        if self.device_map is not None:
+            if self.device_map not in DEVICE_MAPS:
+                raise SettingsError(
+                    "device-map", self.device_map, f"expected one of {'|'.join(DEVICE_MAPS)}"
+                )
+            if self.device != "auto":
+                raise SettingsError(
+                    "device-map",
+                    self.device_map,
+                    f"places the model itself: leave --llm-device at auto (got {self.device})",
+                )
+        if self.add_bos not in BOS_POLICIES:
+            raise SettingsError(
+                "add-bos", self.add_bos, f"expected one of {'|'.join(BOS_POLICIES)}"
+            )
+        if self.max_length is not None and self.max_length < 16:
+            raise SettingsError("max-length", self.max_length, "must be >= 16 (tokens)")
+        if self.concurrency < 1:
+            raise SettingsError("concurrency", self.concurrency, "must be >= 1")
+        if self.max_retries < 0:
+            raise SettingsError("max-retries", self.max_retries, "must be >= 0")
+        if not self.request_timeout > 0:
+            raise SettingsError("request-timeout", self.request_timeout, "expected seconds > 0")
+        if self.backend == "openai":
+            self._check_server()
+        elif self.base_url:
+            raise SettingsError(
+                "base-url",
+                self.base_url,
+                "is for --llm-backend=openai (the hf backend loads --llm-model into this process)",
+            )
+        if self.chat_template_file is not None and self.backend != "hf":
+            raise SettingsError(
+                "chat-template-file",
+                self.chat_template_file,
+                f"is applied by the hf backend; --llm-backend={self.backend} sends conversations "
+                "to the server, which applies its own template (start the server with the "
+                "template you want)",
+            )
+
+    def _check_server(self) -> None:
+        from urllib.parse import urlsplit
+
+        if not self.base_url:
+            raise SettingsError(
+                "base-url",
+                None,
+                "--llm-backend=openai needs the server's URL, e.g. http://HOST:PORT/v1",
+            )
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SettingsError("base-url", self.base_url, "expected http(s)://HOST:PORT/v1")

@@ -19,7 +19,7 @@ from ._collect import SESSION_KEY, EvalItem, collect_file, get_session
 from ._drift import DriftCheck
 from ._options import add_options
 from ._probe import ProbeRunner
-from ._session import LlmEvalSession
+from ._session import LlmEvalSession, SelectedItem
 from ._terminal import (
     report_teststatus,
     write_catalog,
@@ -55,6 +55,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = llm
     # The session object receives item reports itself (pytest_runtest_logreport).
     config.pluginmanager.register(llm, "llmeval-session")
+    from ._html import HtmlExtras, html_wanted
+
+    if html_wanted(config):  # pytest-html (optional extra 'html') with --html=FILE
+        config.pluginmanager.register(HtmlExtras(llm), "llmeval-html")
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -81,8 +85,9 @@ def pytest_collection_modifyitems(
     if llm.options.catalog:  # show the catalog, run nothing
         config.hook.pytest_deselected(items=list(items))
         items[:] = []
-    llm.set_selection(items)
-    llm.check_collection(items)
+    selected: list[SelectedItem] = [item for item in items if isinstance(item, EvalItem)]
+    llm.set_selection(selected)
+    llm.check_collection(selected)
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:

@@ -22,7 +22,7 @@ class DriftCheck:
 
     @classmethod
     def for_session(cls, llm: LlmEvalSession) -> DriftCheck:
-        from pytest_llmeval.record._env import drift_fingerprint
+        from pytest_llmeval.record import drift_fingerprint
 
         evaluator = llm.evaluator
         try:
@@ -61,7 +61,7 @@ class DriftCheck:
         stored = snapshot.use_extension(JSONSnapshotExtension)
         if stored == self.fingerprint:  # with --snapshot-update this (re)writes the snapshot
             return
-        from pytest_llmeval.record._env import describe_drift
+        from pytest_llmeval.record import describe_drift
 
         old = _stored_fingerprint(stored)
         lines = describe_drift(old, self.fingerprint) if old is not None else ["no snapshot yet"]

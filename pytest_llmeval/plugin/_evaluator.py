@@ -17,9 +17,16 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.dataset import Item, task_data_files, task_subsets
 from pytest_llmeval.eval import ItemResult, TaskRunner, item_digests
-from pytest_llmeval.record._resume import data_files, resume_key, run_identity, same_content
-from pytest_llmeval.record._rundir import resumable_items
-from pytest_llmeval.record._taskconfig import config_hash, prompt_hash, task_config
+from pytest_llmeval.record import (
+    config_hash,
+    data_files,
+    prompt_hash,
+    resumable_items,
+    resume_key,
+    run_identity,
+    same_content,
+    task_config,
+)
 
 from ._options import Options
 
@@ -117,8 +124,7 @@ class Evaluator:
         raise LlmEvalError(self._error)
 
     def _environment(self, backend: Backend) -> dict[str, Any]:
-        from pytest_llmeval.record._env import environment_record
-        from pytest_llmeval.record._hash import HashCache
+        from pytest_llmeval.record import HashCache, environment_record
 
         info = dict(backend.info())
         raw_path = info.get("model_path")

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_llmeval.model import SettingsError
+
 if TYPE_CHECKING:
     from pytest_llmeval.eval import ChatSettings
     from pytest_llmeval.model import ModelSettings
@@ -146,7 +148,7 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
     (
         "--llm-agreement",
         "llm_agreement",
-        "an agreement record of two backends (python -m pytest_llmeval.model.agreement): its "
+        "an agreement record of two backends (python -m pytest_llmeval.eval.agreement): its "
         "summary and SHA256 go into the run's eval config and one line is printed",
         None,
     ),
@@ -285,7 +287,9 @@ def _raw(config: pytest.Config, name: str) -> Any:
     return config.getini(name)
 
 
-def _int(config: pytest.Config, name: str, minimum: int) -> int | None:
+def _int(config: pytest.Config, name: str, minimum: int | None) -> int | None:
+    """An integer option (None when unset); ``minimum`` None leaves the range to the
+    settings that check it (:class:`~pytest_llmeval.model.ModelSettings`)."""
     value = _raw(config, name)
     if value in (None, ""):
         return None
@@ -296,7 +300,7 @@ def _int(config: pytest.Config, name: str, minimum: int) -> int | None:
         raise pytest.UsageError(
             f"{flag} (ini {name}): expected an integer, got {value!r}"
         ) from None
-    if number < minimum:
+    if minimum is not None and number < minimum:
         raise pytest.UsageError(f"{flag} (ini {name}): must be >= {minimum}, got {number}")
     return number
 
@@ -305,18 +309,28 @@ def _batch_size(config: pytest.Config) -> int:
     """``--llm-batch-size``: a number >= 1, or ``auto`` (0)."""
     if str(_raw(config, "llm_batch_size") or "").strip().lower() == "auto":
         return 0
-    return _int(config, "llm_batch_size", 1) or 8
+    value = _int(config, "llm_batch_size", None)
+    if value == 0:  # 0 means auto inside the settings; as a user's number it is a mistake
+        raise pytest.UsageError(
+            "--llm-batch-size (ini llm_batch_size): must be >= 1 or auto, got 0"
+        )
+    return 8 if value is None else value
 
 
-def _device_map(config: pytest.Config) -> str | None:
-    if not _raw(config, "llm_device_map"):
-        return None
-    return _choice(config, "llm_device_map", ("auto", "balanced", "sequential"))
-
-
-def _nonnegative(config: pytest.Config, name: str, default: int) -> int:
-    value = _int(config, name, 0)
+def _default(value: int | None, default: int) -> int:
     return default if value is None else value
+
+
+def _text(config: pytest.Config, name: str) -> str | None:
+    value = _raw(config, name)
+    return str(value).strip() or None if value not in (None, "") else None
+
+
+def _settings_error(exc: SettingsError) -> pytest.UsageError:
+    """A model setting's error, naming the flag and the ini key."""
+    name = "llm_" + exc.option.replace("-", "_")
+    got = "" if exc.value is None else f", got {exc.value!r}"
+    return pytest.UsageError(f"--llm-{exc.option} (ini {name}): {exc.expected}{got}")
 
 
 def _choice(config: pytest.Config, name: str, options: tuple[str, ...]) -> str:
@@ -390,29 +404,16 @@ def _alpha(config: pytest.Config) -> float:
 def _timeout(config: pytest.Config) -> float:
     value = _raw(config, "llm_request_timeout")
     try:
-        seconds = float(value) if value not in (None, "") else 600.0
+        return float(value) if value not in (None, "") else 600.0
     except (TypeError, ValueError):
-        seconds = -1.0
-    if not seconds > 0:
         raise pytest.UsageError(
             f"--llm-request-timeout (ini llm_request_timeout): expected seconds > 0, got {value!r}"
-        )
-    return seconds
+        ) from None
 
 
 def _base_url(config: pytest.Config, backend: str) -> str | None:
-    value = _raw(config, "llm_base_url")
-    url = str(value).strip() if value else None
+    url = _text(config, "llm_base_url")
     if backend == "openai":
-        if not url:
-            raise pytest.UsageError(
-                "--llm-backend=openai needs the server's URL: --llm-base-url=http://HOST:PORT/v1 "
-                "(ini llm_base_url)"
-            )
-        if not url.startswith(("http://", "https://")):
-            raise pytest.UsageError(
-                f"--llm-base-url (ini llm_base_url): expected http(s)://HOST:PORT/v1, got {url!r}"
-            )
         return url
     # The ini value may stay in place for when the backend is switched; a URL given on the
     # command line with the hf backend is a mistake.
@@ -435,16 +436,10 @@ def _markers(config: pytest.Config) -> tuple[str, str]:
     return start.strip(), end.strip()
 
 
-def _template_file(config: pytest.Config, backend: str) -> Path | None:
+def _template_file(config: pytest.Config) -> Path | None:
     path = _path(config, "llm_chat_template_file")
     if path is None:
         return None
-    if backend != "hf":
-        raise pytest.UsageError(
-            "--llm-chat-template-file (ini llm_chat_template_file) is applied by the hf "
-            f"backend; --llm-backend={backend} sends conversations to the server, which "
-            "applies its own template (start the server with the template you want)"
-        )
     if not path.is_file():
         raise pytest.UsageError(
             f"--llm-chat-template-file (ini llm_chat_template_file): no such file: {path}"
@@ -482,7 +477,7 @@ def _baseline(config: pytest.Config) -> Path | None:
     if path is None:
         return None
     from pytest_llmeval._errors import LlmEvalError
-    from pytest_llmeval.record._compare import load_run
+    from pytest_llmeval.record import load_run
 
     try:
         load_run(path)
@@ -500,7 +495,7 @@ def _model(config: pytest.Config, backend: str) -> str | None:
     model = str(value)
     if backend != "hf":
         return model  # the name the server serves the model under
-    from pytest_llmeval.model._resolve import EMBEDDED
+    from pytest_llmeval.model import EMBEDDED
 
     if model.lower() in EMBEDDED:
         return model
@@ -581,12 +576,11 @@ class Options:
         )
 
     def model_settings(self, worker: int | None = None) -> ModelSettings:
-        """How to load the model of this run."""
+        """How to load the model of this run (checked: raises ``SettingsError``)."""
         from pytest_llmeval.model import ModelSettings
 
-        assert self.model is not None
         return ModelSettings(
-            model=self.model,
+            model=self.model or "",
             device=self.device,
             dtype=self.dtype,
             batch_size=self.batch_size,
@@ -613,16 +607,16 @@ class Options:
         output = _raw(config, "llm_output")
         strict = config.getoption("llm_strict")
         strip_thinking = config.getoption("llm_strip_thinking")
-        backend = _choice(config, "llm_backend", ("hf", "openai"))
+        backend = _text(config, "llm_backend") or "hf"
         system_prompt = _raw(config, "llm_system_prompt")
         floors, floor_origins = _floors(config)
         model = _raw(config, "llm_model") or None
         options = cls(
             model=str(model) if model else None,
-            device=_choice(config, "llm_device", ("auto", "cuda", "cpu")),
-            dtype=_choice(config, "llm_dtype", ("auto", "float32", "bfloat16", "float16")),
+            device=_text(config, "llm_device") or "auto",
+            dtype=_text(config, "llm_dtype") or "auto",
             batch_size=_batch_size(config),
-            device_map=_device_map(config),
+            device_map=_text(config, "llm_device_map"),
             limit=_int(config, "llm_limit", 1),
             seed=_int(config, "llm_seed", 0) or 0,
             output=Path(output).expanduser() if output else config.rootpath / ".llmeval" / "runs",
@@ -639,23 +633,23 @@ class Options:
             run_dir=_path(config, "llm_run_dir"),
             catalog=bool(config.getoption("llm_catalog")),
             failures=_int(config, "llm_failures", 0) or 0,
-            max_length=_int(config, "llm_max_length", 16),
+            max_length=_int(config, "llm_max_length", None),
             exclude=_path(config, "llm_exclude"),
             probe_items=_int(config, "llm_probe_items", 1) or 50,
             probe_alpha=_alpha(config),
             backend=backend,
             base_url=_base_url(config, backend),
             api_key_env=str(_raw(config, "llm_api_key_env") or "OPENAI_API_KEY"),
-            concurrency=_int(config, "llm_concurrency", 1) or 4,
-            max_retries=_nonnegative(config, "llm_max_retries", 5),
+            concurrency=_default(_int(config, "llm_concurrency", None), 4),
+            max_retries=_default(_int(config, "llm_max_retries", None), 5),
             request_timeout=_timeout(config),
             agreement=_path(config, "llm_agreement"),
             chat_template=_choice(config, "llm_chat_template", ("auto", "on", "off")),
             chat_template_forced=config.getoption("llm_chat_template") is not None,
-            chat_template_file=_template_file(config, backend),
+            chat_template_file=_template_file(config),
             system_prompt=str(system_prompt) if system_prompt else None,
             fewshot_multiturn=_choice(config, "llm_fewshot_multiturn", ("on", "off")) == "on",
-            add_bos=_choice(config, "llm_add_bos", ("auto", "yes", "no")),
+            add_bos=_text(config, "llm_add_bos") or "auto",
             strip_thinking=bool(
                 strip_thinking
                 if strip_thinking is not None
@@ -663,8 +657,15 @@ class Options:
             ),
             thinking_markers=_markers(config),
         )
-        # Checked last, so that a bad setting is named before a missing model; without a
-        # model nothing is loaded or written.
+        # The model settings are checked once, by ModelSettings itself (the same checks a
+        # script's settings get), before any model loads.
+        try:
+            options.model_settings()
+        except SettingsError as exc:
+            raise _settings_error(exc) from None
+        # The model's path and the folders the run writes are checked last, so that a bad
+        # setting is named before a missing model; without a model nothing is loaded or
+        # written.
         if options.model is not None:
             _model(config, backend)
             _writable_dir(config, "llm_output", options.output)

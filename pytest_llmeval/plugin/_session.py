@@ -15,12 +15,13 @@ import os
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
+from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import FailureReport, ItemResult, TaskRunner, analyse_failures
-from pytest_llmeval.record._rundir import (
+from pytest_llmeval.record import (
     CONFIG,
     MARKDOWN,
     SUMMARY,
@@ -36,9 +37,22 @@ from ._evaluator import Evaluator
 from ._options import Options
 
 if TYPE_CHECKING:
-    from pytest_llmeval.record._compare import Comparison
+    from pytest_llmeval.record import Comparison
 
-    from ._collect import EvalItem
+
+class SelectedItem(Protocol):
+    """A benchmark item's test as the session sees it (``_collect.EvalItem``): its task,
+    its item, why it cannot be evaluated (found at collection, or None), its node id and
+    its user properties. The session never imports the collection module (which imports
+    it)."""
+
+    task: str
+    item: Item
+    problem: str | None
+    user_properties: list[tuple[str, object]]
+
+    @property
+    def nodeid(self) -> str: ...
 
 
 def _read_exclusions(path: Path | None) -> tuple[frozenset[str], str | None]:
@@ -61,11 +75,11 @@ def _read_exclusions(path: Path | None) -> tuple[frozenset[str], str | None]:
 
 
 def _read_agreement(path: Path | None) -> tuple[dict[str, Any] | None, str | None]:
-    """An agreement record (``python -m pytest_llmeval.model.agreement``) and its SHA256."""
+    """An agreement record (``python -m pytest_llmeval.eval.agreement``) and its SHA256."""
     if path is None:
         return None, None
     from pytest_llmeval._errors import LlmEvalError
-    from pytest_llmeval.model.agreement import read_agreement
+    from pytest_llmeval.eval.agreement import read_agreement
 
     try:
         return read_agreement(path)
@@ -187,7 +201,7 @@ class LlmEvalSession:
         self.specs: dict[str, TaskSpec] = {}
         self.total_items: dict[str, int] = {}
         self.runners: dict[str, TaskRunner] = {}
-        self.selected: dict[str, list[EvalItem]] = {}
+        self.selected: dict[str, list[SelectedItem]] = {}
         self.evaluator = Evaluator(self.options, config.invocation_params.dir)
         self.environment_sent = False
         self.task_config_sent: set[str] = set()
@@ -200,6 +214,9 @@ class LlmEvalSession:
         self.gate_failures: list[str] = []
         self.resumed_from: set[str] = set()
         self.failure_reports: list[FailureReport] = []
+        # report.html of the run (or why it could not be written: a warning, never a failure)
+        self.report_path: Path | None = None
+        self.report_error: str | None = None
         self.started = _dt.datetime.now()
         self.excluded, self.exclude_sha256 = _read_exclusions(self.options.exclude)
         self.exclusions_matched: set[str] = set()
@@ -214,7 +231,7 @@ class LlmEvalSession:
         self.done_nodeids: set[str] = set()  # benchmark items that ran (or were skipped)
         self.agreement, self.agreement_sha256 = _read_agreement(self.options.agreement)
         if self.options.baseline_fail and not self.is_worker:
-            from pytest_llmeval.record._compare import parse_gate
+            from pytest_llmeval.record import parse_gate
 
             try:
                 parse_gate(self.options.baseline_fail)
@@ -266,22 +283,20 @@ class LlmEvalSession:
             )
         return rows
 
-    def set_selection(self, items: list[pytest.Item]) -> None:
-        from ._collect import EvalItem
-
+    def set_selection(self, items: list[SelectedItem]) -> None:
+        """The benchmark items selected to run (after -k, -m and deselection), by task."""
         self.selected = {}
         for item in items:
-            if isinstance(item, EvalItem) and item.problem is None:
+            # An item with a problem found at collection fails alone: never in a batch.
+            if item.problem is None:
                 self.selected.setdefault(item.task, []).append(item)
 
-    def check_collection(self, items: list[pytest.Item]) -> None:
-        """After collection: floors and exclusions that match nothing. A floor given on the
-        command line for a task that was not collected is an option error (before any
-        model loads); one from the ini file, and exclusion ids that match no item, are
-        warnings in the summary (ini floors are project-wide; exclusion lists are often
-        shared between tasks)."""
-        from ._collect import EvalItem
-
+    def check_collection(self, items: list[SelectedItem]) -> None:
+        """After collection (``items``: the benchmark items selected): floors and
+        exclusions that match nothing. A floor given on the command line for a task that
+        was not collected is an option error (before any model loads); one from the ini
+        file, and exclusion ids that match no item, are warnings in the summary (ini floors
+        are project-wide; exclusion lists are often shared between tasks)."""
         unknown = sorted(set(self.options.floors) - set(self.specs))
         tasks = ", ".join(sorted(self.specs)) or "none"
         given = [t for t in unknown if self.options.floor_origins.get(t) == "--llm-floor"]
@@ -309,13 +324,12 @@ class LlmEvalSession:
             self.notes["unmatched_exclusions"] = unmatched
         if warnings:
             self.notes["warnings"] = warnings
-        first = next((i for i in items if isinstance(i, EvalItem)), None)
-        if first is not None and self.notes:
-            first.user_properties.append(("llmeval_notes", self.notes))
+        if items and self.notes:  # the notes reach the controller with the first report
+            items[0].user_properties.append(("llmeval_notes", self.notes))
 
     # ---------------------------------------------------------------- compute side
 
-    def result_for(self, item: EvalItem) -> tuple[ItemResult, list[str]]:
+    def result_for(self, item: SelectedItem) -> tuple[ItemResult, list[str]]:
         """This item's result (computed with the next pending items of its task)."""
         selected = self.selected.get(item.task, [item])
         # The selection is only listed on a cache miss (once per batch, not once per item).
@@ -323,7 +337,7 @@ class LlmEvalSession:
             self.runners[item.task], item.item, lambda: [it.item for it in selected]
         )
 
-    def properties_for(self, item: EvalItem, result: ItemResult, log: list[str]) -> list[Any]:
+    def properties_for(self, item: SelectedItem, result: ItemResult, log: list[str]) -> list[Any]:
         """User properties that carry an item's outcome to the controller."""
         props: list[Any] = [("llmeval_result", result.to_dict())]
         if log:
@@ -358,7 +372,7 @@ class LlmEvalSession:
             if self.options.run_dir is not None:
                 path = self.options.run_dir
             else:
-                from pytest_llmeval.record._env import git_info
+                from pytest_llmeval.record import git_info
 
                 git = git_info(self.config.rootpath) or {}
                 path = new_run_dir(
@@ -394,7 +408,7 @@ class LlmEvalSession:
             self.notes.update(notes)
         self._fold(report, props)
         if "llmeval_task" in props:
-            from pytest_llmeval.record._junit import present_report
+            from pytest_llmeval.record import present_report
 
             present_report(report, props, strict=self.options.strict)
 
@@ -556,7 +570,7 @@ class LlmEvalSession:
     def _workers(self) -> dict[str, Any]:
         """Per process (xdist worker): its device, host and pid, and its whole environment
         record when that differs from the first one's in anything but those."""
-        from pytest_llmeval.record._env import drift_fingerprint
+        from pytest_llmeval.record import drift_fingerprint
 
         base = drift_fingerprint(self.environment, {}) if self.environment else {}
         workers: dict[str, Any] = {}
@@ -629,6 +643,10 @@ class LlmEvalSession:
             status = "interrupted" if self.interrupted else "finished"
             self.run.log(f"run {status}" + (f": {self.interrupted}" if self.interrupted else ""))
             self.run.release(status, self.interrupted)
+            # After the lease is released, so that the page reads how the run ended (a run
+            # another process still writes under --llm-run-dir reads as live).
+            with self.run.merge_lock():
+                self._write_report()
         return verdicts
 
     def _finish_record(self) -> None:
@@ -679,7 +697,7 @@ class LlmEvalSession:
         self._compare_with_baseline()
         self._analyse_failures()
         write_json_atomic(self.run.path / SUMMARY, summary)
-        from pytest_llmeval.record._summary import append_github_step_summary, markdown_summary
+        from pytest_llmeval.record import append_github_step_summary, markdown_summary
 
         markdown = markdown_summary(
             f"pytest-llmeval: {self.options.model}",
@@ -700,6 +718,18 @@ class LlmEvalSession:
                 if not math.isnan(v.score)
             )
         )
+
+    def _write_report(self) -> None:
+        """``report.html`` from the records just written. The records are the result: a
+        report that cannot be built is a warning line, never a crash or a failed run."""
+        assert self.run is not None
+        try:
+            from pytest_llmeval.record import write_report
+
+            self.report_path = write_report(self.run.path, self.options.baseline)
+        except Exception as exc:  # any bug in the report must leave the run as it is
+            self.report_error = f"{type(exc).__name__}: {exc}"
+            self.run.log(f"report.html not written: {self.report_error}")
 
     def _analyse_failures(self) -> None:
         if self.options.failures <= 0 or self.run is None:
@@ -722,7 +752,7 @@ class LlmEvalSession:
     def _compare_with_baseline(self) -> None:
         if self.options.baseline is None or self.run is None:
             return
-        from pytest_llmeval.record._compare import compare_runs, gate_failures, load_run, parse_gate
+        from pytest_llmeval.record import compare_runs, gate_failures, load_run, parse_gate
 
         current = load_run(self.run.path)
         baseline = load_run(self.options.baseline)

@@ -62,7 +62,7 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             yellow=True,
         )
     if session.agreement is not None:
-        from pytest_llmeval.model.agreement import summary_line
+        from pytest_llmeval.eval.agreement import summary_line
 
         tr.write_line(
             f"{summary_line(session.agreement)} "
@@ -122,7 +122,7 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     for line in stable_vs_fresh(session):
         tr.write_line(line, yellow=True)
     if session.comparison is not None:
-        from pytest_llmeval.record._compare import format_comparison
+        from pytest_llmeval.record import format_comparison
 
         tr.write_sep("-", f"llmeval baseline: {session.options.baseline}")
         for line in format_comparison(session.comparison):
@@ -133,6 +133,15 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     if session.run is not None:
         stopped = f" (interrupted: {session.interrupted}; resumable)" if session.interrupted else ""
         tr.write_line(f"run record: {session.run.path}{stopped}")
+        if session.report_path is not None:
+            tr.write_line(f"run report: {session.report_path}")
+        if session.report_error is not None:
+            tr.write_line(
+                f"WARNING report.html was not written ({session.report_error}); the records are "
+                "complete: rebuild it with python -m pytest_llmeval.record report "
+                f"{session.run.path}",
+                yellow=True,
+            )
 
 
 def write_warnings(session: LlmEvalSession, tr: Any) -> None:

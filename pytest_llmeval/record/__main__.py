@@ -6,6 +6,9 @@
     interval, floor, verdict), else print the differing items and exit 1.
 ``python -m pytest_llmeval.record compare RUN BASELINE [--fail EXPR]``
     the baseline comparison of ``--llm-baseline``, for runs that already exist.
+``python -m pytest_llmeval.record report RUN [--baseline RUN] [--out FILE]``
+    (re)build the run's ``report.html`` from its records alone (any run directory, also
+    one written before the report existed, or an interrupted one).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pytest_llmeval.record._compare import (
     load_run,
     parse_gate,
 )
+from pytest_llmeval.record._report import write_report
 from pytest_llmeval.record._rundir import strip_timing
 
 
@@ -127,10 +131,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp_.add_argument("run")
     cmp_.add_argument("baseline")
     cmp_.add_argument("--fail", default=None, help="gate expression, e.g. drop:2:sig,config")
+    rep = sub.add_parser("report", help="build a run's report.html from its records")
+    rep.add_argument("run")
+    rep.add_argument("--baseline", default=None, help="a baseline run directory to compare with")
+    rep.add_argument("--out", default=None, help="where to write (default: RUN/report.html)")
+    rep.add_argument(
+        "--history",
+        default=None,
+        help="folder with earlier runs for the history plots (default: the folder of RUN)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "diff":
             return _diff(args.run_a, args.run_b, args.tol)
+        if args.command == "report":
+            path = write_report(
+                Path(args.run),
+                Path(args.baseline) if args.baseline else None,
+                out=Path(args.out) if args.out else None,
+                history_dir=Path(args.history) if args.history else None,
+            )
+            print(f"report written: {path} ({path.stat().st_size:,} bytes)")
+            return 0
         comparison = compare_runs(load_run(Path(args.run)), load_run(Path(args.baseline)))
         for line in format_comparison(comparison):
             print(line)
