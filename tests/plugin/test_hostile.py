@@ -7,6 +7,7 @@ status, and that whatever was already computed is in the run record.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -635,12 +636,19 @@ def test_an_interrupted_run_is_recorded_as_such_and_resumed(
     summary = json.loads((run / "metrics_summary.json").read_text())
     assert summary["colors"]["verdict"] == "incomplete"
     assert len(_lines(run, "colors")) == 2  # what ran is kept
+    # report.html is written after the lease is released: it says how the run ended,
+    # although the run wrote a summary
+    report = html.unescape((run / "report.html").read_text(encoding="utf-8"))
+    assert ">interrupted<" in report and ">finished<" not in report
+    assert f"This run was interrupted ({reason})." in report
     pytester.makeconftest("")
     resumed = pytester.runpytest(*args)
     assert resumed.ret == 0
-    log = (_runs(pytester.path / "out")[-1] / "eval.log").read_text()
+    later = _runs(pytester.path / "out")[-1]
+    log = (later / "eval.log").read_text()
     assert _count(log, "reused") == 2 and _count(log, "computed") == 2
     assert run_state(run)[0] == "superseded"
+    assert ">finished<" in (later / "report.html").read_text(encoding="utf-8")
 
 
 # ------------------------------------------------------------------ records state facts
