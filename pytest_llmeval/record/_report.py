@@ -932,7 +932,9 @@ def prepare_report(
             else None
         ),
         facts=environment_facts(record.config),
-        config_json=json.dumps(record.config, indent=1, sort_keys=True, ensure_ascii=False),
+        config_json=json.dumps(
+            _jsonable(record.config), indent=1, sort_keys=True, ensure_ascii=False
+        ),
         tasks=rows,
         comparison=view,
         probes=probe_rows(path),

@@ -580,6 +580,31 @@ def test_resume_never_reuses_across_repeat_counts(
     assert run_state(interrupted)[0] == "interrupted"  # still offered: nothing was reused
 
 
+def test_resume_never_reuses_across_package_versions(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A fixed extractor comes with another package version (or source digest, or commit):
+    the items of the interrupted run are not reused, and it stays offered for resume."""
+    write_project(pytester)
+    pytester.makeconftest(
+        KILL_CONFTEST
+        + """
+import pytest_llmeval.record._resume as resume
+if os.environ.get("PACKAGE_VERSION"):
+    _real = resume.package_identity()
+    resume.package_identity = lambda: {**_real, "version": os.environ["PACKAGE_VERSION"]}
+"""
+    )
+    args = _args(tiny_model_dir, "--llm-batch-size=2", "-k", "colors")
+    interrupted = _kill_after(pytester, monkeypatch, 2, *args)
+    monkeypatch.setenv("PACKAGE_VERSION", "99.0")
+    again = pytester.runpytest_subprocess(*args)
+    assert again.ret == 0
+    log = (_runs(pytester.path / "out")[-1] / "eval.log").read_text()
+    assert _count(log, "reused") == 0 and _count(log, "computed") == 4
+    assert run_state(interrupted)[0] == "interrupted"
+
+
 def test_a_live_run_is_never_reused_nor_superseded(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -675,6 +700,37 @@ def test_records_state_the_real_settings_of_each_worker(
     assert {w["device"] for w in workers.values()} == {"cpu"}
     assert len({w["pid"] for w in workers.values()}) == 2
     _assert_strict_json(run)
+
+
+def test_a_shared_run_dir_is_completed_under_its_merge_lock(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    """``--llm-run-dir``: several processes read, merge and rewrite eval_config.json and
+    metrics_summary.json; each does so holding the directory's lock."""
+    write_project(pytester)
+    pytester.makeconftest(
+        """
+        import pytest_llmeval.record._rundir as rundir
+        real = rundir.RunDir.write_json
+        def checked(self, name, data):
+            held = rundir._lock_held(self.path / rundir.MERGE_LOCK)
+            with open("lock-seen.txt", "a") as fh:
+                fh.write(f"{name} {held}\\n")
+            return real(self, name, data)
+        def pytest_configure(config):
+            rundir.RunDir.write_json = checked
+        def pytest_unconfigure(config):
+            rundir.RunDir.write_json = real
+        """
+    )
+    for task in ("arith", "colors"):
+        result = pytester.runpytest(*_args(tiny_model_dir, "--llm-run-dir=combined", "-k", task))
+        assert result.ret == 0
+    seen = (pytester.path / "lock-seen.txt").read_text().splitlines()
+    assert seen == ["eval_config.json True", "eval_config.json True"]
+    run = pytester.path / "combined"
+    assert sorted(json.loads((run / "metrics_summary.json").read_text())) == ["arith", "colors"]
+    assert run_state(run) == ("finished", None)
 
 
 # ------------------------------------------------------------------ JUnit XML
