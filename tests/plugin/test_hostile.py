@@ -382,6 +382,26 @@ def test_bad_paths_fail_before_collection(
     result.stderr.fnmatch_lines([message])
 
 
+def test_a_bad_model_setting_is_named_before_the_model_path(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    """The model settings (ModelSettings) are checked first, then the model's path; both
+    before collection, so nothing is loaded or written."""
+    write_project(pytester)
+    result = pytester.runpytest("--llm-model=./nope", "--llm-data-dir=.", "--llm-dtype=float8")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --llm-dtype (ini llm_dtype): expected one of "
+            "auto|float32|bfloat16|float16, got 'float8'"
+        ]
+    )
+    result = pytester.runpytest("--llm-model=./nope", "--llm-data-dir=.")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --llm-model=./nope: no such directory, and not a *"])
+    assert not (pytester.path / ".llmeval").exists()
+
+
 # ------------------------------------------------------------------ item-level data problems
 
 
