@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import DataError, LlmEvalError
 from pytest_llmeval.contamination._corpus import (
     CorpusFile,
@@ -287,7 +288,7 @@ def exclusion_text(data: dict[str, Any]) -> str:
 def write_reports(data: dict[str, Any], out: Path) -> None:
     """Write ``report.json``, ``report.md`` and ``exclude.txt`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    (out / "report.json").write_text(strict_json.dumps(data, indent=1) + "\n", encoding="utf-8")
     (out / "report.md").write_text(render_markdown(data), encoding="utf-8")
     (out / "exclude.txt").write_text(exclusion_text(data), encoding="utf-8")
 

@@ -31,7 +31,6 @@ Writes ``results.json`` and ``results.md`` into ``--out``. Needs torch and trans
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import tempfile
 import time
@@ -41,6 +40,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from pytest_llmeval import _json as strict_json
 from pytest_llmeval.contamination._cues import guided_completion_probe, scan_output
 from pytest_llmeval.contamination._membership import item_text, membership_scores
 from pytest_llmeval.contamination._probes import canonical_order_test
@@ -246,7 +246,7 @@ def run(setup: Setup, out: Path) -> dict[str, Any]:
             }
             del backend
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.json").write_text(strict_json.dumps(results, indent=1))
     (out / "results.md").write_text(markdown(results))
     return results
 

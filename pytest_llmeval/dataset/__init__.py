@@ -3,6 +3,7 @@
 from pytest_llmeval.dataset._source import (
     DataNotInstalled,
     Item,
+    describe_no_rows,
     discover_subsets,
     env_data_dirs,
     first_n,
@@ -14,12 +15,14 @@ from pytest_llmeval.dataset._source import (
     path_list,
     read_records,
     resolve_local,
+    task_data_files,
     task_subsets,
 )
 
 __all__ = [
     "DataNotInstalled",
     "Item",
+    "describe_no_rows",
     "discover_subsets",
     "env_data_dirs",
     "first_n",
@@ -31,5 +34,6 @@ __all__ = [
     "path_list",
     "read_records",
     "resolve_local",
+    "task_data_files",
     "task_subsets",
 ]

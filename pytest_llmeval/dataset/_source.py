@@ -59,12 +59,16 @@ def benchmark_installed(path_template: str, data_dirs: Sequence[Path]) -> bool:
 
 @dataclass(frozen=True)
 class Item:
-    """One benchmark item: a stable id, its position, its subset and its document."""
+    """One benchmark item: a stable id, its position, its subset and its document.
+
+    ``problem``: why the item's row cannot be trusted (a CSV row with fewer or more fields
+    than the header), found when the file is read; such an item fails alone."""
 
     id: str
     index: int
     doc: Doc = field(hash=False, compare=False)
     subset: str | None = None
+    problem: str | None = field(default=None, compare=False)
 
 
 def _infer_format(path: Path, declared: str | None) -> str:
@@ -76,8 +80,17 @@ def _infer_format(path: Path, declared: str | None) -> str:
     raise DataError(f"{path}: cannot tell the format from the extension; set dataset.format")
 
 
-def read_records(path: Path, fmt: str | None = None, json_key: str | None = None) -> list[Doc]:
-    """Read all rows of a local jsonl/json/csv/parquet file as dicts."""
+def read_records(
+    path: Path,
+    fmt: str | None = None,
+    json_key: str | None = None,
+    problems: dict[int, str] | None = None,
+) -> list[Doc]:
+    """Read all rows of a local jsonl/json/csv/parquet file as dicts.
+
+    ``problems`` (filled in when given): row index -> why that row cannot be trusted (a CSV
+    row with fewer fields than the header, whose missing fields would read as None, or
+    with more)."""
     kind = _infer_format(path, fmt)
     try:
         if kind == "jsonl":
@@ -105,8 +118,23 @@ def read_records(path: Path, fmt: str | None = None, json_key: str | None = None
                 )
             return list(data)
         if kind == "csv":
+            rows = []
             with path.open(encoding="utf-8", newline="") as fh:
-                return [dict(row) for row in csv.DictReader(fh)]
+                reader = csv.DictReader(fh)
+                for row in reader:
+                    width = len(reader.fieldnames or ())
+                    extra = row.pop(None, None)
+                    missing = [k for k, v in row.items() if v is None]
+                    if (missing or extra) and problems is not None:
+                        have = width - len(missing) + len(extra or ())
+                        problems[len(rows)] = (
+                            f"{path}:{reader.line_num}: a row of {have} fields where the "
+                            f"header has {width}"
+                            + (f" (no {', '.join(missing)})" if missing else "")
+                            + "; fix the row (a quote or separator is probably missing)"
+                        )
+                    rows.append(dict(row))
+            return rows
         if kind == "parquet":
             try:
                 import pyarrow.parquet as pq
@@ -201,13 +229,26 @@ def load_rows(
     data_dirs: Sequence[Path],
     what: str,
     hub_split: str | None = None,
+    problems: dict[int, str] | None = None,
 ) -> tuple[list[Doc], str]:
-    """Rows of one (sub)set with the field map applied, and a description of where from."""
+    """Rows of one (sub)set with the field map applied, and a description of where from.
+    ``problems``: as in :func:`read_records`; a row with a problem keeps the fields it has."""
     if spec.path is not None:
         local = resolve_local(spec.path, subset, data_dirs)
         if local is not None:
-            rows = read_records(local, spec.format, spec.json_key)
-            return [_apply_fields(r, spec.fields, f"{local}") for r in rows], str(local)
+            found: dict[int, str] = {}
+            rows = read_records(local, spec.format, spec.json_key, found)
+            docs = []
+            for i, r in enumerate(rows):
+                if i in found:  # a short row cannot satisfy the field map: keep it as it is
+                    docs.append(dict(r))
+                    continue
+                docs.append(_apply_fields(r, spec.fields, f"{local}"))
+            if problems is not None:
+                problems.update(found)
+            elif found:
+                raise DataError(next(iter(found.values())))
+            return docs, str(local)
     if spec.hub is not None and hub_allowed():
         rows = _load_hub(spec, subset, hub_split)
         fields = spec.hub.fields if spec.hub.fields is not None else spec.fields
@@ -256,6 +297,55 @@ def task_subsets(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[str | None]:
     return list(subsets)
 
 
+def task_data_files(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[Path]:
+    """The local files a task reads (its items of every subset, few-shot sources and
+    few-shot text files) that exist; hub data has no file here."""
+    found: list[Path] = []
+    subsets = task_subsets(spec, data_dirs)
+    templates = [spec.dataset.path]
+    if spec.fewshot.k and spec.fewshot.source is not None:
+        templates.append(spec.fewshot.source.path)
+    templates.append(spec.fewshot.text_file)
+    for template in templates:
+        if template is None:
+            continue
+        for subset in subsets if "{subset}" in template else [None]:
+            path = resolve_local(template, subset, data_dirs)
+            if path is not None and path.is_file():
+                found.append(path)
+    return sorted(set(found))
+
+
+def describe_no_rows(spec: TaskSpec, data_dirs: Sequence[Path]) -> str:
+    """Why :func:`load_items` found no item: the files it read and their row counts, and
+    the date window when one is set."""
+    files = []
+    rows = 0
+    for subset in task_subsets(spec, data_dirs):
+        if spec.dataset.path is None:
+            continue
+        path = resolve_local(spec.dataset.path, subset, data_dirs)
+        if path is None:
+            continue
+        try:
+            n = len(read_records(path, spec.dataset.format, spec.dataset.json_key))
+        except DataError:
+            n = 0
+        rows += n
+        files.append(f"{path} ({n} rows)")
+    where = (
+        ", ".join(files)
+        if files
+        else f"hub dataset {spec.dataset.hub.id if spec.dataset.hub else '?'}"
+    )
+    if rows and spec.dataset.window is not None:
+        return (
+            f"none of the {rows} rows of {where} lies in dataset.window "
+            f"({spec.dataset.window.describe()})"
+        )
+    return f"its data has no rows: {where}"
+
+
 def _safe_id(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.]+", "_", str(value)).strip("_") or "x"
 
@@ -264,7 +354,10 @@ def load_items(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[Item]:
     """All items of a task, in the task's canonical order (subset by subset)."""
     items: list[Item] = []
     for subset in task_subsets(spec, data_dirs):
-        rows, where = load_rows(spec.dataset, subset, data_dirs, f"{spec.source}: dataset")
+        problems: dict[int, str] = {}
+        rows, where = load_rows(
+            spec.dataset, subset, data_dirs, f"{spec.source}: dataset", problems=problems
+        )
         width = max(4, len(str(len(rows) - 1)))
         prefix = f"{spec.name}-{subset}-" if subset is not None else f"{spec.name}-"
         window = spec.dataset.window
@@ -279,7 +372,15 @@ def load_items(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[Item]:
                 local_id = _safe_id(row[spec.dataset.id_field])
             else:
                 local_id = f"{index:0{width}d}"
-            items.append(Item(id=prefix + local_id, index=index, doc=row, subset=subset))
+            items.append(
+                Item(
+                    id=prefix + local_id,
+                    index=index,
+                    doc=row,
+                    subset=subset,
+                    problem=problems.get(index),
+                )
+            )
     ids = [i.id for i in items]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)

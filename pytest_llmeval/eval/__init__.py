@@ -12,6 +12,8 @@ from pytest_llmeval.eval._run import (
     ItemResult,
     PreparedItem,
     TaskRunner,
+    doc_hash,
+    item_digests,
     true_probability_mass,
 )
 
@@ -25,5 +27,7 @@ __all__ = [
     "TaskRunner",
     "analyse_failures",
     "classify",
+    "doc_hash",
+    "item_digests",
     "true_probability_mass",
 ]

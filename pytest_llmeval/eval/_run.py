@@ -7,6 +7,7 @@ items it has selected; so can any script.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -14,13 +15,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_llmeval._errors import DataError, ModelError, SpecError
+from pytest_llmeval._errors import DataError, LlmEvalError, ModelError, SpecError
 from pytest_llmeval.dataset import Item, load_fewshot, load_fewshot_text
 from pytest_llmeval.model import (
     Backend,
     ChatTemplate,
     GenerateRequest,
+    GenerateResult,
     LoglikelihoodRequest,
+    LoglikelihoodResult,
     bos_added,
 )
 from pytest_llmeval.prompt import (
@@ -113,6 +116,15 @@ class _Shots:
     text: str | None = None
 
 
+@dataclass(frozen=True)
+class _Answer:
+    target: str
+    references: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+    gold: int | None = None
+    labels: tuple[bool, ...] = ()
+
+
 @dataclass
 class ItemResult:
     """Everything about one evaluated item, JSON-serialisable (see :meth:`to_dict`)."""
@@ -141,6 +153,7 @@ class ItemResult:
     seconds: float = 0.0
     # Filled in by the runner's caller (pytest plugin): run bookkeeping.
     config_hash: str | None = None
+    resume_key: str | None = None
     repeat_scores: list[float] | None = None
     determinism: str | None = None
     reused_from: str | None = None
@@ -153,6 +166,15 @@ class ItemResult:
     bos_added: bool | None = None
     stop_token: str | None = None
     output_stripped: str | None = None
+    # Why this item could not be evaluated (its data, its prompt, or the model's numbers):
+    # an item with an error is never scored; the other items of its batch are.
+    error: str | None = None
+    # Content digests (SHA256 hex, as lm-evaluation-harness logs them per sample): of the
+    # item's source record, of the exact prompt text, and of what it is scored against
+    # (target, choices, gold, references). Resume reuses an item only when all three match.
+    doc_hash: str | None = None
+    prompt_hash: str | None = None
+    target_hash: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -174,6 +196,30 @@ def true_probability_mass(logprobs: Sequence[float], labels: Sequence[bool]) -> 
     top = max(logprobs)
     weights = [math.exp(lp - top) for lp in logprobs]
     return sum(w for w, true in zip(weights, labels, strict=True) if true) / sum(weights)
+
+
+def _sha256_json(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def doc_hash(item: Item) -> str:
+    """SHA256 of an item's source record (canonical JSON: sorted keys, values JSON does not
+    know as their ``str``)."""
+    return _sha256_json(item.doc)
+
+
+def item_digests(p: PreparedItem) -> dict[str, str]:
+    """The content digests of a prepared item: ``doc_hash`` (its source record),
+    ``prompt_hash`` (the exact prompt text) and ``target_hash`` (target, choices, gold,
+    references, labels)."""
+    return {
+        "doc_hash": doc_hash(p.item),
+        "prompt_hash": hashlib.sha256(p.prompt.encode("utf-8")).hexdigest(),
+        "target_hash": _sha256_json(
+            [p.target, list(p.choices), p.gold, list(p.references), list(p.labels)]
+        ),
+    }
 
 
 def _argmax(values: Sequence[float]) -> int:
@@ -202,6 +248,7 @@ class TaskRunner:
         self.template: ChatTemplate | None = None
         self._bound = False
         self._bos: Mapping[str, Any] = {}
+        self.model_name = "the model"
 
     def _fail(self, field: str, item: Item, exc: Exception) -> SpecError:
         return SpecError(self.spec.source, field, f"item {item.id}: {exc}")
@@ -245,6 +292,7 @@ class TaskRunner:
         info = backend.info()
         bos = info.get("bos")
         self._bos = bos if isinstance(bos, Mapping) else {}
+        self.model_name = str(info.get("model_path") or info.get("model") or "the model")
         mode = self.chat_mode
         pinned = self._mode_source.startswith("spec")
         where = (
@@ -376,19 +424,93 @@ class TaskRunner:
     def prepare(self, item: Item) -> PreparedItem:
         """Render the full prompt (description, few-shot block, question; under a chat
         template the conversation of those) and the target."""
-        spec = self.spec
+        if item.problem is not None:
+            raise DataError(f"{self.spec.source}: item {item.id}: {item.problem}")
         doc = {"subset": item.subset, **item.doc}
         shots = self._shots_for(item.subset, doc)
-        try:
-            question = render(spec.prompt.template, doc)
-        except TemplateRenderProblem as exc:
-            raise self._fail("prompt.template", item, exc) from None
+        question = self._question(item, doc)
         messages = self._conversation(shots, question, item, doc)
         prompt, sent = self._render(messages)
         question_start: int | None = None
         if sent:
             found = prompt.rfind(question.strip()) if question.strip() else -1
             question_start = max(0, found)
+        answer = self._answer(item, doc)
+        return PreparedItem(
+            item=item,
+            prompt=prompt,
+            target=answer.target,
+            fewshot_ids=shots.ids,
+            choices=answer.choices,
+            gold=answer.gold,
+            question=question,
+            labels=answer.labels,
+            references=answer.references,
+            messages=sent,
+            question_start=question_start,
+        )
+
+    def check(self, items: Sequence[Item]) -> dict[str, str]:
+        """What can be known about ``items`` before a model is loaded: for each item whose
+        row was damaged, or whose own templates (question, system prompt, target, choices,
+        gold, labels, the scorer's fields) do not render, or whose subset's few-shot set
+        cannot be loaded, the message it will fail with (by item id). Rendering only the
+        item's own parts keeps this cheap enough to run over every selected item."""
+        problems: dict[str, str] = {}
+        subset_problems: dict[str | None, str] = {}
+        for item in items:
+            if item.problem is not None:
+                problems[item.id] = f"{self.spec.source}: item {item.id}: {item.problem}"
+                continue
+            doc = {"subset": item.subset, **item.doc}
+            try:
+                if item.subset in subset_problems:
+                    problems[item.id] = subset_problems[item.subset]
+                    continue
+                try:
+                    self._shots_for(item.subset, doc)
+                except LlmEvalError as exc:
+                    where = f" (every item of subset {item.subset})" if item.subset else ""
+                    subset_problems[item.subset] = f"{exc}{where}"
+                    raise
+                self._question(item, doc)
+                render(self.spec.prompt.system_prompt, doc)
+                self._answer(item, doc)
+                self._check_scorer(item, doc)
+            except TemplateRenderProblem as exc:
+                problems[item.id] = str(self._fail("prompt.system_prompt", item, exc))
+            except LlmEvalError as exc:
+                problems[item.id] = subset_problems.get(item.subset) or str(exc)
+        return problems
+
+    def _question(self, item: Item, doc: dict[str, Any]) -> str:
+        try:
+            return render(self.spec.prompt.template, doc)
+        except TemplateRenderProblem as exc:
+            raise self._fail("prompt.template", item, exc) from None
+
+    def _check_scorer(self, item: Item, doc: dict[str, Any]) -> None:
+        """The scorer's per-item fields: the sandbox templates of code tasks, IFEval's
+        instruction fields."""
+        gen = self.spec.generate
+        if gen is None:
+            return
+        ex = gen.execution
+        if ex is not None and ex.kind == "function":
+            for name in ("prompt", "test", "entry_point"):
+                try:
+                    render(getattr(ex, name), doc)
+                except TemplateRenderProblem as exc:
+                    raise self._fail(f"generate.execution.{name}", item, exc) from None
+        if gen.ifeval is not None:
+            for name in (gen.ifeval.instructions, gen.ifeval.kwargs):
+                if name not in item.doc:
+                    raise self._fail("generate.ifeval", item, KeyError(f"no field {name!r}"))
+
+    def _answer(self, item: Item, doc: dict[str, Any]) -> _Answer:
+        """What an item is scored against: its target (and references), or its choices,
+        gold and labels."""
+        spec = self.spec
         if spec.mode == "generate":
             assert spec.generate is not None
             try:
@@ -406,16 +528,7 @@ class TaskRunner:
                 if not references:
                     raise self._fail("generate.targets", item, ValueError("no reference answer"))
                 target = target or " | ".join(references)
-            return PreparedItem(
-                item=item,
-                prompt=prompt,
-                target=target,
-                fewshot_ids=shots.ids,
-                question=question,
-                references=references,
-                messages=sent,
-                question_start=question_start,
-            )
+            return _Answer(target=target, references=references)
         mc = spec.multiple_choice
         assert mc is not None
         try:
@@ -425,6 +538,12 @@ class TaskRunner:
                 choices = [render(c, doc) for c in mc.choices]
         except TemplateRenderProblem as exc:
             raise self._fail("multiple_choice.choices", item, exc) from None
+        if len(choices) < 2:
+            raise self._fail(
+                "multiple_choice.choices",
+                item,
+                ValueError(f"needs at least two choices, got {choices!r}"),
+            )
         try:
             gold_text = render(mc.gold, doc).strip()
         except TemplateRenderProblem as exc:
@@ -448,18 +567,7 @@ class TaskRunner:
         labels: tuple[bool, ...] = ()
         if mc.labels is not None:
             labels = self._labels(mc.labels, item, doc, len(choices))
-        return PreparedItem(
-            item=item,
-            prompt=prompt,
-            target=choices[gold],
-            fewshot_ids=shots.ids,
-            choices=tuple(choices),
-            gold=gold,
-            question=question,
-            labels=labels,
-            messages=sent,
-            question_start=question_start,
-        )
+        return _Answer(target=choices[gold], choices=tuple(choices), gold=gold, labels=labels)
 
     def _labels(
         self, template: str, item: Item, doc: dict[str, Any], n_choices: int
@@ -484,15 +592,26 @@ class TaskRunner:
         return labels
 
     def run(self, items: Sequence[Item], backend: Backend) -> list[ItemResult]:
-        """Evaluate ``items`` (already selected) in one batched call to the backend."""
+        """Evaluate ``items`` (already selected) in one batched call to the backend.
+
+        A problem of one item (its data does not render, the backend cannot score it, the
+        model's numbers for it are not finite) is that item's ``error``; the other items
+        are scored. Results come back in the order of ``items``."""
         started = time.perf_counter()
         self.bind(backend)
-        prepared = [self.prepare(item) for item in items]
-        if self.spec.mode == "generate":
+        prepared: list[PreparedItem] = []
+        failed: dict[str, ItemResult] = {}
+        for item in items:
+            try:
+                prepared.append(self.prepare(item))
+            except LlmEvalError as exc:
+                failed[item.id] = self.error_result(item, str(exc))
+        results: list[ItemResult] = []
+        if prepared and self.spec.mode == "generate":
             results = self._run_generate(prepared, backend)
-        else:
+        elif prepared:
             results = self._run_multiple_choice(prepared, backend)
-        per_item = (time.perf_counter() - started) / max(1, len(results))
+        per_item = (time.perf_counter() - started) / max(1, len(items))
         bos_token = self._bos.get("token")
         add_bos = bool(self._bos.get("add"))
         for p, r in zip(prepared, results, strict=True):
@@ -501,7 +620,35 @@ class TaskRunner:
                 r.messages = as_dicts(p.messages)
             if self._bos:
                 r.bos_added = bos_added(p.prompt, bos_token, add_bos)
-        return results
+            digests = item_digests(p)
+            r.doc_hash, r.prompt_hash, r.target_hash = (
+                digests["doc_hash"],
+                digests["prompt_hash"],
+                digests["target_hash"],
+            )
+        done = {r.item_id: r for r in results}
+        done.update(failed)
+        return [done[item.id] for item in items]
+
+    def error_result(
+        self, item: Item, message: str, prepared: PreparedItem | None = None
+    ) -> ItemResult:
+        """The result of an item that could not be evaluated: never scored, never reused."""
+        return ItemResult(
+            task=self.spec.name,
+            item_id=item.id,
+            subset=item.subset,
+            correct=False,
+            score=0.0,
+            prompt=prepared.prompt if prepared is not None else "",
+            target=prepared.target if prepared is not None else "",
+            fewshot_ids=list(prepared.fewshot_ids) if prepared is not None else [],
+            error=message,
+            doc_hash=doc_hash(item),
+        )
+
+    def _model_problem(self, problem: str) -> str:
+        return f"the model ({self.model_name}) {problem}"
 
     def _run_generate(self, prepared: Sequence[PreparedItem], backend: Backend) -> list[ItemResult]:
         gen = self.spec.generate
@@ -525,58 +672,68 @@ class TaskRunner:
             raise DataError(f"backend returned {len(outputs)} results for {len(requests)} requests")
         results = []
         for p, out in zip(prepared, outputs, strict=True):
-            details: dict[str, Any] | None = None
-            score: float | None = None
-            text, thinking = out.text, None
-            if self.strip_thinking and out.finish_reason != "context_overflow":
-                text, thinking = strip_thinking(out.text, p.prompt, *self.thinking_markers)
-            if thinking == "unfinished":
-                correct, extraction = False, Extraction(answer=None, kind="none")
-                details = {"thinking": "unfinished"}
-            elif out.finish_reason == "context_overflow":
-                correct, extraction = False, Extraction(answer=None, kind="none")
-                details = {
-                    "context_overflow": {
-                        "prompt_tokens": out.n_prompt_tokens,
-                        "max_new_tokens": gen.budget(p.item.subset),
-                        "context_window": out.context_window,
-                    }
-                }
-            elif gen.scorer == "execution":
-                correct, answer, details = self._execute(p, text)
-                extraction = Extraction(answer=answer, kind="code")
-            elif gen.scorer == "ifeval":
-                correct, details = self._ifeval(p, text)
-                extraction = Extraction(answer=text, kind="ifeval")
-            else:
-                extraction = extract(text, gen.extract, truncated=out.finish_reason == "length")
-                score = self._match_score(extraction.answer, p)
-                correct = score > 0.5 if gen.compare == "f1" else bool(score)
-            if out.truncated_tokens:
-                details = {**(details or {}), "truncated_prompt_tokens": out.truncated_tokens}
-            if thinking == "stripped":
-                details = {**(details or {}), "thinking": "stripped"}
-            results.append(
-                ItemResult(
-                    task=self.spec.name,
-                    item_id=p.item.id,
-                    subset=p.item.subset,
-                    correct=correct,
-                    score=float(correct) if score is None else score,
-                    prompt=p.prompt,
-                    target=p.target,
-                    fewshot_ids=list(p.fewshot_ids),
-                    output=out.text,
-                    extracted=extraction.answer,
-                    extractor=extraction.kind,
-                    finish_reason=out.finish_reason,
-                    n_output_tokens=out.n_tokens,
-                    details=details,
-                    stop_token=out.stop_token,
-                    output_stripped=text if self.strip_thinking else None,
-                )
-            )
+            if out.error is not None:
+                message = self._model_problem(f"could not generate: {out.error}")
+                results.append(self.error_result(p.item, message, p))
+                continue
+            try:
+                results.append(self._score_generation(p, out))
+            except LlmEvalError as exc:  # this item's scorer templates or fields
+                results.append(self.error_result(p.item, str(exc), p))
         return results
+
+    def _score_generation(self, p: PreparedItem, out: GenerateResult) -> ItemResult:
+        gen = self.spec.generate
+        assert gen is not None
+        details: dict[str, Any] | None = None
+        score: float | None = None
+        text, thinking = out.text, None
+        if self.strip_thinking and out.finish_reason != "context_overflow":
+            text, thinking = strip_thinking(out.text, p.prompt, *self.thinking_markers)
+        if thinking == "unfinished":
+            correct, extraction = False, Extraction(answer=None, kind="none")
+            details = {"thinking": "unfinished"}
+        elif out.finish_reason == "context_overflow":
+            correct, extraction = False, Extraction(answer=None, kind="none")
+            details = {
+                "context_overflow": {
+                    "prompt_tokens": out.n_prompt_tokens,
+                    "max_new_tokens": gen.budget(p.item.subset),
+                    "context_window": out.context_window,
+                }
+            }
+        elif gen.scorer == "execution":
+            correct, answer, details = self._execute(p, text)
+            extraction = Extraction(answer=answer, kind="code")
+        elif gen.scorer == "ifeval":
+            correct, details = self._ifeval(p, text)
+            extraction = Extraction(answer=text, kind="ifeval")
+        else:
+            extraction = extract(text, gen.extract, truncated=out.finish_reason == "length")
+            score = self._match_score(extraction.answer, p)
+            correct = score > 0.5 if gen.compare == "f1" else bool(score)
+        if out.truncated_tokens:
+            details = {**(details or {}), "truncated_prompt_tokens": out.truncated_tokens}
+        if thinking == "stripped":
+            details = {**(details or {}), "thinking": "stripped"}
+        return ItemResult(
+            task=self.spec.name,
+            item_id=p.item.id,
+            subset=p.item.subset,
+            correct=correct,
+            score=float(correct) if score is None else score,
+            prompt=p.prompt,
+            target=p.target,
+            fewshot_ids=list(p.fewshot_ids),
+            output=out.text,
+            extracted=extraction.answer,
+            extractor=extraction.kind,
+            finish_reason=out.finish_reason,
+            n_output_tokens=out.n_tokens,
+            details=details,
+            stop_token=out.stop_token,
+            output_stripped=text if self.strip_thinking else None,
+        )
 
     def _match_score(self, answer: str | None, p: PreparedItem) -> float:
         """1/0 for a match with the target (or any reference); the best F1 for f1."""
@@ -683,7 +840,10 @@ class TaskRunner:
         delim = self.choice_delimiter
         requests = [
             LoglikelihoodRequest(
-                context=p.prompt, continuation=delim + choice, shared_prefix=p.shared_prefix
+                context=p.prompt,
+                continuation=delim + choice,
+                shared_prefix=p.shared_prefix,
+                overflow=mc.overflow,  # type: ignore[arg-type]  # validated by the spec
             )
             for p in prepared
             for choice in p.choices
@@ -696,40 +856,95 @@ class TaskRunner:
         for p in prepared:
             lls = outputs[pos : pos + len(p.choices)]
             pos += len(p.choices)
-            logprobs = [r.logprob for r in lls]
-            pred = _argmax(logprobs)
-            pred_norm = _argmax(
-                [lp / max(1, len(c)) for lp, c in zip(logprobs, p.choices, strict=True)]
-            )
-            acc = float(pred == p.gold)
-            acc_norm = float(pred_norm == p.gold)
-            chosen = pred_norm if mc.metric == "acc_norm" else pred
-            if mc.metric == "mc2":
-                score = true_probability_mass(logprobs, p.labels)
-                correct = score > 0.5
+            problem = self._loglikelihood_problem(p, lls)
+            if problem is not None:
+                results.append(self.error_result(p.item, problem, p))
+            elif any(r.context_overflow for r in lls):
+                results.append(self._not_fitting(p, lls))
             else:
-                score = acc if mc.metric == "acc" else acc_norm
-                correct = bool(score)
-            results.append(
-                ItemResult(
-                    task=self.spec.name,
-                    item_id=p.item.id,
-                    subset=p.item.subset,
-                    correct=correct,
-                    score=score,
-                    prompt=p.prompt,
-                    target=p.target,
-                    fewshot_ids=list(p.fewshot_ids),
-                    extracted=p.choices[chosen],
-                    extractor=f"loglikelihood ({mc.metric})",
-                    choices=list(p.choices),
-                    logprobs=logprobs,
-                    is_greedy=[r.is_greedy for r in lls],
-                    pred=pred,
-                    pred_norm=pred_norm,
-                    gold=p.gold,
-                    acc=acc,
-                    acc_norm=acc_norm,
-                )
-            )
+                results.append(self._score_choices(p, lls))
         return results
+
+    def _loglikelihood_problem(
+        self, p: PreparedItem, lls: Sequence[LoglikelihoodResult]
+    ) -> str | None:
+        """Why an item's choices cannot be scored: a request the backend could not score, or
+        a log-likelihood that is not a finite number (damaged weights, a float16 overflow),
+        which must never become a prediction (NaN compares false with everything, so the
+        argmax would fall on choice 0)."""
+        for i, r in enumerate(lls):
+            if r.error is not None:
+                return self._model_problem(
+                    f"could not score choice {i} {p.choices[i]!r}: {r.error}"
+                )
+        bad = [
+            f"{i} {p.choices[i]!r}: {r.logprob!r}"
+            for i, r in enumerate(lls)
+            if not r.context_overflow and not math.isfinite(r.logprob)
+        ]
+        if bad:
+            return self._model_problem(
+                f"gave log-likelihoods that are not finite numbers for choice(s) "
+                f"{'; '.join(bad)}: no prediction is made from them. Damaged weights, or an "
+                "overflow in float16 (try --llm-dtype float32 or bfloat16)",
+            )
+        return None
+
+    def _not_fitting(self, p: PreparedItem, lls: Sequence[LoglikelihoodResult]) -> ItemResult:
+        """An item whose context and a choice do not fit the window under overflow ``skip``:
+        reported as not fitting (like a generation prompt), never scored."""
+        tokens = max((r.n_context_tokens or 0) for r in lls if r.context_overflow)
+        window = next((r.context_window for r in lls if r.context_window), None)
+        return ItemResult(
+            task=self.spec.name,
+            item_id=p.item.id,
+            subset=p.item.subset,
+            correct=False,
+            score=0.0,
+            prompt=p.prompt,
+            target=p.target,
+            fewshot_ids=list(p.fewshot_ids),
+            choices=list(p.choices),
+            gold=p.gold,
+            details={"context_overflow": {"prompt_tokens": tokens, "context_window": window}},
+        )
+
+    def _score_choices(self, p: PreparedItem, lls: Sequence[LoglikelihoodResult]) -> ItemResult:
+        mc = self.spec.multiple_choice
+        assert mc is not None
+        logprobs = [r.logprob for r in lls]
+        pred = _argmax(logprobs)
+        pred_norm = _argmax(
+            [lp / max(1, len(c)) for lp, c in zip(logprobs, p.choices, strict=True)]
+        )
+        acc = float(pred == p.gold)
+        acc_norm = float(pred_norm == p.gold)
+        chosen = pred_norm if mc.metric == "acc_norm" else pred
+        if mc.metric == "mc2":
+            score = true_probability_mass(logprobs, p.labels)
+            correct = score > 0.5
+        else:
+            score = acc if mc.metric == "acc" else acc_norm
+            correct = bool(score)
+        truncated = max(r.truncated_tokens for r in lls)
+        return ItemResult(
+            task=self.spec.name,
+            item_id=p.item.id,
+            subset=p.item.subset,
+            correct=correct,
+            score=score,
+            prompt=p.prompt,
+            target=p.target,
+            fewshot_ids=list(p.fewshot_ids),
+            extracted=p.choices[chosen],
+            extractor=f"loglikelihood ({mc.metric})",
+            choices=list(p.choices),
+            logprobs=logprobs,
+            is_greedy=[r.is_greedy for r in lls],
+            pred=pred,
+            pred_norm=pred_norm,
+            gold=p.gold,
+            acc=acc,
+            acc_norm=acc_norm,
+            details={"truncated_prompt_tokens": truncated} if truncated else None,
+        )

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.dataset import env_data_dirs, first_n, load_items, path_list
 from pytest_llmeval.eval import ItemResult, TaskRunner
@@ -298,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(strict_json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(args.out)
     print(summary_line(record))
     print(f"written: {args.out}")

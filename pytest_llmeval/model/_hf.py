@@ -6,6 +6,7 @@ import inspect
 import platform
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pytest_llmeval._errors import ModelError
@@ -32,25 +33,41 @@ _PREFIX_CACHE_BYTES = 4 << 30
 # A row's reusable state: per layer (keys, values) of shape [1, heads, length, head_dim], and
 # the row's attention mask over those positions (0 marks a hole left by batching).
 _State = tuple[list[tuple[Any, Any]], Any]
+# What _greedy reports as a row's end when its logits were not finite numbers.
+_NOT_FINITE = -1
 # Requests generated in one batch share these: budget, stop sequences, thinking markers and
 # whether the prompt opened the thinking block.
 _GenerationKey = tuple[int, tuple[str, ...], tuple[str, str] | None, bool]
 
 
-def set_seeds(seed: int) -> None:
-    """Seed python, numpy (if present) and torch."""
+def set_seeds(seed: int) -> dict[str, int]:
+    """Seed python, numpy (if present) and torch; returns the generators seeded (for
+    records: a seed is recorded only for a generator that was seeded)."""
     import random
 
     import torch
 
+    seeded = {"python": seed}
     random.seed(seed)
     try:
         import numpy
 
         numpy.random.seed(seed)
+        seeded["numpy"] = seed
     except ImportError:  # pragma: no cover - numpy comes with torch in practice
         pass
     torch.manual_seed(seed)
+    seeded["torch"] = seed
+    return seeded
+
+
+def _cause(exc: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    if len(first) > 300:
+        first = first[:300] + "..."
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 class HFBackend:
@@ -80,7 +97,9 @@ class HFBackend:
             if device.startswith("cuda") and not torch.cuda.is_available():
                 raise ModelError(f"--llm-device={device} but torch sees no CUDA device")
         self.device = torch.device(device)
-        set_seeds(settings.seed)
+        self.seeds = set_seeds(settings.seed)
+        # Deterministic kernels where torch has them; warn_only: an operation without a
+        # deterministic implementation warns instead of failing (recorded as such).
         torch.use_deterministic_algorithms(True, warn_only=True)
         if settings.dtype == "auto":
             # float32 on CPU (bf16 matmuls are slow and inexact there); the model's own
@@ -96,9 +115,9 @@ class HFBackend:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path)
             extra = {"device_map": settings.device_map} if settings.device_map else {}
             self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype, **extra)
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # damaged files raise many kinds (safetensors, json, torch)
             raise ModelError(
-                f"--llm-model={settings.model}: cannot load {self.path}: {exc}"
+                f"--llm-model={settings.model}: cannot load the model in {self.path}: {_cause(exc)}"
             ) from None
         if settings.device_map:
             # accelerate placed the layers; inputs go where the embeddings are.
@@ -235,6 +254,14 @@ class HFBackend:
             "bos": self.bos_info(),
             "stop_token_ids": {str(k): v for k, v in sorted(self.stop_tokens.items())},
             "seed": self.settings.seed,
+            "seeds": dict(self.seeds),
+            # What torch was actually set to, read back (not what was asked for).
+            "deterministic_algorithms": {
+                "enabled": bool(torch.are_deterministic_algorithms_enabled()),
+                "warn_only": bool(torch.is_deterministic_algorithms_warn_only_enabled()),
+                "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+                "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            },
             "torch": str(torch.__version__),
             "transformers": str(transformers.__version__),
         }
@@ -531,15 +558,44 @@ class HFBackend:
         head runs only on the positions that predict continuation tokens.
         """
         split: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        # Requests that are not scored: a problem of their own, or a context over the window
+        # under overflow "skip"; and how many context tokens a truncating policy dropped.
+        failed: dict[tuple[str, str], LoglikelihoodResult] = {}
+        truncated: dict[tuple[str, str], int] = {}
         for req in requests:
             key = (req.context, req.continuation)
-            if key not in split:
-                ctx, cont = self._split(req.context, req.continuation)
-                if not cont:
-                    raise ModelError(f"empty continuation for {req.continuation!r}")
-                if len(cont) > self.max_length:
-                    raise ModelError(f"continuation of {len(cont)} tokens exceeds max_length")
-                split[key] = (ctx, cont)
+            if key in split or key in failed:
+                continue
+            ctx, cont = self._split(req.context, req.continuation)
+            problem = None
+            if not cont:
+                problem = f"the continuation {req.continuation!r} has no tokens of its own"
+            elif len(cont) > self.max_length:
+                problem = (
+                    f"the continuation {req.continuation[:60]!r} alone has {len(cont)} tokens, "
+                    f"more than the context window ({self.max_length})"
+                )
+            if problem is not None:
+                failed[key] = LoglikelihoodResult(0.0, False, 0, error=problem)
+                continue
+            if len(ctx) + len(cont) > self.max_length + 1:
+                if req.overflow == "skip":
+                    failed[key] = LoglikelihoodResult(
+                        0.0,
+                        False,
+                        0,
+                        context_overflow=True,
+                        n_context_tokens=len(ctx) + len(cont),
+                        context_window=self.max_length,
+                    )
+                    continue
+                # lm-eval keeps the last max_length + 1 tokens of context + continuation
+                # (truncate_left); truncate_middle keeps the context's two ends instead.
+                room = self.max_length + 1 - len(cont)
+                kept = fit_tokens(ctx, room, req.overflow)
+                truncated[key] = len(ctx) - len(kept)
+                ctx = kept
+            split[key] = (ctx, cont)
         n_options: dict[tuple[int, ...], int] = {}
         for ctx, cont in split.values():
             if len(cont) > 1:
@@ -550,12 +606,9 @@ class HFBackend:
         rows: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[str, str]]] = {}
         questions: dict[tuple[int, ...], tuple[int, ...]] = {}  # context[:-1] -> its prefix
         for key, (ctx, cont) in split.items():
-            whole = ctx + cont
+            row = ctx + cont[:-1]
             base: tuple[int, ...] = ()
-            if len(whole) > self.max_length + 1:  # cut from the left, as lm-eval does
-                row = whole[-(self.max_length + 1) : -1]
-            else:
-                row = whole[:-1]
+            if key not in truncated:  # a cut context no longer starts with its prefix
                 base = tuple(ctx[: self._shared_tokens(ctx, key[0][: hints[key]])])
                 if self._share and n_options.get(tuple(ctx), 0) > 1:
                     questions[tuple(ctx[:-1])] = base
@@ -578,6 +631,13 @@ class HFBackend:
                     cont = split[key][1]
                     tail = window[len(window) - len(cont) :]
                     done[key] = _score(tail, cont, detail=key in detailed)
+                    if key in truncated:
+                        done[key] = replace(
+                            done[key],
+                            truncated_tokens=truncated[key],
+                            context_window=self.max_length,
+                        )
+        done.update(failed)
         return [done[(r.context, r.continuation)] for r in requests]
 
     def _question_states(
@@ -652,10 +712,15 @@ class HFBackend:
         for i, req in enumerate(requests):
             budget = self.max_length - req.max_new_tokens
             if budget < 1:
-                raise ModelError(
-                    f"max_new_tokens={req.max_new_tokens} leaves no room in max_length "
-                    f"{self.max_length}"
+                out[i] = GenerateResult(
+                    text="",
+                    n_tokens=0,
+                    finish_reason="error",
+                    context_window=self.max_length,
+                    error=f"max_new_tokens={req.max_new_tokens} leaves no room for a prompt in "
+                    f"the context window ({self.max_length} tokens)",
                 )
+                continue
             tokens = self._encode_prompt(req.context)
             prompt_tokens[i] = len(tokens)
             prefixes[i] = ()
@@ -684,6 +749,17 @@ class HFBackend:
                 own = [encoded[i][len(prefixes[i]) :] for i in batch]
                 rows = self._greedy(states, own, max_new, stop, thinking, opened)
                 for i, (tokens, ended_by) in zip(batch, rows, strict=True):
+                    if ended_by == _NOT_FINITE:
+                        out[i] = GenerateResult(
+                            text="",
+                            n_tokens=len(tokens),
+                            finish_reason="error",
+                            n_prompt_tokens=prompt_tokens[i],
+                            context_window=self.max_length,
+                            error="the model's logits are not finite numbers (NaN or infinity) "
+                            f"at output token {len(tokens) + 1}: no token can be chosen",
+                        )
+                        continue
                     cut, hit = cut_at_stop(
                         str(self.tokenizer.decode(tokens, skip_special_tokens=True)),
                         stop,
@@ -724,7 +800,7 @@ class HFBackend:
         sequence (checked on the decoded text after every token, as lm-eval's stopping
         criterion does) or ``max_new`` tokens, so the remaining rows run smaller forward
         passes. Returns each row's new tokens (the stop token excluded) and the stop token
-        that ended it, if any."""
+        that ended it, if any (``_NOT_FINITE`` when its logits were not finite numbers)."""
         import torch
         from transformers import DynamicCache
 
@@ -753,10 +829,15 @@ class HFBackend:
             hidden = out.last_hidden_state[rows, mask.sum(1) - 1]
             active = list(range(len(own)))
             while active:
-                tokens = self._head(hidden).argmax(-1)
+                logits = self._head(hidden)
+                finite = torch.isfinite(logits).all(-1).tolist()
+                tokens = logits.argmax(-1)
                 still = []
                 for j, row in enumerate(active):
                     token = int(tokens[j])
+                    if not finite[j]:  # damaged weights or an overflow: no token to choose
+                        ended[row] = _NOT_FINITE
+                        continue
                     if token in stops:
                         ended[row] = token
                         continue

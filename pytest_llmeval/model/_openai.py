@@ -73,6 +73,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from pytest_llmeval._errors import ModelError
@@ -574,6 +575,10 @@ class OpenAIBackend:
             "request_timeout": self.timeout,
             "max_length": self.max_length,
             "seed": self.settings.seed,
+            # Nothing is seeded in this process: the seed goes to the server with every
+            # request (``seed`` in the body), which applies it or not.
+            "seeds": {"request_seed": self.settings.seed},
+            "deterministic_algorithms": None,  # the server's kernels are not known here
             "api_key_env": self.settings.api_key_env,
             "model_sha256_reason": (
                 "remote model behind an OpenAI-compatible server: its weights cannot be "
@@ -598,28 +603,47 @@ class OpenAIBackend:
                 "server add a BOS token (--kv_overrides tokenizer.ggml.add_bos_token=bool:true; "
                 "this changes the model's input)."
             )
-        keys = [_split(r.context, r.continuation) for r in requests]
-        for req, (prompt, boundary) in zip(requests, keys, strict=True):
-            if boundary >= len(prompt):
-                raise ModelError(f"empty continuation for {req.continuation!r}")
+        keys = [(*_split(r.context, r.continuation), r.overflow) for r in requests]
         scored = self._map(self._score, keys)
         out = []
         for req, key in zip(requests, keys, strict=True):
-            total, greedy, logprobs = scored[key]
-            out.append(
-                LoglikelihoodResult(
-                    logprob=total,
-                    is_greedy=greedy,
-                    n_tokens=len(logprobs),
-                    token_logprobs=logprobs if req.token_detail else (),
-                )
-            )
+            result = scored[key]
+            if result.token_logprobs and not req.token_detail:
+                result = replace(result, token_logprobs=())
+            out.append(result)
         return out
 
-    def _score(self, key: tuple[str, int]) -> tuple[float, bool, tuple[float, ...]]:
-        prompt, boundary = key
+    def _score(self, key: tuple[str, int, str]) -> LoglikelihoodResult:
+        """One request's result; a problem of this request alone (an empty continuation,
+        a context that does not fit under ``skip``) is its result, not an exception."""
+        prompt, boundary, overflow = key
+        if boundary >= len(prompt):
+            return _ll_error(f"empty continuation after {prompt[-40:]!r}: nothing to score")
+        truncated = 0
         if self.tokenizer is not None and self.max_length is not None:
-            prompt, boundary = self._cut_left(prompt, boundary)
+            tokens = self._tokenize(prompt)
+            if len(tokens) > self.max_length - 1:
+                if overflow == "skip":
+                    return LoglikelihoodResult(
+                        logprob=0.0,
+                        is_greedy=False,
+                        n_tokens=0,
+                        context_overflow=True,
+                        n_context_tokens=len(tokens),
+                        context_window=self.max_length,
+                    )
+                if overflow != "truncate_left":
+                    return _ll_error(
+                        f"multiple_choice.overflow: {overflow} cannot be applied by "
+                        "--llm-backend=openai (it cuts contexts from the left only); use "
+                        "truncate_left or skip, or the hf backend"
+                    )
+                try:
+                    cut, boundary = self._cut_left(prompt, boundary, tokens)
+                except ModelError as exc:  # this request's continuation is too long
+                    return _ll_error(str(exc))
+                truncated = len(tokens) - len(self._tokenize(cut))
+                prompt = cut
         try:
             data = self._completion(self._echo_body(prompt))
         except HTTPStatusError as exc:
@@ -629,23 +653,41 @@ class OpenAIBackend:
                     f"HTTP {exc.status}: {exc.message}"
                 ) from None
             if exc.status in (400, 413, 422) and _is_context_error(exc):
-                raise ModelError(
+                if overflow == "skip":
+                    return LoglikelihoodResult(
+                        logprob=0.0,
+                        is_greedy=False,
+                        n_tokens=0,
+                        context_overflow=True,
+                        n_context_tokens=_first_int(_PROMPT_TOKENS, exc.message),
+                        context_window=self.max_length or _first_int(_WINDOW, exc.message),
+                    )
+                return _ll_error(
                     f"a log-likelihood request does not fit the server's context window "
-                    f"({exc.message}). The hf backend cuts such requests from the left; this "
-                    "backend does so when the window is known (--llm-max-length, or "
-                    "max_model_len from /models) and the server has tokenize and detokenize "
-                    f"endpoints{self._tokenizer_state()}."
-                ) from None
+                    f"({exc.message}). With multiple_choice.overflow: {overflow} this "
+                    "backend cuts such requests when the window is known (--llm-max-length, "
+                    "or max_model_len from /models) and the server has tokenize and "
+                    f"detokenize endpoints{self._tokenizer_state()}; or use overflow: skip."
+                )
             raise self._fail(exc) from None
-        return prompt_logprobs(data["choices"][0], prompt, boundary, self.base_url)
+        total, greedy, logprobs = prompt_logprobs(
+            data["choices"][0], prompt, boundary, self.base_url
+        )
+        return LoglikelihoodResult(
+            logprob=total,
+            is_greedy=greedy,
+            n_tokens=len(logprobs),
+            token_logprobs=logprobs,
+            truncated_tokens=truncated,
+            context_window=self.max_length if truncated else None,
+        )
 
-    def _cut_left(self, prompt: str, boundary: int) -> tuple[str, int]:
+    def _cut_left(self, prompt: str, boundary: int, tokens: list[int]) -> tuple[str, int]:
         """A prompt longer than the window less one token (the generated one) keeps its
         last tokens, as the hf backend keeps the last ``max_length + 1`` of a request's
         tokens; the continuation must survive whole."""
         assert self.tokenizer is not None and self.max_length is not None
         room = self.max_length - 1
-        tokens = self._tokenize(prompt)
         if len(tokens) <= room:
             return prompt, boundary
         continuation = prompt[boundary:]
@@ -673,13 +715,21 @@ class OpenAIBackend:
     # ------------------------------------------------------------------ generation
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        runnable = []
+        done: dict[GenerateRequest, GenerateResult] = {}
         for req in requests:
             if self.max_length is not None and req.max_new_tokens >= self.max_length:
-                raise ModelError(
-                    f"max_new_tokens={req.max_new_tokens} leaves no room in max_length "
-                    f"{self.max_length}"
+                done[req] = GenerateResult(
+                    text="",
+                    n_tokens=0,
+                    finish_reason="error",
+                    context_window=self.max_length,
+                    error=f"max_new_tokens={req.max_new_tokens} leaves no room for a prompt in "
+                    f"the context window ({self.max_length} tokens)",
                 )
-        done = self._map(self._generate_one, list(requests))
+            else:
+                runnable.append(req)
+        done.update(self._map(self._generate_one, runnable))
         return [done[r] for r in requests]
 
     @staticmethod
@@ -807,6 +857,10 @@ def _split(context: str, continuation: str) -> tuple[str, int]:
     to the continuation, and the character index where the continuation starts."""
     context, continuation = move_trailing_space(context, continuation)
     return context + continuation, len(context)
+
+
+def _ll_error(message: str) -> LoglikelihoodResult:
+    return LoglikelihoodResult(logprob=0.0, is_greedy=False, n_tokens=0, error=message)
 
 
 def _is_context_error(exc: HTTPStatusError) -> bool:

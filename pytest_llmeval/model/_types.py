@@ -22,6 +22,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pytest_llmeval._errors import ModelError
 from pytest_llmeval.task._spec import OVERFLOW_POLICIES as OVERFLOW_NAMES
 
+Overflow = Literal["skip", "truncate_middle", "truncate_left"]
+# The spec validates generate.overflow against the same tuple (task._spec.OVERFLOW_POLICIES).
+OVERFLOW_POLICIES: tuple[Overflow, ...] = OVERFLOW_NAMES  # type: ignore[assignment]
+
 
 @dataclass(frozen=True)
 class LoglikelihoodRequest:
@@ -31,12 +35,19 @@ class LoglikelihoodRequest:
     ``shared_prefix``: how many leading characters of ``context`` many requests share (a
     task's description and few-shot block). A hint only: a backend may compute that part
     once and reuse it; results do not depend on it.
+
+    ``overflow``: what to do when context and continuation do not fit the context window
+    (the continuation always stays whole): ``truncate_left`` (lm-evaluation-harness's
+    rule, the default for direct callers) keeps the end of the context,
+    ``truncate_middle`` its first and last halves, ``skip`` scores nothing and answers
+    ``context_overflow``. Task runs pass the spec's ``multiple_choice.overflow``.
     """
 
     context: str
     continuation: str
     token_detail: bool = False
     shared_prefix: int = 0
+    overflow: Overflow = "truncate_left"
 
 
 @dataclass(frozen=True)
@@ -55,11 +66,17 @@ class LoglikelihoodResult:
     n_tokens: int
     token_logprobs: tuple[float, ...] = ()
     token_zscores: tuple[float, ...] = ()
-
-
-Overflow = Literal["skip", "truncate_middle", "truncate_left"]
-# The spec validates generate.overflow against the same tuple (task._spec.OVERFLOW_POLICIES).
-OVERFLOW_POLICIES: tuple[Overflow, ...] = OVERFLOW_NAMES  # type: ignore[assignment]
+    # The context did not fit the window and the request's overflow policy is ``skip``:
+    # nothing was scored (``logprob`` means nothing). ``n_context_tokens`` is the request's
+    # length (context and continuation) in tokens, ``truncated_tokens`` how many context
+    # tokens a truncating policy dropped.
+    context_overflow: bool = False
+    n_context_tokens: int | None = None
+    truncated_tokens: int = 0
+    context_window: int | None = None
+    # A problem of this request alone (an empty continuation, one longer than the window):
+    # the item fails with this message; the other requests of the batch are scored.
+    error: str | None = None
 
 
 def move_trailing_space(context: str, continuation: str) -> tuple[str, str]:
@@ -167,6 +184,9 @@ class GenerateResult:
     truncated_tokens: int = 0
     context_window: int | None = None
     stop_token: str | None = None
+    # A problem of this request alone (logits that are not finite, a budget that leaves
+    # no room): the item fails with this message; the rest of the batch is scored.
+    error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,14 @@ from ._collect import SESSION_KEY, EvalItem, collect_file, get_session
 from ._drift import DriftCheck
 from ._options import add_options
 from ._probe import ProbeRunner
-from ._session import LlmEvalSession
-from ._terminal import report_teststatus, write_catalog, write_details, write_summary
+from ._session import LlmEvalSession, SelectedItem
+from ._terminal import (
+    report_teststatus,
+    write_catalog,
+    write_details,
+    write_summary,
+    write_warnings,
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,7 +85,9 @@ def pytest_collection_modifyitems(
     if llm.options.catalog:  # show the catalog, run nothing
         config.hook.pytest_deselected(items=list(items))
         items[:] = []
-    llm.set_selection([item for item in items if isinstance(item, EvalItem)])
+    selected: list[SelectedItem] = [item for item in items if isinstance(item, EvalItem)]
+    llm.set_selection(selected)
+    llm.check_collection(selected)
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
@@ -98,10 +106,30 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if llm.options.catalog and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.OK
+    llm.interrupted = interruption(session, exitstatus, llm)
     verdicts = llm.decide()
     failed = any(v.failed for v in verdicts) or bool(llm.gate_failures)
     if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def interruption(session: pytest.Session, exitstatus: int, llm: LlmEvalSession) -> str | None:
+    """Why the run stopped before its end, or None: Ctrl-C or a signal, ``-x`` or
+    ``--maxfail``, an internal error, or selected benchmark items that never ran."""
+    status = int(exitstatus)
+    if status == pytest.ExitCode.INTERRUPTED:
+        return f"interrupted ({session.shouldstop or 'KeyboardInterrupt or a stop request'})"
+    if status == pytest.ExitCode.INTERNAL_ERROR:
+        return "an internal error stopped the run"
+    if session.shouldfail:
+        return f"stopped early ({session.shouldfail})"
+    if session.shouldstop:
+        return f"stopped early ({session.shouldstop})"
+    selected = {item.nodeid for items in llm.selected.values() for item in items}
+    missing = len(selected - llm.done_nodeids)
+    if missing > 0:
+        return f"{missing} selected benchmark item(s) never ran"
+    return None
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -112,6 +140,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         write_catalog(llm, terminalreporter)
     write_details(llm, terminalreporter)
     write_summary(llm, terminalreporter)
+    write_warnings(llm, terminalreporter)
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_llmeval._errors import LlmEvalError
-from pytest_llmeval.dataset import DataNotInstalled, Item, first_n, load_items
+from pytest_llmeval.dataset import DataNotInstalled, Item, describe_no_rows, first_n, load_items
 from pytest_llmeval.eval import ItemResult
 from pytest_llmeval.task import TaskSpec, is_task_file, load_task_spec
 
@@ -67,33 +67,67 @@ def describe(result: dict[str, Any]) -> str:
 class EvalItem(pytest.Item):
     """One benchmark item as a test. Its result comes from a batched task run."""
 
-    def __init__(self, *, task: str, item: Item, meta: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        task: str,
+        item: Item,
+        meta: dict[str, Any],
+        problem: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.task = task
         self.item = item
+        # Why this item cannot be evaluated, found at collection (its row or templates):
+        # it fails alone, without the model, and is left out of its task's batches.
+        self.problem = problem
         self.user_properties.append(("llmeval_task", task))
         self.user_properties.append(("llmeval_meta", meta))
 
     def setup(self) -> None:
         session = get_session(self.config)
+        if session.stop_reason is not None:  # an option error found on an xdist worker
+            self.session.shouldstop = session.stop_reason
+            pytest.fail(session.stop_reason, pytrace=False)
         if session.options.model is None:
             pytest.skip("no model to evaluate: pass --llm-model=PATH (or set llm_model in ini)")
 
     def runtest(self) -> None:
         session = get_session(self.config)
+        if self.problem is not None:
+            pytest.fail(self.problem, pytrace=False)
         try:
             result, log = session.result_for(self)
         except LlmEvalError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            message = str(exc)
+            failed_load = session.evaluator.load_error
+            if failed_load is not None:  # nothing can run: fail once and stop the run
+                self.session.shouldfail = f"the model could not be loaded: {failed_load}"
+        else:
+            message = ""
+        if message:
+            pytest.fail(message, pytrace=False)
         self.user_properties.extend(session.properties_for(self, result, log))
+        if result.error is not None:
+            pytest.fail(result.error, pytrace=False)
         overflow = (result.details or {}).get("context_overflow")
         if overflow:
-            pytest.skip(
-                f"{self.item.id} does not fit the context window: {overflow['prompt_tokens']} "
-                f"prompt tokens + {overflow['max_new_tokens']} new tokens > "
-                f"{overflow['context_window']} (reported, not scored; generate.overflow "
-                "truncate_middle/truncate_left would cut the prompt instead)"
-            )
+            if overflow.get("max_new_tokens") is not None:
+                detail = (
+                    f"{overflow['prompt_tokens']} prompt tokens + {overflow['max_new_tokens']} "
+                    f"new tokens > {overflow['context_window']} (reported, not scored; "
+                    "generate.overflow truncate_middle/truncate_left would cut the prompt "
+                    "instead)"
+                )
+            else:
+                detail = (
+                    f"{overflow['prompt_tokens']} tokens of prompt and choice do not fit the "
+                    f"{overflow['context_window']}-token window (reported, not scored; "
+                    "multiple_choice.overflow truncate_left/truncate_middle would cut the "
+                    "prompt instead)"
+                )
+            pytest.skip(f"{self.item.id} does not fit the context window: {detail}")
         if result.determinism not in (None, "ok"):
             pytest.fail(f"{self.item.id} is not deterministic: {result.determinism}", pytrace=False)
         if not result.correct and session.options.strict:
@@ -111,14 +145,37 @@ class EvalItem(pytest.Item):
 
 
 class MissingDataItem(pytest.Item):
-    """Stands for a task whose benchmark data is not installed: skipped with the reason."""
+    """Stands for a task that runs no item: its benchmark data is not installed, its data
+    has no rows, or every item is excluded. Skipped with the reason; failed with it when
+    the task has a floor (a floor that nothing is measured against must not pass), and then
+    counted as the task's error by the controller."""
 
-    def __init__(self, *, reason: str, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        reason: str,
+        floor: float | None = None,
+        meta: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
-        self.add_marker(pytest.mark.skip(reason=reason))
+        self.reason = reason
+        self.floor = floor
+        if meta is not None:
+            self.user_properties.append(("llmeval_task", meta["task"]))
+            self.user_properties.append(("llmeval_meta", meta))
+        if floor is None:
+            self.add_marker(pytest.mark.skip(reason=reason))
 
-    def runtest(self) -> None:  # never reached: the item is marked skip
-        raise AssertionError("not reached")
+    def setup(self) -> None:
+        if get_session(self.config).options.model is None:  # nothing is evaluated anyway
+            pytest.skip(self.reason)
+
+    def runtest(self) -> None:
+        pytest.fail(
+            f"the task has a floor of {self.floor} but runs no item: {self.reason}",
+            pytrace=False,
+        )
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, self.name
@@ -134,31 +191,66 @@ class TaskFile(pytest.File):
             try:
                 items = load_items(spec, session.options.data_dirs)
             except DataNotInstalled as exc:
-                session.register_task(spec)
-                missing = MissingDataItem.from_parent(
-                    self, name=f"{spec.name}-data", reason=str(exc)
-                )
-                for marker in _markers(spec):
-                    missing.add_marker(getattr(pytest.mark, marker))
-                yield missing
+                spec = session.register_task(spec)
+                yield self._no_items(spec, "data", str(exc))
                 return
             spec = session.register_task(spec)
+            loaded = len(items)
             if session.excluded:
+                session.exclusions_matched.update(i.id for i in items if i.id in session.excluded)
                 items = [item for item in items if item.id not in session.excluded]
             session.total_items[spec.name] = len(items)
             chosen = first_n(items, session.options.limit)
-            if chosen:
-                session.runners[spec.name].prepare(chosen[0])  # fail at collection on bad templates
+            # Every selected item's own data and templates, before any model is loaded: an
+            # item that cannot be evaluated fails alone; a problem every item has is the
+            # spec's (or the data's) and fails collection.
+            problems = session.runners[spec.name].check(chosen)
+            if chosen and len(problems) == len(chosen):
+                first = problems[chosen[0].id]
+                more = f" (so do all {len(chosen)} selected items)" if len(chosen) > 1 else ""
+                raise self.CollectError(first + more)
         except LlmEvalError as exc:
             raise self.CollectError(str(exc)) from None
+        if not chosen:
+            yield self._no_items(spec, "empty", _no_items_reason(session, spec, loaded))
+            return
         meta = task_meta(spec, len(items))
         for item in chosen:
-            node = EvalItem.from_parent(self, name=item.id, task=spec.name, item=item, meta=meta)
+            node = EvalItem.from_parent(
+                self,
+                name=item.id,
+                task=spec.name,
+                item=item,
+                meta=meta,
+                problem=problems.get(item.id),
+            )
             node.add_marker(pytest.mark.llmeval)
             node.add_marker(pytest.mark.xdist_group(name=f"llmeval-{spec.name}"))
             for marker in _markers(spec):
                 node.add_marker(getattr(pytest.mark, marker))
             yield node
+
+    def _no_items(self, spec: TaskSpec, suffix: str, reason: str) -> MissingDataItem:
+        """The one item of a task that runs none (see :class:`MissingDataItem`). It reports
+        to the controller (a row in the summary) when the task has a floor or its data is
+        installed but yields nothing; a task whose data is not installed stays a plain
+        skip, as before."""
+        meta = None
+        if spec.floor is not None or suffix != "data":
+            meta = {**task_meta(spec, 0), "task": spec.name}
+        node = MissingDataItem.from_parent(
+            self, name=f"{spec.name}-{suffix}", reason=reason, floor=spec.floor, meta=meta
+        )
+        for marker in _markers(spec):
+            node.add_marker(getattr(pytest.mark, marker))
+        return node
+
+
+def _no_items_reason(session: LlmEvalSession, spec: TaskSpec, loaded: int) -> str:
+    """Why a task whose data is installed has no item to run."""
+    if loaded:
+        return f"all {loaded} of its items are excluded by --llm-exclude {session.options.exclude}"
+    return describe_no_rows(spec, session.options.data_dirs)
 
 
 def _markers(spec: TaskSpec) -> list[str]:

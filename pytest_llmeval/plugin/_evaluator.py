@@ -15,18 +15,45 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmeval._errors import LlmEvalError
-from pytest_llmeval.dataset import Item, task_subsets
-from pytest_llmeval.eval import ItemResult, TaskRunner
-from pytest_llmeval.record import config_hash, prompt_hash, resumable_items, task_config
+from pytest_llmeval.dataset import Item, task_data_files, task_subsets
+from pytest_llmeval.eval import ItemResult, TaskRunner, item_digests
+from pytest_llmeval.record import (
+    config_hash,
+    data_files,
+    prompt_hash,
+    resumable_items,
+    resume_key,
+    run_identity,
+    same_content,
+    task_config,
+)
 
 from ._options import Options
 
 if TYPE_CHECKING:
     from pytest_llmeval.model import Backend
 
-# Absolute tolerance on log-likelihoods for the determinism check (float32 CPU kernels
-# differ by ~1e-6 between batch compositions; anything above 1e-4 is a real difference).
-LOGPROB_TOLERANCE = 1e-4
+# Tolerance of the determinism check on a log-likelihood, by the dtype the model ran in:
+# (absolute, relative to the value). The rerun has the same batch composition as the first
+# run (the same items, in the same call), so on deterministic kernels the numbers are
+# identical; what remains is the run-to-run noise of kernels without a deterministic
+# implementation (GPU atomics, split reductions), a few units of the dtype's last place
+# per value, accumulated over the continuation's tokens. float32 keeps 24 bits of mantissa
+# (eps 1.2e-7), float16 11 (eps 9.8e-4), bfloat16 8 (eps 7.8e-3): an absolute 1e-4 is right
+# for float32 and flags healthy bfloat16 items. Backends that do not say their dtype (a
+# server) get bfloat16's, the loosest. See docs/RECORDS.md.
+LOGPROB_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float32": (1e-4, 1e-5),
+    "float16": (1e-2, 1e-3),
+    "bfloat16": (5e-2, 1e-2),
+}
+
+
+def logprob_tolerance(dtype: str | None, value: float) -> float:
+    """The largest difference of a log-likelihood ``value`` that the determinism check
+    accepts between two runs in ``dtype``."""
+    absolute, relative = LOGPROB_TOLERANCES.get(str(dtype), LOGPROB_TOLERANCES["bfloat16"])
+    return absolute + relative * abs(value)
 
 
 def _json(value: Any) -> Any:
@@ -39,6 +66,8 @@ class TaskState:
     config: dict[str, Any]
     prompt_hash: str
     config_hash: str
+    resume_key: str = ""
+    data_files: dict[str, str] = field(default_factory=dict)
     resumable: dict[str, dict[str, Any]] = field(default_factory=dict)
     resumed_from: list[str] = field(default_factory=list)
     determinism_checked: int = 0
@@ -50,6 +79,7 @@ class Evaluator:
         self.code_dir = code_dir
         self._backend: Backend | None = None
         self._error: str | None = None
+        self._identity: dict[str, Any] | None = None
         self.environment: dict[str, Any] | None = None
         self.model_settings: dict[str, Any] = {}
         self.states: dict[str, TaskState] = {}
@@ -57,8 +87,14 @@ class Evaluator:
 
     # ------------------------------------------------------------------ model
 
+    @property
+    def load_error(self) -> str | None:
+        """Why the model could not be loaded in this process (None: not tried, or loaded)."""
+        return self._error
+
     def backend(self) -> Backend:
-        """Load the model once per process; a failure is remembered and re-raised."""
+        """Load the model once per process; a failure of any kind is remembered and
+        re-raised as one short :class:`LlmEvalError` (never retried per item)."""
         if self._backend is not None:
             return self._backend
         if self._error is not None:
@@ -71,15 +107,21 @@ class Evaluator:
             self.environment = self._environment(backend)
         except LlmEvalError as exc:
             self._error = str(exc)
-            raise
         except ImportError as exc:
             self._error = (
                 f"the model backend needs torch and transformers ({exc.name} is missing): "
                 "pip install 'pytest-llm-evaluation[hf]'"
             )
-            raise LlmEvalError(self._error) from None
-        self._backend = backend
-        return backend
+        except Exception as exc:  # anything else a broken model or device raises
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            self._error = (
+                f"--llm-model={self.options.model}: the model could not be loaded: "
+                f"{type(exc).__name__}: {first}"
+            )
+        else:
+            self._backend = backend
+            return backend
+        raise LlmEvalError(self._error)
 
     def _environment(self, backend: Backend) -> dict[str, Any]:
         from pytest_llmeval.record import HashCache, environment_record
@@ -103,6 +145,8 @@ class Evaluator:
             }
         model = env.get("model") or {}
         env["backend"] = info
+        env["worker"] = os.environ.get("PYTEST_XDIST_WORKER") or None
+        env["pid"] = os.getpid()
         libraries = env.get("libraries", {})
         self.model_settings = {
             "backend": info.get("backend"),
@@ -129,23 +173,55 @@ class Evaluator:
 
     # ------------------------------------------------------------------ tasks
 
+    def identity(self) -> dict[str, Any]:
+        """The code and run settings behind this process's item records (resume key)."""
+        if self._identity is None:
+            self._identity = run_identity(
+                self.code_dir, self.options.repeat, self.options.check_determinism
+            )
+        return self._identity
+
     def state(self, runner: TaskRunner) -> TaskState:
         name = runner.spec.name
         if name not in self.states:
             runner.bind(self.backend())
             subsets = task_subsets(runner.spec, runner.data_dirs)
             config: dict[str, Any] = _json(task_config(runner, subsets))
+            digest = config_hash(config, self.model_settings)
             state = TaskState(
                 config=config,
                 prompt_hash=prompt_hash(config),
-                config_hash=config_hash(config, self.model_settings),
+                config_hash=digest,
+                resume_key=resume_key(digest, self.identity()),
+                data_files=data_files(
+                    task_data_files(runner.spec, runner.data_dirs), runner.data_dirs
+                ),
             )
             if self.options.resume:
-                found, sources = resumable_items(self.options.output, name, state.config_hash)
+                found, sources = resumable_items(self.options.output, name, state.resume_key)
                 state.resumable = found
                 state.resumed_from = [str(s) for s in sources]
             self.states[name] = state
         return self.states[name]
+
+    def _reusable(self, runner: TaskRunner, state: TaskState, item: Item) -> ItemResult | None:
+        """A finished result of ``item`` from an interrupted run, when its record was
+        computed from the item as it is now (source record, prompt, target: the digests
+        of ``record._resume``)."""
+        record = state.resumable.pop(item.id, None)
+        if record is None:
+            return None
+        try:
+            prepared = runner.prepare(item)
+        except LlmEvalError:
+            return None
+        if not same_content(record, item_digests(prepared)):
+            return None
+        result = ItemResult.from_dict(
+            {k: v for k, v in record.items() if k in ItemResult.__dataclass_fields__}
+        )
+        result.reused_from = str(record.get("run_dir") or "") or None
+        return result
 
     def results(
         self, runner: TaskRunner, wanted: Item, selection: Callable[[], list[Item]]
@@ -167,13 +243,9 @@ class Evaluator:
         to_compute = []
         reused = 0
         for item in chunk:
-            record = state.resumable.pop(item.id, None)
-            if record is not None:
-                result = ItemResult.from_dict(
-                    {k: v for k, v in record.items() if k in ItemResult.__dataclass_fields__}
-                )
-                result.reused_from = str(record.get("run_dir", "")) or "interrupted run"
-                self.cache[item.id] = result
+            found = self._reusable(runner, state, item)
+            if found is not None:
+                self.cache[item.id] = found
                 reused += 1
             else:
                 to_compute.append(item)
@@ -190,7 +262,8 @@ class Evaluator:
                     scores.append(r.score)
             for result, scores in zip(results, repeat_scores, strict=True):
                 result.config_hash = state.config_hash
-                if self.options.repeat > 1:
+                result.resume_key = state.resume_key
+                if self.options.repeat > 1 and result.error is None:
                     result.repeat_scores = scores
                 self.cache[result.item_id] = result
             self._check_determinism(runner, state, to_compute, results)
@@ -204,20 +277,31 @@ class Evaluator:
     def _check_determinism(
         self, runner: TaskRunner, state: TaskState, items: list[Item], results: list[ItemResult]
     ) -> None:
-        """Rerun the first items of a task as a batch of their own and compare."""
+        """Rerun the batch that holds a task's first items, as it was (the same items in
+        the same call, so the same batch composition), and compare those items: outputs
+        exactly, log-likelihoods within the dtype's tolerance (``logprob_tolerance``)."""
         budget = self.options.check_determinism - state.determinism_checked
         if budget <= 0:
             return
-        sample = list(zip(items, results, strict=True))[:budget]
+        sample = [(i, r) for i, r in enumerate(results) if r.error is None][:budget]
+        if not sample:
+            return
         state.determinism_checked += len(sample)
-        again = runner.run([it for it, _ in sample], self.backend())
-        for (_, first), second in zip(sample, again, strict=True):
+        again = runner.run(items, self.backend())
+        dtype = self.model_settings.get("dtype")
+        for index, first in sample:
+            second = again[index]
             problems = []
-            if first.output != second.output:
+            if second.error is not None:
+                problems.append(f"the rerun failed: {second.error}")
+            elif first.output != second.output:
                 problems.append(f"output {first.output!r} != {second.output!r}")
-            for i, (a, b) in enumerate(zip(first.logprobs, second.logprobs, strict=True)):
-                if abs(a - b) > LOGPROB_TOLERANCE:
-                    problems.append(f"log-likelihood of choice {i}: {a!r} != {b!r}")
+            for i, (a, b) in enumerate(zip(first.logprobs, second.logprobs, strict=False)):
+                if abs(a - b) > logprob_tolerance(dtype, a):
+                    problems.append(
+                        f"log-likelihood of choice {i}: {a!r} != {b!r} (tolerance "
+                        f"{logprob_tolerance(dtype, a):.2g} in {dtype})"
+                    )
             first.determinism = "; ".join(problems) if problems else "ok"
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -343,8 +343,10 @@ def _choice(config: pytest.Config, name: str, options: tuple[str, ...]) -> str:
     return value
 
 
-def _floors(config: pytest.Config) -> dict[str, float]:
+def _floors(config: pytest.Config) -> tuple[dict[str, float], dict[str, str]]:
+    """The floor overrides, and where each came from (``--llm-floor`` or the ini file)."""
     floors: dict[str, float] = {}
+    origins: dict[str, str] = {}
     entries = [("llm_floors (ini)", e) for e in config.getini("llm_floors")]
     entries += [("--llm-floor", e) for e in config.getoption("llm_floor") or []]
     for where, entry in entries:
@@ -358,14 +360,26 @@ def _floors(config: pytest.Config) -> dict[str, float]:
                 f"{where}: expected TASK=SCORE with SCORE in [0, 1], got {entry!r}"
             )
         floors[task.strip()] = floor
-    return floors
+        origins[task.strip()] = where
+    return floors, origins
 
 
 def _data_dirs(config: pytest.Config) -> list[Path]:
+    """The data directories in search order. One named on the command line or in
+    ``LLMEVAL_DATA_DIR`` must exist (a typo would otherwise make every benchmark look not
+    installed); the ini default may be absent on a machine without the shared data."""
     from pytest_llmeval.dataset import env_data_dirs, path_list
 
     cli = config.getoption("llm_data_dir")
     dirs = path_list(str(cli)) if cli else []
+    for where, named in (("--llm-data-dir", dirs), ("LLMEVAL_DATA_DIR", env_data_dirs())):
+        for d in named:
+            if not d.is_dir():
+                raise pytest.UsageError(
+                    f"{where}: no such directory: {d}"
+                    + (" (it is a file)" if d.exists() else "")
+                    + "; give the folder that holds the benchmark folders (gsm8k/, mmlu/, ...)"
+                )
     dirs += env_data_dirs()
     ini = config.getini("llm_data_dir")
     if ini:
@@ -438,6 +452,69 @@ def _path(config: pytest.Config, name: str) -> Path | None:
     return Path(str(value)).expanduser() if value else None
 
 
+def _writable_dir(config: pytest.Config, name: str, path: Path) -> Path:
+    """A directory the run will create or write into: not a file, and its nearest existing
+    ancestor a writable directory (checked now, not after the model's work is done)."""
+    flag = "--" + name.replace("_", "-")
+    if path.exists() and not path.is_dir():
+        raise pytest.UsageError(
+            f"{flag} (ini {name}): {path} is a file; it must be a directory (or not exist yet)"
+        )
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise pytest.UsageError(
+            f"{flag} (ini {name}): cannot create or write {path}: {existing} is not a "
+            "writable directory"
+        )
+    return path
+
+
+def _baseline(config: pytest.Config) -> Path | None:
+    """``--llm-baseline``: an existing run directory, read now (before any model work)."""
+    path = _path(config, "llm_baseline")
+    if path is None:
+        return None
+    from pytest_llmeval._errors import LlmEvalError
+    from pytest_llmeval.record import load_run
+
+    try:
+        load_run(path)
+    except (LlmEvalError, OSError, ValueError) as exc:
+        raise pytest.UsageError(f"--llm-baseline (ini llm_baseline): {exc}") from None
+    return path
+
+
+def _model(config: pytest.Config, backend: str) -> str | None:
+    """``--llm-model``: for the hf backend a known name or a model directory, checked now
+    (the weights themselves are read when the first item needs them)."""
+    value = _raw(config, "llm_model")
+    if not value:
+        return None
+    model = str(value)
+    if backend != "hf":
+        return model  # the name the server serves the model under
+    from pytest_llmeval.model import EMBEDDED
+
+    if model.lower() in EMBEDDED:
+        return model
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        known = ", ".join(sorted(EMBEDDED))
+        what = "is a file, not a model directory" if path.exists() else "no such directory"
+        raise pytest.UsageError(
+            f"--llm-model={model}: {what}, and not a known model name ({known}). Hub ids "
+            "are not fetched at run time: download the model first (huggingface-cli "
+            "download ID --local-dir DIR) and pass DIR."
+        )
+    if not (path / "config.json").is_file():
+        raise pytest.UsageError(
+            f"--llm-model={model}: {path} has no config.json (not a Hugging Face model directory)"
+        )
+    return model
+
+
 @dataclass(frozen=True)
 class Options:
     """The resolved llmeval options of one pytest run (CLI over ini over defaults)."""
@@ -453,6 +530,8 @@ class Options:
     floors: dict[str, float]
     strict: bool
     show: str
+    # Where each floor override came from: "--llm-floor" or "llm_floors (ini)".
+    floor_origins: dict[str, str] = field(default_factory=dict)
     repeat: int = 1
     check_determinism: int = 0
     resume: bool = True
@@ -523,12 +602,15 @@ class Options:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
-        model = _raw(config, "llm_model") or None
+        """Every option resolved and checked: a bad value or path is a usage error now,
+        before collection and long before a model loads."""
         output = _raw(config, "llm_output")
         strict = config.getoption("llm_strict")
         strip_thinking = config.getoption("llm_strip_thinking")
         backend = _text(config, "llm_backend") or "hf"
         system_prompt = _raw(config, "llm_system_prompt")
+        floors, floor_origins = _floors(config)
+        model = _raw(config, "llm_model") or None
         options = cls(
             model=str(model) if model else None,
             device=_text(config, "llm_device") or "auto",
@@ -539,13 +621,14 @@ class Options:
             seed=_int(config, "llm_seed", 0) or 0,
             output=Path(output).expanduser() if output else config.rootpath / ".llmeval" / "runs",
             data_dirs=tuple(_data_dirs(config)),
-            floors=_floors(config),
+            floors=floors,
+            floor_origins=floor_origins,
             strict=bool(strict if strict is not None else config.getini("llm_strict")),
             show=_choice(config, "llm_show", ("auto", "all", "wrong", "none")),
             repeat=_int(config, "llm_repeat", 1) or 1,
             check_determinism=_int(config, "llm_check_determinism", 0) or 0,
             resume=not config.getoption("llm_no_resume"),
-            baseline=_path(config, "llm_baseline"),
+            baseline=_baseline(config),
             baseline_fail=_raw(config, "llm_baseline_fail") or None,
             run_dir=_path(config, "llm_run_dir"),
             catalog=bool(config.getoption("llm_catalog")),
@@ -580,4 +663,12 @@ class Options:
             options.model_settings()
         except SettingsError as exc:
             raise _settings_error(exc) from None
+        # The model's path and the folders the run writes are checked last, so that a bad
+        # setting is named before a missing model; without a model nothing is loaded or
+        # written.
+        if options.model is not None:
+            _model(config, backend)
+            _writable_dir(config, "llm_output", options.output)
+            if options.run_dir is not None:
+                _writable_dir(config, "llm_run_dir", options.run_dir)
         return options

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import LlmEvalError
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class ProbeRunner:
             folder = self.session.run_dir().path / "contamination"
             folder.mkdir(exist_ok=True)
             (folder / f"{task}-{probe}.json").write_text(
-                json.dumps({**report.to_dict(), "alpha": opts.probe_alpha}, indent=1)
+                strict_json.dumps({**report.to_dict(), "alpha": opts.probe_alpha}, indent=1)
             )
         return report
 

@@ -41,11 +41,18 @@ if TYPE_CHECKING:
 
 
 class SelectedItem(Protocol):
-    """A benchmark item's test as the session sees it (``_collect.EvalItem``): its task
-    and its item. The session never imports the collection module (which imports it)."""
+    """A benchmark item's test as the session sees it (``_collect.EvalItem``): its task,
+    its item, why it cannot be evaluated (found at collection, or None), its node id and
+    its user properties. The session never imports the collection module (which imports
+    it)."""
 
     task: str
     item: Item
+    problem: str | None
+    user_properties: list[tuple[str, object]]
+
+    @property
+    def nodeid(self) -> str: ...
 
 
 def _read_exclusions(path: Path | None) -> tuple[frozenset[str], str | None]:
@@ -78,6 +85,22 @@ def _read_agreement(path: Path | None) -> tuple[dict[str, Any] | None, str | Non
         return read_agreement(path)
     except LlmEvalError as exc:
         raise pytest.UsageError(f"--llm-agreement (ini llm_agreement): {exc}") from None
+
+
+def _item_line(item_id: str, message: str) -> str:
+    """An item's error as one line that names the item once."""
+    return message if item_id in message else f"{item_id}: {message}"
+
+
+def _no_score(tally: TaskTally) -> str:
+    """Why a task with a floor has no score to hold to it."""
+    if tally.not_fitting:
+        window = next(iter(tally.not_fitting.values())).get("context_window")
+        return (
+            f"none of its {len(tally.not_fitting)} selected items fits the context window "
+            f"({window} tokens), so no score holds its floor {tally.floor}"
+        )
+    return f"no item was scored, so no score holds its floor {tally.floor}"
 
 
 def task_meta(spec: TaskSpec, total_items: int) -> dict[str, Any]:
@@ -114,6 +137,8 @@ class TaskTally:
     nondeterministic: list[str] = field(default_factory=list)
     # Items whose prompt does not fit the model's context window: reported, not scored.
     not_fitting: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Items scored on a prompt cut to fit the window (the spec's overflow policy).
+    truncated: list[str] = field(default_factory=list)
     # Generations that show behavioural cues of recall (a benchmark's name, a split, ...).
     recall_cues: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
@@ -194,6 +219,16 @@ class LlmEvalSession:
         self.report_error: str | None = None
         self.started = _dt.datetime.now()
         self.excluded, self.exclude_sha256 = _read_exclusions(self.options.exclude)
+        self.exclusions_matched: set[str] = set()
+        # Found at collection (each process): warnings for the summary, and on an xdist
+        # worker an option error that stops it before the model loads.
+        self.notes: dict[str, list[str]] = {}
+        self.stop_reason: str | None = None
+        # Controller: each process's environment (xdist workers by id), and why the run
+        # stopped before its end (None: it ran to the end).
+        self.environments: dict[str, dict[str, Any]] = {}
+        self.interrupted: str | None = None
+        self.done_nodeids: set[str] = set()  # benchmark items that ran (or were skipped)
         self.agreement, self.agreement_sha256 = _read_agreement(self.options.agreement)
         if self.options.baseline_fail and not self.is_worker:
             from pytest_llmeval.record import parse_gate
@@ -252,7 +287,45 @@ class LlmEvalSession:
         """The benchmark items selected to run (after -k, -m and deselection), by task."""
         self.selected = {}
         for item in items:
-            self.selected.setdefault(item.task, []).append(item)
+            # An item with a problem found at collection fails alone: never in a batch.
+            if item.problem is None:
+                self.selected.setdefault(item.task, []).append(item)
+
+    def check_collection(self, items: list[SelectedItem]) -> None:
+        """After collection (``items``: the benchmark items selected): floors and
+        exclusions that match nothing. A floor given on the command line for a task that
+        was not collected is an option error (before any model loads); one from the ini
+        file, and exclusion ids that match no item, are warnings in the summary (ini floors
+        are project-wide; exclusion lists are often shared between tasks)."""
+        unknown = sorted(set(self.options.floors) - set(self.specs))
+        tasks = ", ".join(sorted(self.specs)) or "none"
+        given = [t for t in unknown if self.options.floor_origins.get(t) == "--llm-floor"]
+        if given:
+            message = (
+                f"--llm-floor: no task named {', '.join(repr(t) for t in given)} was "
+                f"collected (tasks: {tasks}); check the name, or collect its spec file"
+            )
+            if not self.is_worker:
+                raise pytest.UsageError(message)
+            self.stop_reason = message  # a worker cannot raise here: its items fail
+        warnings = [
+            f"llm_floors (ini): no collected task named {t!r} (tasks: {tasks}); "
+            "its floor holds nothing in this run"
+            for t in unknown
+            if t not in given
+        ]
+        unmatched = sorted(self.excluded - self.exclusions_matched)
+        if unmatched and self.options.exclude is not None:
+            shown = ", ".join(unmatched[:5]) + (", ..." if len(unmatched) > 5 else "")
+            warnings.append(
+                f"--llm-exclude {self.options.exclude}: {len(unmatched)} of "
+                f"{len(self.excluded)} ids match no item of the collected tasks ({shown})"
+            )
+            self.notes["unmatched_exclusions"] = unmatched
+        if warnings:
+            self.notes["warnings"] = warnings
+        if items and self.notes:  # the notes reach the controller with the first report
+            items[0].user_properties.append(("llmeval_notes", self.notes))
 
     # ---------------------------------------------------------------- compute side
 
@@ -282,6 +355,10 @@ class LlmEvalSession:
                         **state.config,
                         "config_hash": state.config_hash,
                         "prompt_hash": state.prompt_hash,
+                        # Recorded facts, outside the config hash: resume compares each
+                        # item's own digests instead (record/_resume.py).
+                        "data_files": state.data_files,
+                        "resume_key": state.resume_key,
                         "resumed_from": state.resumed_from,
                     },
                 )
@@ -305,21 +382,37 @@ class LlmEvalSession:
                     self.started,
                 )
             self.run = RunDir(path)
+            # This process's lease: the run is live (never resumed from, never superseded)
+            # until the session ends and records how it ended.
+            self.run.claim([str(a) for a in self.config.invocation_params.args])
             self.run.log(
                 f"run started {self.started:%Y-%m-%dT%H:%M:%S} (first result now): "
                 f"model={self.options.model} args={self.config.invocation_params.args}"
             )
         return self.run
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Fold one item report (from this process or an xdist worker) into its task.
 
         Under xdist this runs on the workers and on the controller; only the controller
-        (or a run without xdist) keeps tallies and writes records.
+        (or a run without xdist) keeps tallies and writes records. It runs first so that
+        the reporters after it (terminal, JUnit XML) see the item's compact properties and
+        a wrong answer as not passed (``record._junit``).
         """
         if self.is_worker:
             return
         props = dict(report.user_properties)
+        notes = props.get("llmeval_notes")
+        if isinstance(notes, dict):
+            self.notes.update(notes)
+        self._fold(report, props)
+        if "llmeval_task" in props:
+            from pytest_llmeval.record import present_report
+
+            present_report(report, props, strict=self.options.strict)
+
+    def _fold(self, report: pytest.TestReport, props: dict[str, Any]) -> None:
         task = props.get("llmeval_task")
         meta = props.get("llmeval_meta")
         if not isinstance(task, str) or not isinstance(meta, dict):
@@ -337,6 +430,8 @@ class LlmEvalSession:
                 capability=meta.get("capability"),
                 freshness=str(meta.get("freshness") or "stable"),
             )
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            self.done_nodeids.add(report.nodeid)
         if report.when == "setup":
             tally.selected += 1
             if report.skipped:
@@ -344,21 +439,34 @@ class LlmEvalSession:
         if report.when == "call":
             self._record_call(tally, props, report.duration)
         if report.failed and "llmeval_result" not in props:
-            tally.errors.append(f"{report.nodeid}: {report.when} failed")
+            lines = report.longreprtext.strip().splitlines()
+            why = lines[0][:300] if lines else f"{report.when} failed"
+            tally.errors.append(_item_line(report.nodeid.rpartition("::")[2], why))
 
     def _record_call(self, tally: TaskTally, props: dict[str, Any], duration: float) -> None:
         environment = props.get("llmeval_environment")
-        if isinstance(environment, dict) and not self.environment:
-            self.environment = environment
+        if isinstance(environment, dict):
+            # Each process sends its own (xdist workers may differ: device, host).
+            self.environments[str(environment.get("worker") or "main")] = environment
+            if not self.environment:
+                self.environment = environment
         task_config = props.get("llmeval_task_config")
         if isinstance(task_config, dict):
             tally.config = task_config
-            self.resumed_from.update(task_config.get("resumed_from") or [])
         for line in props.get("llmeval_log") or []:
             self.run_dir().log(str(line))
         tally.seconds += duration
         result = props.get("llmeval_result")
+        if isinstance(result, dict) and result.get("error"):
+            # Not scored, but recorded: the item line says what went wrong.
+            tally.errors.append(_item_line(str(result["item_id"]), str(result["error"])))
+            self.run_dir().append_item(tally.name, result)
+            return
         if isinstance(result, dict):
+            if result.get("reused_from") and Path(str(result["reused_from"])).is_dir():
+                self.resumed_from.add(str(result["reused_from"]))
+            if (result.get("details") or {}).get("truncated_prompt_tokens"):
+                tally.truncated.append(result["item_id"])
             overflow = (result.get("details") or {}).get("context_overflow")
             if overflow:
                 tally.not_fitting[result["item_id"]] = overflow
@@ -391,12 +499,14 @@ class LlmEvalSession:
                 "transformers": backend.get("transformers"),
             },
             "dtype": backend.get("dtype", opts.dtype),
-            "device": backend.get("device", opts.device),
+            "device": self._per_worker("device", backend.get("device", opts.device)),
             "batch_size": backend.get("batch_size", opts.batch_size),
             "limit": opts.limit,
             "seed": opts.seed,
-            "seeds": {"python": opts.seed, "numpy": opts.seed, "torch": opts.seed},
-            "torch_deterministic_algorithms": True,
+            # What the backend seeded and how torch was set, as it reports them (a server
+            # backend seeds nothing here: its seed travels with each request).
+            "seeds": backend.get("seeds"),
+            "torch_deterministic_algorithms": backend.get("deterministic_algorithms"),
             "repeat": opts.repeat,
             "check_determinism": opts.check_determinism,
             "excluded_items": (
@@ -404,6 +514,7 @@ class LlmEvalSession:
                     "file": str(opts.exclude),
                     "sha256": self.exclude_sha256,
                     "ids": sorted(self.excluded),
+                    "unmatched": self.notes.get("unmatched_exclusions", []),
                 }
                 if opts.exclude is not None
                 else None
@@ -422,6 +533,8 @@ class LlmEvalSession:
             },
             "environment": env,
         }
+        if len(self.environments) > 1 or any(k != "main" for k in self.environments):
+            config["workers"] = self._workers()
         if backend.get("backend") == "openai":
             # A served model: no weights to hash; it is identified by what the server says.
             config["model_sha256_reason"] = model.get("reason")
@@ -443,6 +556,39 @@ class LlmEvalSession:
             }
         return config
 
+    def _per_worker(self, key: str, default: Any) -> Any:
+        """A backend setting of the run: its value when every process had the same, else
+        the value of each xdist worker by id."""
+        values = {
+            worker: (env.get("backend") or {}).get(key)
+            for worker, env in sorted(self.environments.items())
+        }
+        if len(set(map(str, values.values()))) > 1:
+            return values
+        return default
+
+    def _workers(self) -> dict[str, Any]:
+        """Per process (xdist worker): its device, host and pid, and its whole environment
+        record when that differs from the first one's in anything but those."""
+        from pytest_llmeval.record import drift_fingerprint
+
+        base = drift_fingerprint(self.environment, {}) if self.environment else {}
+        workers: dict[str, Any] = {}
+        for worker, env in sorted(self.environments.items()):
+            backend = env.get("backend") or {}
+            entry: dict[str, Any] = {
+                "device": backend.get("device"),
+                "device_name": backend.get("device_name"),
+                "dtype": backend.get("dtype"),
+                "batch_size": backend.get("batch_size"),
+                "hostname": env.get("hostname"),
+                "pid": env.get("pid"),
+            }
+            if drift_fingerprint(env, {}) != base:
+                entry["environment"] = env
+            workers[worker] = entry
+        return workers
+
     def decide(self) -> list[Verdict]:
         verdicts = []
         for name in sorted(self.tallies):
@@ -451,12 +597,26 @@ class LlmEvalSession:
             repeats = tuple(tally.repeat_scores())
             score = statistics.median(repeats) if len(repeats) > 1 else est.value
             n = len(tally.results)
+            # The items selected for the task (known here without xdist): an interrupted
+            # run's verdict covers them all, not only those that ran.
+            selected = max(tally.selected, len(self.selected.get(name, ())))
+            if (
+                n == 0
+                and tally.floor is not None
+                and tally.selected > tally.skipped
+                and not tally.errors
+            ):
+                why = _no_score(tally)
+                if why not in tally.errors:
+                    tally.errors.append(why)
             if tally.errors or tally.nondeterministic:
                 status = "error"
             elif tally.selected and tally.skipped == tally.selected:
                 status = "skipped"
-            elif n < tally.selected - tally.skipped - len(tally.not_fitting):
+            elif n < selected - tally.skipped - len(tally.not_fitting):
                 status = "incomplete"
+            elif self.interrupted and name not in self.selected:
+                status = "incomplete"  # under xdist: which of its items ran is not known
             elif tally.floor is None:
                 status = "no floor"
             else:
@@ -465,7 +625,7 @@ class LlmEvalSession:
                 Verdict(
                     task=name,
                     n=n,
-                    selected=tally.selected,
+                    selected=selected,
                     total=tally.total_items,
                     metric=tally.metric,
                     estimate=est,
@@ -477,10 +637,16 @@ class LlmEvalSession:
                 )
             )
         self.verdicts = verdicts
-        if self.run is not None and any(t.results for t in self.tallies.values()):
-            self._finish_record()
-        elif self.run is not None:  # only probe reports (or nothing scored): still a report
-            self._write_report()
+        if self.run is not None:  # anything was recorded: the record is completed
+            with self.run.merge_lock():
+                self._finish_record()
+            status = "interrupted" if self.interrupted else "finished"
+            self.run.log(f"run {status}" + (f": {self.interrupted}" if self.interrupted else ""))
+            self.run.release(status, self.interrupted)
+            # After the lease is released, so that the page reads how the run ended (a run
+            # another process still writes under --llm-run-dir reads as live).
+            with self.run.merge_lock():
+                self._write_report()
         return verdicts
 
     def _finish_record(self) -> None:
@@ -488,6 +654,8 @@ class LlmEvalSession:
         config = self.eval_config()
         summary: dict[str, Any] = {}
         if self.options.run_dir is not None:  # combining runs: keep the other tasks
+            # (read, merged and written under the directory's merge lock: several
+            # processes may finish at once)
             previous_config = self.run.read_json(CONFIG) or {}
             config["tasks"] = {**previous_config.get("tasks", {}), **config["tasks"]}
             summary = self.run.read_json(SUMMARY) or {}
@@ -516,6 +684,12 @@ class LlmEvalSession:
             not_fitting = self.tallies[v.task].not_fitting
             if not_fitting:
                 entry["not_fitting"] = {"n": len(not_fitting), "items": sorted(not_fitting)}
+            truncated = self.tallies[v.task].truncated
+            if truncated:
+                entry["truncated"] = {"n": len(truncated), "items": sorted(truncated)}
+            errors = self.tallies[v.task].errors
+            if errors:
+                entry["errors"] = {"n": len(errors), "items": list(errors)}
             if v.repeats:
                 entry["repeats"] = list(v.repeats)
                 entry["spread"] = v.spread
@@ -537,14 +711,13 @@ class LlmEvalSession:
         if self.resumed_from:
             mark_superseded([Path(p) for p in self.resumed_from], self.run.path)
         self.run.log(
-            "run finished: "
+            "scores: "
             + ", ".join(
                 f"{v.task} {v.metric}={v.score:.4f} ({v.status})"
                 for v in self.verdicts
                 if not math.isnan(v.score)
             )
         )
-        self._write_report()
 
     def _write_report(self) -> None:
         """``report.html`` from the records just written. The records are the result: a

@@ -13,6 +13,7 @@ from ._collect import describe
 from ._session import LlmEvalSession
 
 AUTO_SHOW_MAX_ITEMS = 5
+ERRORS_SHOWN = 5
 
 
 def _pct(x: float) -> str:
@@ -99,9 +100,12 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             tally = session.tallies[v.task]
             for line in tally.nondeterministic:
                 tr.write_line(f"ERROR {v.task}: non-deterministic item {line}", red=True)
-            if tally.errors:
+            for line in tally.errors[:ERRORS_SHOWN]:
+                tr.write_line(f"ERROR {v.task}: {line}", red=True)
+            if len(tally.errors) > ERRORS_SHOWN:
                 tr.write_line(
-                    f"ERROR {v.task}: some items could not be evaluated (see errors above)",
+                    f"ERROR {v.task}: {len(tally.errors) - ERRORS_SHOWN} more item(s) could "
+                    "not be evaluated (all listed in metrics_summary.json)",
                     red=True,
                 )
         elif v.status == "incomplete":
@@ -127,7 +131,8 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
         tr.write_line(f"BASELINE GATE ({session.options.baseline_fail}): {failure}", red=True)
     write_failures(session, tr)
     if session.run is not None:
-        tr.write_line(f"run record: {session.run.path}")
+        stopped = f" (interrupted: {session.interrupted}; resumable)" if session.interrupted else ""
+        tr.write_line(f"run record: {session.run.path}{stopped}")
         if session.report_path is not None:
             tr.write_line(f"run report: {session.report_path}")
         if session.report_error is not None:
@@ -137,6 +142,12 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
                 f"{session.run.path}",
                 yellow=True,
             )
+
+
+def write_warnings(session: LlmEvalSession, tr: Any) -> None:
+    """Floors and exclusions that matched nothing (found at collection)."""
+    for line in session.notes.get("warnings", []):
+        tr.write_line(f"WARNING {line}", yellow=True)
 
 
 def write_details(session: LlmEvalSession, tr: Any) -> None:
@@ -155,7 +166,11 @@ def write_details(session: LlmEvalSession, tr: Any) -> None:
 
 
 def report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
-    """Wrong answers are their own outcome: visible, but not failures (unless --llm-strict)."""
+    """Wrong answers are their own outcome: visible, but not failures (unless --llm-strict).
+    The controller reports them as skipped with the reason (``record._junit``), so that
+    JUnit XML does not show them as passed."""
+    if report.when == "call" and getattr(report, "llmeval_wrong", False):
+        return "wrong", "w", "WRONG"
     if report.when != "call" or not report.passed:
         return None
     for name, value in report.user_properties:

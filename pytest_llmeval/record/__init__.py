@@ -19,7 +19,9 @@ from pytest_llmeval.record._env import (
     library_versions,
 )
 from pytest_llmeval.record._hash import HashCache, file_sha256, model_fingerprint, stable_hash
+from pytest_llmeval.record._junit import compact_properties, present_report, wrong_answer
 from pytest_llmeval.record._report import prepare_report, render_report, write_report
+from pytest_llmeval.record._resume import data_files, resume_key, run_identity, same_content
 from pytest_llmeval.record._rundir import (
     CONFIG,
     MARKDOWN,
@@ -28,6 +30,7 @@ from pytest_llmeval.record._rundir import (
     mark_superseded,
     new_run_dir,
     resumable_items,
+    run_state,
     strip_timing,
     write_json_atomic,
 )
@@ -50,8 +53,10 @@ __all__ = [
     "RunRecord",
     "TaskDelta",
     "append_github_step_summary",
+    "compact_properties",
     "compare_runs",
     "config_hash",
+    "data_files",
     "describe_drift",
     "drift_fingerprint",
     "environment_record",
@@ -68,13 +73,19 @@ __all__ = [
     "new_run_dir",
     "parse_gate",
     "prepare_report",
+    "present_report",
     "prompt_hash",
     "prompt_lines",
     "render_report",
     "resumable_items",
+    "resume_key",
+    "run_identity",
+    "run_state",
+    "same_content",
     "stable_hash",
     "strip_timing",
     "task_config",
     "write_json_atomic",
     "write_report",
+    "wrong_answer",
 ]

@@ -62,6 +62,9 @@ VOLATILE_FIELDS: tuple[str, ...] = (
     # every setting the config hash covers is compared field by field above
     "tasks.*.config_hash",
     "tasks.*.resumed_from",
+    # the resume key folds in the code's git commit; per-worker facts are environment
+    "tasks.*.resume_key",
+    "workers",
     "**.*timestamp*",
     "**.*_at",
     "**.started",
@@ -243,12 +246,21 @@ def _score(record: Mapping[str, Any]) -> float:
     return 1.0 if record.get("correct") else 0.0
 
 
+def _scored(record: Mapping[str, Any]) -> bool:
+    details = record.get("details")
+    overflow = isinstance(details, Mapping) and details.get("context_overflow")
+    return not record.get("error") and not overflow
+
+
 def _task_delta(
     task: str,
     base: Mapping[str, Mapping[str, Any]],
     cur: Mapping[str, Mapping[str, Any]],
     alpha: float,
 ) -> TaskDelta:
+    # Items that were not scored (an error, a prompt over the window) are not compared.
+    base = {i: r for i, r in base.items() if _scored(r)}
+    cur = {i: r for i, r in cur.items() if _scored(r)}
     shared = [i for i in cur if i in base]
     regressed = sorted(i for i in shared if _is_correct(base[i]) and not _is_correct(cur[i]))
     improved = sorted(i for i in shared if not _is_correct(base[i]) and _is_correct(cur[i]))

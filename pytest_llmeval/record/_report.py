@@ -51,6 +51,7 @@ from pytest_llmeval.record._report_charts import (
     pct,
     strip_svg,
 )
+from pytest_llmeval.record._rundir import run_state
 from pytest_llmeval.scorer import accuracy, paired_difference
 
 REPORT = "report.html"
@@ -60,6 +61,7 @@ DETAILS_LIMIT = 4000  # characters of an item's scorer details shown in the brow
 FLIPPED_SHOWN = 40  # flipped item links listed per task (all are filterable in the browser)
 DIFFS_SHOWN = 12  # config/environment differences listed before the rest is folded
 NOT_SCORED = "not_scored"  # an item whose prompt did not fit the context window
+ITEM_ERROR = "error"  # an item that could not be evaluated (its record says why)
 
 # ---------------------------------------------------------------------------- the model
 
@@ -85,6 +87,8 @@ class TaskRow:
     not_fitting: int = 0
     reused: int = 0
     recall_cues: int = 0
+    errors: int = 0  # items that could not be evaluated (not scored)
+    truncated: int = 0  # items scored on a prompt cut to fit the window
 
     @property
     def failed(self) -> bool:
@@ -211,6 +215,11 @@ class ReportModel:
     history_dir: str | None
     browser: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    # How the run ended, from its leases (record._rundir.run_state): finished, live (still
+    # written by a process), interrupted (resumable), superseded (interrupted, its items
+    # reused by a later run); with the reason an interrupted run gave.
+    state: str = "finished"
+    state_reason: str | None = None
 
     @property
     def partial(self) -> bool:
@@ -250,8 +259,9 @@ def _read_json(path: Path) -> Any:
 
 
 def _scored(record: Mapping[str, Any]) -> bool:
-    """False for an item whose prompt did not fit the context window (reported, not scored)."""
-    return not _get(record, "details", "context_overflow")
+    """False for an item whose prompt did not fit the context window (reported, not scored)
+    and for an item that could not be evaluated (its record carries the ``error``)."""
+    return not record.get("error") and not _get(record, "details", "context_overflow")
 
 
 def fmt_p(value: Any) -> str:
@@ -322,10 +332,13 @@ def task_rows(run: RunRecord) -> list[TaskRow]:
                     not_fitting=_int(_get(summary, "not_fitting", "n")) or 0,
                     reused=reused,
                     recall_cues=_int(_get(summary, "recall_cues", "n")) or 0,
+                    errors=_int(_get(summary, "errors", "n")) or 0,
+                    truncated=_int(_get(summary, "truncated", "n")) or 0,
                 )
             )
             continue
         estimate = accuracy([item_score(r) for r in scored])
+        errors = sum(1 for r in records.values() if r.get("error"))
         total = _int(task_config.get("total_items"))
         seconds = math.fsum(_num(r.get("seconds")) for r in records.values() if "seconds" in r)
         rows.append(
@@ -342,8 +355,10 @@ def task_rows(run: RunRecord) -> list[TaskRow]:
                 seconds=seconds if records else None,
                 partial=total is None or len(records) < total,
                 from_summary=False,
-                not_fitting=len(records) - len(scored),
+                not_fitting=len(records) - len(scored) - errors,
                 reused=reused,
+                errors=errors,
+                truncated=sum(1 for r in scored if _get(r, "details", "truncated_prompt_tokens")),
             )
         )
     return rows
@@ -435,8 +450,10 @@ def comparison_view(
     the flipped items; then the settings and environment fields that differ."""
     rows = []
     for t in comparison.tasks:
-        base = baseline.items.get(t.task, {})
-        cur = current.items.get(t.task, {})
+        # the items both runs scored, as compare_runs counts them (errors and prompts over
+        # the window are not compared)
+        base = {i: r for i, r in baseline.items.get(t.task, {}).items() if _scored(r)}
+        cur = {i: r for i, r in current.items.get(t.task, {}).items() if _scored(r)}
         shared = [i for i in cur if i in base]
         paired = paired_difference(
             [item_score(base[i]) for i in shared], [item_score(cur[i]) for i in shared]
@@ -609,6 +626,8 @@ def history_series(
         config = _read_json(path / "eval_config.json")
         if not isinstance(metrics, dict) or not isinstance(config, dict):
             continue
+        if run_state(path)[0] != "finished":  # interrupted runs write a summary too
+            continue
         if _model_identity(config) != identity:
             continue
         when = _started(config, path)
@@ -757,7 +776,10 @@ def item_entry(
     if subset is not None:
         entry["s"] = subsets.setdefault(str(subset), len(subsets))
     scored = _scored(record)
-    if not scored:
+    if record.get("error"):
+        entry["st"] = ITEM_ERROR
+        entry["er"] = str(record["error"])
+    elif not scored:
         entry["st"] = NOT_SCORED
     else:
         correct = bool(record.get("correct"))
@@ -869,20 +891,33 @@ def prepare_report(
         view = comparison_view(compare_runs(record, base, alpha), record, base)
     if history_dir is None:
         history_dir = path.resolve().parent
-    finished = (path / "metrics_summary.json").is_file()
+    state, reason = run_state(path)
     superseded = path / "superseded_by.txt"
+    if state == "superseded":  # only an interrupted run's items are reused
+        state = "interrupted"
+    finished = state == "finished"
+    has_summary = (path / "metrics_summary.json").is_file()
     notes = []
     has_items = any(record.items.values())
-    if not finished and has_items:
+    computed = (
+        " Task scores are computed here from its item records; no floor was checked."
+        if not has_summary
+        else " Its summary covers the items that ran before it stopped."
+    )
+    if state == "live":
         notes.append(
-            "This run has no metrics_summary.json: it was interrupted (or is still running). "
-            "Task scores are computed here from its item records; no floor was checked."
+            "This run is still being written: a process holds its lease. The page shows "
+            "the records so far." + (computed if has_items else "")
         )
-    elif not finished:
+    elif state == "interrupted" and not has_items and not has_summary:
         notes.append(
             "This run has no item records and no metrics_summary.json: it ran only "
             "contamination probes, or it stopped before its first result."
         )
+    elif state == "interrupted":
+        why = f" ({reason})" if reason else ""
+        resumable = "" if superseded.is_file() else " Its finished items are offered for resume."
+        notes.append(f"This run was interrupted{why}." + computed + resumable)
     model = record.config.get("model") or "?"
     started = record.config.get("started")
     return ReportModel(
@@ -897,7 +932,9 @@ def prepare_report(
             else None
         ),
         facts=environment_facts(record.config),
-        config_json=json.dumps(record.config, indent=1, sort_keys=True, ensure_ascii=False),
+        config_json=json.dumps(
+            _jsonable(record.config), indent=1, sort_keys=True, ensure_ascii=False
+        ),
         tasks=rows,
         comparison=view,
         probes=probe_rows(path),
@@ -906,6 +943,8 @@ def prepare_report(
         history_dir=str(history_dir),
         browser=browser_data(record, view, rows),
         notes=notes,
+        state=state,
+        state_reason=reason if state == "interrupted" else None,
     )
 
 

@@ -9,8 +9,15 @@
   eval.log                  what happened, with times (computed vs reused items, ...)
 ```
 
-A run directory without ``metrics_summary.json`` was interrupted; its item lines are the
-resume cache for the next run with the same config hash.
+Each process that writes a run directory holds a lease on it, ``processes/<host>-<pid>``:
+a lock file held (``flock``) for as long as the process runs, and a status file with its
+pid, host, start, heartbeat (rewritten every 30 s) and, at the end, ``finished`` or
+``interrupted`` with the reason. A run is *live* while a lease is held (or, seen from
+another host, while its heartbeat is fresh); it is *interrupted* when a process ended
+interrupted or died without saying (``kill -9``, OOM); otherwise *finished*. Only
+interrupted runs offer their items for resume; live runs are never reused nor superseded.
+Run directories written before leases existed count as interrupted when they have no
+``metrics_summary.json``.
 """
 
 from __future__ import annotations
@@ -20,9 +27,19 @@ import datetime as _dt
 import json
 import os
 import re
+import socket
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+try:  # advisory file locks (POSIX); elsewhere liveness falls back to pid and heartbeat
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX
+    fcntl = None  # type: ignore[assignment]
+
+from pytest_llmeval import _json as strict_json
 
 SUMMARY = "metrics_summary.json"
 SUPERSEDED = "superseded_by.txt"
@@ -30,8 +47,16 @@ CONFIG = "eval_config.json"
 LOG = "eval.log"
 MARKDOWN = "summary.md"
 
+PROCESSES = "processes"
+MERGE_LOCK = ".merge.lock"
+
 # Fields of an item line that vary between identical runs.
 TIMING_FIELDS = ("seconds",)
+
+# A lease's heartbeat is rewritten this often; seen from another host, a run whose
+# heartbeat is older than STALE_AFTER seconds is taken for dead.
+HEARTBEAT_SECONDS = 30.0
+STALE_AFTER = 300.0
 
 
 def _slug(text: str) -> str:
@@ -54,15 +79,175 @@ def new_run_dir(output: Path, model: str, short_commit: str | None, now: _dt.dat
         return path
 
 
+class RunLease:
+    """This process's claim on a run directory (see the module docstring): the lock is
+    held from :meth:`acquire` to :meth:`release`; a daemon thread rewrites the heartbeat."""
+
+    def __init__(self, run: Path, args: list[str] | None = None) -> None:
+        self.run = run
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        folder = run / PROCESSES
+        stem = f"{_slug(self.host)}-{self.pid}"
+        self.lock_path = folder / f"{stem}.lock"
+        self.status_path = folder / f"{stem}.json"
+        self.info: dict[str, Any] = {
+            "pid": self.pid,
+            "host": self.host,
+            "started": _now(),
+            "heartbeat": _now(),
+            "status": "running",
+            "reason": None,
+            "args": list(args or []),
+        }
+        self._lock: IO[str] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        self.status_path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = self.lock_path.open("w", encoding="utf-8")
+        if fcntl is not None:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._write()
+        self._thread = threading.Thread(target=self._beat, name="llmeval-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            self.info["heartbeat"] = _now()
+            with contextlib.suppress(OSError):
+                self._write()
+
+    def _write(self) -> None:
+        write_json_atomic(self.status_path, self.info)
+
+    def release(self, status: str, reason: str | None = None) -> None:
+        """Record how this process ended (``finished`` or ``interrupted``) and let go."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.info.update(status=status, reason=reason, heartbeat=_now(), ended=_now())
+        with contextlib.suppress(OSError):
+            self._write()
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the flock
+            self._lock = None
+
+    @property
+    def held(self) -> bool:
+        return self._lock is not None
+
+
+def _now() -> str:
+    return _dt.datetime.now().isoformat(timespec="seconds")
+
+
+def _lock_held(path: Path) -> bool | None:
+    """Whether another process holds the flock on ``path`` (None: cannot tell)."""
+    if fcntl is None:
+        return None
+    try:
+        with path.open("a", encoding="utf-8") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _entry_live(status_file: Path, info: Mapping[str, Any], now: float) -> bool:
+    """Whether the process behind a lease entry is still running."""
+    if info.get("status") != "running":
+        return False
+    held = _lock_held(status_file.with_suffix(".lock"))
+    if held is not None and info.get("host") == socket.gethostname():
+        return held  # on this host the lock says it exactly
+    if held:
+        return True
+    if held is None and info.get("host") == socket.gethostname():
+        return _pid_alive(int(info.get("pid") or 0))
+    try:  # another host: its heartbeat (locks over network file systems are not trusted)
+        beat = _dt.datetime.fromisoformat(str(info.get("heartbeat"))).timestamp()
+    except ValueError:
+        return False
+    return now - beat < STALE_AFTER
+
+
+def run_state(run: Path) -> tuple[str, str | None]:
+    """``(state, reason)`` of a run directory: ``live``, ``finished``, ``interrupted`` or
+    ``superseded`` (see the module docstring); the reason says why it was interrupted."""
+    if (run / SUPERSEDED).exists():
+        return "superseded", None
+    entries = []
+    for status_file in sorted((run / PROCESSES).glob("*.json")):
+        try:
+            info = json.loads(status_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(info, dict):
+            entries.append((status_file, info))
+    if not entries:  # a run from before leases: only its summary tells
+        if (run / SUMMARY).exists():
+            return "finished", None
+        return "interrupted", "no metrics_summary.json (a run from before run leases)"
+    now = time.time()
+    if any(_entry_live(f, info, now) for f, info in entries):
+        return "live", None
+    for _, info in entries:
+        if info.get("status") == "running":
+            return "interrupted", f"process {info.get('pid')} on {info.get('host')} died"
+        if info.get("status") == "interrupted":
+            return "interrupted", str(info.get("reason") or "interrupted")
+    return "finished", None
+
+
 class RunDir:
     """Writes one run directory. Every write is an append or an atomic replace."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         (path / "tasks").mkdir(parents=True, exist_ok=True)
+        self.lease: RunLease | None = None
+
+    def claim(self, args: list[str] | None = None) -> None:
+        """Hold this process's lease on the directory until :meth:`release`."""
+        if self.lease is None:
+            self.lease = RunLease(self.path, args)
+            self.lease.acquire()
+
+    def release(self, status: str, reason: str | None = None) -> None:
+        if self.lease is not None and self.lease.held:
+            self.lease.release(status, reason)
+
+    @contextlib.contextmanager
+    def merge_lock(self) -> Iterator[None]:
+        """An exclusive lock on the directory's shared files, for read-merge-write updates
+        by several processes writing one run (``--llm-run-dir``)."""
+        with (self.path / MERGE_LOCK).open("a", encoding="utf-8") as fh:
+            if fcntl is not None:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                if fcntl is not None:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
 
     def append_item(self, task: str, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, sort_keys=True, allow_nan=True)
+        line = strict_json.dumps(record, ensure_ascii=False, sort_keys=True)
         with (self.path / "tasks" / f"{_slug(task)}_output.jsonl").open(
             "a", encoding="utf-8"
         ) as fh:
@@ -89,9 +274,7 @@ class RunDir:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(
-        json.dumps(data, indent=2, sort_keys=True, allow_nan=True) + "\n", encoding="utf-8"
-    )
+    tmp.write_text(strict_json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -111,23 +294,26 @@ def iter_item_lines(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def resumable_items(
-    output: Path, task: str, config_hash: str
+    output: Path, task: str, resume_key: str
 ) -> tuple[dict[str, dict[str, Any]], list[Path]]:
-    """Finished items of ``task`` with this config hash, from interrupted runs under ``output``.
+    """Finished items of ``task`` with this resume key, from interrupted runs under
+    ``output`` (never from live, finished or superseded ones); newer runs win. Items that
+    failed (``error``) are not offered. Each record gets ``run_dir``, where it came from.
 
-    Only runs without a metrics summary count (they ended before the end); newer runs win.
+    The caller still compares each record's content digests (``doc_hash``,
+    ``prompt_hash``, ``target_hash``) with the item as it is now before reusing it.
     """
     found: dict[str, dict[str, Any]] = {}
     sources: list[Path] = []
     if not output.is_dir():
         return found, sources
     for run in sorted(p for p in output.iterdir() if p.is_dir()):
-        if (run / SUMMARY).exists() or (run / SUPERSEDED).exists():
+        if run_state(run)[0] != "interrupted":
             continue
         before = len(found)
         for record in iter_item_lines(run / "tasks" / f"{_slug(task)}_output.jsonl"):
-            if record.get("config_hash") == config_hash:
-                found[str(record["item_id"])] = record
+            if record.get("resume_key") == resume_key and not record.get("error"):
+                found[str(record["item_id"])] = {**record, "run_dir": str(run)}
         if len(found) > before:
             sources.append(run)
     return found, sources
@@ -148,7 +334,10 @@ def strip_timing(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def mark_superseded(sources: list[Path], by: Path) -> None:
-    """Interrupted runs whose items a finished run reused are not offered for resume again."""
+    """Interrupted runs whose items a finished run reused are not offered for resume again.
+    A live run is never marked (its items were not reused: it is running)."""
     for run in sources:
+        if run == by or run_state(run)[0] == "live":
+            continue
         with contextlib.suppress(OSError):
             (run / SUPERSEDED).write_text(f"{by}\n", encoding="utf-8")

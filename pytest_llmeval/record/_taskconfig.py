@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
+from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.eval import TaskRunner
 from pytest_llmeval.record._hash import stable_hash
 
@@ -21,9 +22,14 @@ SAMPLING = {"do_sample": False, "temperature": 0.0, "top_p": 1.0, "num_beams": 1
 def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, Any]:
     """Everything in a task's spec that affects its scores, with the few-shot ids in order."""
     spec = runner.spec
-    fewshot_ids: dict[str, list[str]] = {}
+    fewshot_ids: dict[str, list[str] | None] = {}
     for subset in sorted(set(subsets), key=lambda s: s or ""):
-        fewshot_ids[subset or ""] = list(runner.fewshot_ids(subset))
+        try:
+            fewshot_ids[subset or ""] = list(runner.fewshot_ids(subset))
+        except LlmEvalError:
+            # That subset's few-shot set cannot be loaded: its items fail with the reason
+            # (found at collection); the other subsets run.
+            fewshot_ids[subset or ""] = None
     config: dict[str, Any] = {
         "task": spec.name,
         "mode": spec.mode,

@@ -245,6 +245,11 @@ class MultipleChoiceSpec:
     gold: str
     metric: Literal["acc", "acc_norm", "mc2"] = "acc"
     labels: str | None = None
+    # A prompt whose context and longest choice do not fit the context window: "skip"
+    # (report the item as not fitting, the default), "truncate_left" (lm-evaluation-
+    # harness: keep the end of the context), "truncate_middle" (keep its first and last
+    # halves). Truncated items are flagged with the number of tokens dropped.
+    overflow: str = "skip"
 
 
 @dataclass(frozen=True)
@@ -768,7 +773,7 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
     else:
         mc = top.child("multiple_choice", required=True)
         assert mc is not None
-        mc.unknown_keys(("choices", "gold", "metric", "labels"))
+        mc.unknown_keys(("choices", "gold", "metric", "labels", "overflow"))
         raw_choices = mc.data.get("choices")
         choices: tuple[str, ...] | str
         if isinstance(raw_choices, str):
@@ -787,6 +792,7 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
             gold=mc.req_str("gold"),
             metric=mc.choice("metric", ("acc", "acc_norm", "mc2"), default="acc"),  # type: ignore[arg-type]
             labels=mc.str_("labels"),
+            overflow=mc.choice("overflow", OVERFLOW_POLICIES, default="skip"),
         )
         _check_template(mc, "gold", multiple_choice.gold)
         if multiple_choice.labels is not None:

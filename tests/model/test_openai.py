@@ -5,6 +5,7 @@ concurrency, deduplication and context overflow."""
 from __future__ import annotations
 
 import math
+import re
 import socket
 import time
 from typing import Any
@@ -442,6 +443,7 @@ def test_a_long_loglikelihood_request_is_cut_from_the_left(fake_openai: FakeServ
     context = " ".join(f"w{i}" for i in range(30)) + " Answer:"
     (result,) = backend.loglikelihood([LoglikelihoodRequest(context, " 5")])
     assert result.logprob == pytest.approx(toy_logprob(" 5"))
+    assert result.truncated_tokens == 17 and result.context_window == 16
     (body,) = fake_openai.completion_bodies()
     # the window less the generated token: the last 15 of the 32 toy tokens
     assert body["prompt"] == " ".join(f"w{i}" for i in range(17, 30)) + " Answer: 5"
@@ -453,5 +455,12 @@ def test_a_loglikelihood_request_the_server_finds_too_long_fails_clearly(
     fake_openai.models = [{"id": "toy"}]
     backend = _backend(fake_openai)
     fake_openai.completions = lambda body: CONTEXT_ERROR
-    with pytest.raises(ModelError, match=r"does not fit the server's context window .* has none"):
-        backend.loglikelihood([LoglikelihoodRequest("long context", " 5")])
+    # A problem of this request alone: its result says so (the batch's others are scored).
+    (result,) = backend.loglikelihood([LoglikelihoodRequest("long context", " 5")])
+    assert result.error is not None
+    assert re.search(r"does not fit the server's context window .* has none", result.error)
+    # Under overflow "skip" it is reported as not fitting instead.
+    (skipped,) = backend.loglikelihood(
+        [LoglikelihoodRequest("long context", " 5", overflow="skip")]
+    )
+    assert skipped.context_overflow and skipped.error is None

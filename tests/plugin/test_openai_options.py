@@ -81,6 +81,10 @@ def test_a_run_on_a_served_model_records_the_server(
     assert env["model"]["sha256"] is None and "cannot be hashed" in env["model"]["reason"]
     assert env["backend"]["backend"] == "openai"
     assert "agreement" not in config
+    # Facts, not constants: nothing is seeded in this process (the seed goes with each
+    # request), and the server's kernels are not known here.
+    assert config["seeds"] == {"request_seed": 1234}
+    assert config["torch_deterministic_algorithms"] is None
     colors = [json.loads(line) for line in (run / "tasks" / "colors_output.jsonl").open()]
     assert all(len(r["logprobs"]) == 3 for r in colors)
     # 4 items x 3 choices scored on the server (+ the start-up probe), 5 generations

@@ -215,10 +215,10 @@ def test_model_load_error_is_one_clear_line(
     pytester: pytest.Pytester, tmp_path: Path, write_project
 ) -> None:
     write_project(pytester)
+    # A model path that does not exist is an option error, found before collection.
     result = pytester.runpytest("--llm-model=./no-such-model", "--llm-data-dir=.", "-k", "colors")
-    assert result.ret == 1
-    result.stdout.fnmatch_lines(["*--llm-model=./no-such-model: no such directory*"])
-    result.stdout.fnmatch_lines(["*ERROR colors*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --llm-model=./no-such-model: no such directory*"])
 
 
 def test_xdist_aggregates_on_the_controller(
@@ -362,6 +362,7 @@ def test_excluded_items_are_left_out_and_recorded(
         "file": str(exclude),
         "sha256": digest,
         "ids": ["arith-0001", "colors-0003"],
+        "unmatched": [],
     }
     missing = pytester.runpytest(*_args(tiny_model_dir, "--llm-exclude=nope.txt"))
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
@@ -420,6 +421,13 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
 
 
+def _scripted_model_dir(pytester: pytest.Pytester) -> None:
+    """``--llm-model=scripted`` must name a model directory (checked before collection);
+    the scripted backend never reads it."""
+    (pytester.path / "scripted").mkdir()
+    (pytester.path / "scripted" / "config.json").write_text("{}")
+
+
 SCRIPTED_CONFTEST = """\
 import pytest_llmeval.model as model
 from pytest_llmeval.model import GenerateResult, LoglikelihoodResult
@@ -458,6 +466,7 @@ def pytest_configure(config):
     model.load_backend = lambda settings: Scripted()
 
 
+
 def pytest_unconfigure(config):
     model.load_backend = _real_load_backend
 """
@@ -468,6 +477,7 @@ def test_generations_are_scanned_for_cues_of_recall(
 ) -> None:
     write_project(pytester)
     pytester.makeconftest(SCRIPTED_CONFTEST)
+    _scripted_model_dir(pytester)
     result = pytester.runpytest(
         "--llm-model=scripted",
         "--llm-data-dir=.",
@@ -494,6 +504,7 @@ def test_stable_and_fresh_tasks_of_a_capability_are_compared(
 ) -> None:
     write_project(pytester)
     pytester.makeconftest(SCRIPTED_CONFTEST)
+    _scripted_model_dir(pytester)
     base = (pytester.path / "arith.yaml").read_text()
     for name, freshness in (("old", "stable"), ("new", "fresh")):
         spec = base.replace("task: arith", f"task: {name}") + (

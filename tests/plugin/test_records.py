@@ -150,9 +150,17 @@ def test_resume_after_sigkill_recomputes_no_finished_item(
     assert not (interrupted / "metrics_summary.json").exists()
 
     monkeypatch.delenv("KILL_AFTER")
+    # A changed config never reuses stale results (checked while the interrupted run is
+    # still offered for resume: it is not superseded by a run that reused nothing).
+    changed = pytester.runpytest_subprocess(*args[:-2], "--llm-seed=7", "-k", "arith")
+    assert changed.ret == 0
+    other = _runs(pytester.path / "out")[-1]
+    assert _count((other / "eval.log").read_text(), "computed") == 5
+    assert _count((other / "eval.log").read_text(), "reused") == 0
+    assert not (interrupted / "superseded_by.txt").exists()
     resumed = pytester.runpytest_subprocess(*args)
     assert resumed.ret == 0
-    run = next(r for r in _runs(pytester.path / "out") if r != interrupted)
+    run = _runs(pytester.path / "out")[-1]
     log = (run / "eval.log").read_text()
     assert _count(log, "reused") == 3  # the three items written before the kill
     assert _count(log, "computed") == 2  # only arith-0003 and arith-0004 ran again
@@ -161,11 +169,6 @@ def test_resume_after_sigkill_recomputes_no_finished_item(
     got = {r["item_id"]: strip_timing(r) for r in _lines(run, "arith")}
     assert got == want
     assert (interrupted / "superseded_by.txt").exists()
-    # A changed config never reuses stale results.
-    again = pytester.runpytest_subprocess(*args[:-2], "--llm-seed=7", "-k", "arith")
-    assert again.ret == 0
-    newest = _runs(pytester.path / "out")[-1]
-    assert _count((newest / "eval.log").read_text(), "computed") == 5
 
 
 SNAPSHOT_TEST = """

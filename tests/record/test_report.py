@@ -17,7 +17,7 @@ import pytest
 
 from pytest_llmeval.contamination import OrderTestReport, PairedItem, PairedReport
 from pytest_llmeval.eval import ItemResult
-from pytest_llmeval.record import load_run, prepare_report, render_report, write_report
+from pytest_llmeval.record import RunDir, load_run, prepare_report, render_report, write_report
 from pytest_llmeval.record.__main__ import main as record_main
 from pytest_llmeval.record._report import (
     HistoryPoint,
@@ -647,3 +647,146 @@ def test_report_command_rebuilds_the_report_from_records(
     assert (run / "report.html").is_file()
     assert record_main(["report", str(tmp_path / "nothing")]) == 2
     assert "not a run directory" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- run states
+
+
+def _lease(path: Path, status: str | None, reason: str | None = None) -> RunDir:
+    """The run's lease as the plugin leaves it: held (``status`` None), or released as
+    ``finished`` / ``interrupted``."""
+    rundir = RunDir(path)
+    rundir.claim(["-k", "arith"])
+    if status is not None:
+        rundir.release(status, reason)
+    return rundir
+
+
+def test_an_interrupted_run_with_a_summary_is_not_presented_as_finished(tmp_path: Path) -> None:
+    # Ctrl-C, -x, --maxfail: the session still writes metrics_summary.json, and its lease
+    # says the run was interrupted; the page must say so (the summary alone would read as
+    # a finished run).
+    path = write_run(
+        tmp_path / "runs" / "20261130-100000_tiny_x",
+        {"arith": [gen("arith-0000", True), gen("arith-0001", False)]},
+        {"arith": summary(2, 0.5, verdict="incomplete")},
+        config(),
+    )
+    _lease(path, "interrupted", "stopped early (stopping after 1 failures)")
+    model = prepare_report(path)
+    assert not model.finished and model.state == "interrupted"
+    assert model.state_reason == "stopped early (stopping after 1 failures)"
+    assert model.notes == [
+        "This run was interrupted (stopped early (stopping after 1 failures)). Its summary "
+        "covers the items that ran before it stopped. Its finished items are offered for "
+        "resume."
+    ]
+    (row,) = model.tasks
+    assert row.from_summary and row.verdict == "incomplete"
+    html = render_report(model)
+    assert 'class="badge bad" title="stopped early' in html and ">finished<" not in html
+
+
+def test_a_run_killed_without_a_word_is_interrupted_and_a_superseded_one_says_by_whom(
+    tmp_path: Path,
+) -> None:
+    path = write_run(tmp_path / "killed", {"arith": [gen("arith-0000", True)]}, None, config())
+    rundir = _lease(path, None)
+    assert rundir.lease is not None
+    rundir.lease._lock.close()  # type: ignore[union-attr]  # the process died: lock gone
+    rundir.lease._lock = None
+    model = prepare_report(path)
+    assert model.state == "interrupted" and "died" in (model.state_reason or "")
+    assert "Task scores are computed here from its item records" in model.notes[0]
+    (path / "superseded_by.txt").write_text("/runs/later\n")
+    model = prepare_report(path)
+    assert model.state == "interrupted" and model.superseded_by == "/runs/later"
+    assert "offered for resume" not in model.notes[0]  # its items were reused already
+
+
+def test_a_live_run_reads_as_running_and_is_not_in_the_history(tmp_path: Path, run: Path) -> None:
+    live = write_run(
+        run.parent / "20261129-100000_tiny_live",
+        {"arith": [gen("arith-0000", True)]},
+        {"arith": summary(3, 0.9)},
+        config(started="2026-11-29T10:00:00"),
+    )
+    lease = _lease(live, None)
+    try:
+        model = prepare_report(live)
+        assert model.state == "live" and not model.finished
+        assert model.notes[0].startswith("This run is still being written")
+        assert ">running<" in render_report(model)
+        assert prepare_report(run).history == []  # a live run is no earlier result
+    finally:
+        lease.release("finished")
+    (series,) = prepare_report(run).history  # finished now: it counts
+    assert [p.run for p in series.points] == [live.name, run.name]
+
+
+def test_history_leaves_out_interrupted_runs_that_wrote_a_summary(
+    tmp_path: Path, run: Path
+) -> None:
+    for name, state in (("20261128-100000_tiny_a", "finished"), ("20261129-100000_tiny_b", "x")):
+        earlier = write_run(
+            run.parent / name,
+            {},
+            {"arith": summary(3, 0.4)},
+            config(started=f"2026-11-{name[6:8]}T10:00:00"),
+        )
+        _lease(earlier, "finished" if state == "finished" else "interrupted", "Ctrl-C")
+    (series,) = prepare_report(run).history
+    assert [p.run for p in series.points] == ["20261128-100000_tiny_a", run.name]
+
+
+def test_strict_json_nulls_and_item_errors_are_read_and_shown(tmp_path: Path) -> None:
+    # Non-finite numbers are written as null (strict JSON); an item that could not be
+    # evaluated carries its error and is neither scored nor compared.
+    broken = mc("quiz-a-0", "a", 0)
+    broken.update(
+        correct=False,
+        score=0.0,
+        logprobs=[],
+        pred=None,
+        acc=None,
+        error="quiz-a-0: the model's log-likelihoods are not finite (NaN) for model tiny",
+    )
+    nulls = mc("quiz-a-1", "a", 1)
+    nulls["logprobs"] = [None, -0.5]
+    path = write_run(
+        tmp_path / "nulls",
+        {"quiz": [broken, nulls, mc("quiz-b-0", "b", 1)]},
+        {
+            "quiz": {
+                **summary(2, 1.0),
+                "score": None,
+                "mean": None,
+                "stderr": None,
+                "ci95": [None, None],
+                "spread": None,
+                "repeats": [None, 0.5],
+                "seconds": None,
+                "errors": {"n": 1, "items": ["quiz-a-0: ..."]},
+                "verdict": "error",
+            }
+        },
+        config(quiz={}),
+    )
+    _lease(path, "finished")
+    model = prepare_report(path, path)
+    (row,) = model.tasks
+    assert math.isnan(row.score) and math.isnan(row.ci_low) and row.repeats == [0.5]
+    assert row.errors == 1 and row.verdict == "error"
+    items = {i["id"]: i for i in model.browser["tasks"][0]["items"]}
+    assert items["quiz-a-0"]["st"] == "error" and "not finite" in items["quiz-a-0"]["er"]
+    assert "ok" not in items["quiz-a-0"] and items["quiz-a-0"]["lp"] == []
+    assert items["quiz-a-1"]["lp"] == [None, -0.5]
+    assert model.comparison is not None
+    (delta,) = model.comparison.rows
+    assert delta.n_shared == 2  # the item with an error is not compared
+    html = render_report(model)
+    assert "1 errors" in html and "NaN" not in html.split("<script")[0]
+    # computed from the items (no summary): the error is counted, not scored
+    (path / "metrics_summary.json").unlink()
+    (row,) = prepare_report(path).tasks
+    assert (row.n, row.errors, row.not_fitting, row.score) == (2, 1, 0, 1.0)

@@ -3,7 +3,7 @@
 (function () {
   "use strict";
   var PAGE = 50;
-  var STATUS = [["all", "all"], ["correct", "correct"], ["wrong", "wrong"], ["unscored", "not scored"]];
+  var STATUS = [["all", "all"], ["correct", "correct"], ["wrong", "wrong"], ["unscored", "not scored"], ["error", "error"]];
   var FLIPS = [["", "all items"], ["any", "flipped either way"],
     ["regressed", "correct \u2192 wrong"], ["improved", "wrong \u2192 correct"]];
   var data = JSON.parse(document.getElementById("llmeval-data").textContent);
@@ -35,6 +35,7 @@
 
   function statusOf(it) {
     if (it.st === "not_scored") return "unscored";
+    if (it.st === "error") return "error";
     return it.ok ? "correct" : "wrong";
   }
 
@@ -73,7 +74,7 @@
   }
 
   function counts(task) {
-    var c = { all: task.items.length, correct: 0, wrong: 0, unscored: 0, cls: {} };
+    var c = { all: task.items.length, correct: 0, wrong: 0, unscored: 0, error: 0, cls: {} };
     task.items.forEach(function (it) {
       c[statusOf(it)] += 1;
       if (it.fc) c.cls[it.fc] = (c.cls[it.fc] || 0) + 1;
@@ -90,6 +91,7 @@
     var bar = el("div", { cls: "filters", role: "group", "aria-label": "filters" });
     STATUS.forEach(function (s) {
       if (s[0] === "unscored" && !c.unscored) return;
+      if (s[0] === "error" && !c.error) return;
       var b = el("button", { type: "button", "data-status": s[0], "aria-pressed": state.status === s[0] ? "true" : "false",
         text: s[1] + " (" + c[s[0]] + ")" });
       b.addEventListener("click", function () { state.status = s[0]; state.page = 0; render(); });
@@ -145,9 +147,9 @@
       var fill = el("div", { cls: "fill" + (k === it.pr ? " pred" : "") });
       fill.style.width = p === null ? "0" : (100 * p).toFixed(1) + "%";
       var track = el("div", { cls: "track", title: k === it.pr ? "the model's choice" : null }, [fill]);
-      var lp = it.lp[k];
-      var val = el("span", { cls: "val", text: (p === null ? "n/a" : (100 * p).toFixed(1) + "%") +
-        "  (ll " + (lp === null ? "n/a" : lp.toFixed(4)) + ")" + (k === it.pr ? "  \u25c0 chosen" : "") });
+      var lp = it.lp ? it.lp[k] : null;
+      var val = el("span", { cls: "val", text: (p === null || p === undefined ? "n/a" : (100 * p).toFixed(1) + "%") +
+        "  (ll " + (lp === null || lp === undefined ? "n/a" : lp.toFixed(4)) + ")" + (k === it.pr ? "  \u25c0 chosen" : "") });
       grid.appendChild(label); grid.appendChild(track); grid.appendChild(val);
     });
     return grid;
@@ -170,6 +172,7 @@
     var status = statusOf(it);
     box.appendChild(facts([
       ["result", status === "unscored" ? "not scored (the prompt does not fit the context window)" :
+        status === "error" ? "error: not evaluated (" + it.er + ")" :
         (it.ok ? "correct" : "wrong") + (it.sc !== undefined ? " (score " + it.sc + ")" : "")],
       ["failure class", it.fc ? words(it.fc) : null],
       ["vs baseline", it.fl === "regressed" ? "correct in the baseline, wrong now" :
