@@ -25,6 +25,12 @@ from pytest_llmeval.gate._power import (
     mcnemar_power_conditional,
     mcnemar_sample_size,
 )
+from pytest_llmeval.gate._reference import (
+    ReferenceFloor,
+    ReferenceRun,
+    parse_floor_entry,
+    write_floors,
+)
 from pytest_llmeval.gate._verdict import (
     POLICIES,
     FloorRule,
@@ -39,6 +45,8 @@ __all__ = [
     "POLICIES",
     "FloorRule",
     "PlanSettings",
+    "ReferenceFloor",
+    "ReferenceRun",
     "TaskPlan",
     "binom_cdf",
     "binom_pmf",
@@ -57,8 +65,10 @@ __all__ = [
     "mcnemar_power_conditional",
     "mcnemar_sample_size",
     "paired_need",
+    "parse_floor_entry",
     "parse_floor_rule",
     "pass_threshold",
     "plan_task",
     "policy_fails",
+    "write_floors",
 ]
