@@ -142,6 +142,8 @@ class ReferenceRun:
         metric = entry.get("metric")
         sha = self.config.get("model_sha256")
         model = self.config.get("model")
+        if isinstance(model, str) and model.startswith(("/", "./", "../", "~")):
+            model = Path(model).name or model  # a local directory: its name (the SHA is the id)
         return ReferenceFloor(
             task=task,
             floor=rule.floor(score, low),

@@ -140,7 +140,7 @@ class TaskFile(pytest.File):
                 session.runners[spec.name].prepare(chosen[0])  # fail at collection on bad templates
         except LlmEvalError as exc:
             raise self.CollectError(str(exc)) from None
-        meta = task_meta(spec, len(items))
+        meta = task_meta(spec, len(items), session.floor_sources.get(spec.name))
         for item in chosen:
             node = EvalItem.from_parent(self, name=item.id, task=spec.name, item=item, meta=meta)
             node.add_marker(pytest.mark.llmeval)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from pytest_llmeval.gate._verdict import POLICIES, FloorRule, parse_floor_rule
 
 # (cli flag, ini name, help, default as ini string)
 _OPTIONS: list[tuple[str, str, str, str | None]] = [
@@ -127,6 +129,28 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         None,
     ),
     (
+        "--llm-floors-from",
+        "llm_floors_from",
+        "make the floors of the tasks that run from a reference run directory (its "
+        "metrics_summary.json), by --llm-floor-rule; --llm-floor on the command line still wins",
+        None,
+    ),
+    (
+        "--llm-floor-rule",
+        "llm_floor_rule",
+        "how --llm-floors-from makes a floor: lcb (the lower end of the reference's 95 percent "
+        "interval, default) or margin:N (the reference score minus N points)",
+        "lcb",
+    ),
+    (
+        "--llm-floor-policy",
+        "llm_floor_policy",
+        "what fails a floor given the score's 95 percent interval: point (the score is below the "
+        "floor, default), strict (the interval's lower end does not clear it), lenient (the "
+        "interval's upper end is below it)",
+        "point",
+    ),
+    (
         "--llm-failures",
         "llm_failures",
         "after the run, classify failed items per task and show N sampled ones (seeded)",
@@ -194,6 +218,17 @@ def add_options(parser: pytest.Parser) -> None:
         help="wrong answers fail their test (by default only the task floor decides)",
     )
     parser.addini("llm_strict", help="wrong answers fail their test", type="bool", default=False)
+    group.addoption(
+        "--llm-plan",
+        dest="llm_plan",
+        action="store_true",
+        default=None,
+        help="after the run, print per task the items a floor gate and a paired baseline gate "
+        "need to catch a 2- and a 5-point drop (80%% power), and write plan.json",
+    )
+    parser.addini(
+        "llm_plan", help="print the item budget after the run", type="bool", default=False
+    )
     group.addoption(
         "--llm-catalog",
         dest="llm_catalog",
@@ -270,14 +305,26 @@ def _choice(config: pytest.Config, name: str, options: tuple[str, ...]) -> str:
     return value
 
 
-def _floors(config: pytest.Config) -> dict[str, float]:
+INI_FLOORS = "llm_floors (ini)"
+CLI_FLOOR = "--llm-floor"
+
+
+def _floors(config: pytest.Config) -> tuple[dict[str, float], dict[str, dict[str, str]]]:
+    """The floor overrides (``--llm-floor`` after the ini's ``llm_floors``) and, per task,
+    where its floor was given and the entry's note (the text after ``#``, which the floors
+    command fills with the floor's provenance)."""
     floors: dict[str, float] = {}
-    entries = [("llm_floors (ini)", e) for e in config.getini("llm_floors")]
-    entries += [("--llm-floor", e) for e in config.getoption("llm_floor") or []]
+    sources: dict[str, dict[str, str]] = {}
+    entries = [(INI_FLOORS, e) for e in config.getini("llm_floors")]
+    entries += [(CLI_FLOOR, e) for e in config.getoption("llm_floor") or []]
     for where, entry in entries:
-        task, sep, value = str(entry).partition("=")
+        text = str(entry).strip()
+        if not text or text.startswith("#"):  # a comment line of the ini value
+            continue
+        value, _, note = text.partition("#")
+        task, sep, score = value.partition("=")
         try:
-            floor = float(value)
+            floor = float(score)
         except ValueError:
             floor = float("nan")
         if not sep or not task.strip() or not 0.0 <= floor <= 1.0:
@@ -285,7 +332,21 @@ def _floors(config: pytest.Config) -> dict[str, float]:
                 f"{where}: expected TASK=SCORE with SCORE in [0, 1], got {entry!r}"
             )
         floors[task.strip()] = floor
-    return floors
+        sources[task.strip()] = {"from": where, **({"note": note.strip()} if note.strip() else {})}
+    return floors, sources
+
+
+def _floor_rule(config: pytest.Config) -> FloorRule:
+    value = _raw(config, "llm_floor_rule") or "lcb"
+    try:
+        return parse_floor_rule(str(value))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--llm-floor-rule (ini llm_floor_rule): {exc}") from None
+
+
+def _flag(config: pytest.Config, name: str) -> bool:
+    value = config.getoption(name)
+    return bool(value if value is not None else config.getini(name))
 
 
 def _data_dirs(config: pytest.Config) -> list[Path]:
@@ -391,6 +452,11 @@ class Options:
     request_timeout: float = 600.0
     agreement: Path | None = None
     device_map: str | None = None
+    floor_sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    floors_from: Path | None = None
+    floor_rule: FloorRule = field(default_factory=lambda: FloorRule("lcb"))
+    floor_policy: str = "point"
+    plan: bool = False
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
@@ -398,6 +464,7 @@ class Options:
         output = _raw(config, "llm_output")
         strict = config.getoption("llm_strict")
         backend = _choice(config, "llm_backend", ("hf", "openai"))
+        floors, floor_sources = _floors(config)
         return cls(
             model=str(model) if model else None,
             device=_choice(config, "llm_device", ("auto", "cuda", "cpu")),
@@ -408,7 +475,12 @@ class Options:
             seed=_int(config, "llm_seed", 0) or 0,
             output=Path(output).expanduser() if output else config.rootpath / ".llmeval" / "runs",
             data_dirs=tuple(_data_dirs(config)),
-            floors=_floors(config),
+            floors=floors,
+            floor_sources=floor_sources,
+            floors_from=_path(config, "llm_floors_from"),
+            floor_rule=_floor_rule(config),
+            floor_policy=_choice(config, "llm_floor_policy", POLICIES),
+            plan=_flag(config, "llm_plan"),
             strict=bool(strict if strict is not None else config.getini("llm_strict")),
             show=_choice(config, "llm_show", ("auto", "all", "wrong", "none")),
             repeat=_int(config, "llm_repeat", 1) or 1,
