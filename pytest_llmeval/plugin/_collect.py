@@ -65,6 +65,8 @@ class EvalItem(pytest.Item):
 
     def setup(self) -> None:
         session = get_session(self.config)
+        if session.floor_block is not None:
+            pytest.fail(session.floor_block, pytrace=False)
         if session.options.model is None:
             pytest.skip("no model to evaluate: pass --llm-model=PATH (or set llm_model in ini)")
 

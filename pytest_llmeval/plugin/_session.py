@@ -259,6 +259,7 @@ class LlmEvalSession:
         self.floor_sources: dict[str, dict[str, Any]] = {}
         self.floor_errors: dict[str, str] = {}
         self.reference = _read_reference(self.options.floors_from)
+        self.floor_block: str | None = None
         self.plans: list[TaskPlan] = []
         self.limit_warnings: list[str] = []
         self.agreement, self.agreement_sha256 = _read_agreement(self.options.agreement)
@@ -348,9 +349,13 @@ class LlmEvalSession:
                 self.selected.setdefault(item.task, []).append(item)
         missing = [self.floor_errors[t] for t in sorted(self.selected) if t in self.floor_errors]
         if missing:  # before any item runs, so before a model loads
-            raise pytest.UsageError(
-                "--llm-floors-from (ini llm_floors_from): " + "; ".join(missing)
-            )
+            message = "--llm-floors-from (ini llm_floors_from): " + "; ".join(missing)
+            if not self.is_worker:
+                raise pytest.UsageError(message)
+            # An xdist worker cannot end the run with a usage error (xdist reports it as an
+            # internal error without the message): every item fails at setup instead, with
+            # the message, and no model is loaded.
+            self.floor_block = message
 
     # ---------------------------------------------------------------- compute side
 

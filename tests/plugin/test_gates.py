@@ -237,3 +237,37 @@ def test_plan_and_limit_warning(
     floor5 = next(n for n in task["needs"] if n["gate"] == "floor" and n["drop"] == 0.05)
     assert floor5["items"] > 3 and floor5["power"] >= 0.8
     assert plan["settings"]["floor_rule"] == "lcb95"
+
+
+def test_floors_from_under_xdist(
+    pytester: pytest.Pytester,
+    tiny_model_dir: Path,
+    write_project,  # type: ignore[no-untyped-def]
+) -> None:
+    pytest.importorskip("xdist")
+    write_project(pytester)
+    assert pytester.runpytest(*_args(tiny_model_dir, "--llm-output=ref", "-k", "colors")).ret == 0
+    reference = _run(pytester.path / "ref")
+    # the floor's source travels from the worker to the controller's records
+    ok = pytester.runpytest_subprocess(
+        *_args(tiny_model_dir, "-n", "2", "--llm-output=par", f"--llm-floors-from={reference}"),
+        "-k",
+        "colors",
+    )
+    assert ok.ret == 0, ok.stdout.str()
+    source = _summary(pytester.path / "par")["colors"]["floor_source"]
+    assert isinstance(source, dict) and source["run"] == reference.name
+    # a selected task the reference lacks: each item fails at setup with the message (a
+    # worker cannot end the run with a usage error), and no model is loaded
+    bad = pytester.runpytest_subprocess(
+        "--llm-model=/no/such/model",
+        "--llm-data-dir=.",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "2",
+        f"--llm-floors-from={reference}",
+    )
+    assert bad.ret == 1
+    bad.stdout.fnmatch_lines(["*--llm-floors-from (ini llm_floors_from): *no task 'arith'*"])
+    assert "no such directory" not in bad.stdout.str()
