@@ -348,13 +348,13 @@ def plan_task(
     return plan
 
 
-def _count(n: int | None, need: Need, total: int | None) -> str:
-    if n is None:
+def _cell(need: Need | None, total: int | None) -> str:
+    """Items a gate needs: a count (``!`` when the task has fewer), ``n/a`` or ``-``."""
+    if need is None:
+        return "-"
+    if need.items is None:
         return "n/a"
-    text = f"{n:,}"
-    if total is not None and n > total:
-        text += "!"
-    return text
+    return f"{need.items:,}" + ("!" if total is not None and need.items > total else "")
 
 
 def _duration(seconds: float | None) -> str:
@@ -374,7 +374,7 @@ def format_plan(plans: Sequence[TaskPlan], settings: PlanSettings) -> list[str]:
         f"policy {settings.policy}, 95% Wilson interval; paired gate: exact McNemar "
         f"(sig, two-sided p < {settings.alpha:g})",
         f"{'task':<12} {'n':>6} {'score':>6} {'drop':>5}  {'floor':>12} {'paired pure':>12} "
-        f"{'paired churn':>13}  {'s/item':>6}  {'time (floor / paired)':<22}",
+        f"{'paired churn':>13}  {'s/item':>6}  time (floor / paired)",
     ]
     notes: list[str] = []
     for plan in plans:
@@ -392,27 +392,23 @@ def format_plan(plans: Sequence[TaskPlan], settings: PlanSettings) -> list[str]:
                 None,
             )
 
-            def cell(need: Need | None, total: int | None = plan.total_items) -> str:
-                return "-" if need is None else _count(need.items, need, total)
-
             paired = churned or pure
             time = (
                 f"{_duration(plan.seconds_for(floor.items if floor else None))} / "
                 f"{_duration(plan.seconds_for(paired.items if paired else None))}"
             )
             spi = f"{plan.seconds_per_item:.2f}" if plan.seconds_per_item is not None else "-"
+            total = plan.total_items
             lines.append(
                 f"{plan.task:<12} {plan.n:>6} {100 * plan.score:>5.1f}% {100 * drop:>3g}pt  "
-                f"{cell(floor):>12} {cell(pure):>12} {cell(churned):>13}  {spi:>6}  {time:<22}"
+                f"{_cell(floor, total):>12} {_cell(pure, total):>12} "
+                f"{_cell(churned, total):>13}  {spi:>6}  {time}"
             )
             for need in (floor, pure, churned):
                 if need is not None and need.reason:
                     notes.append(f"{plan.task}, {100 * drop:g} points, {need.gate}: {need.reason}")
         if plan.churn is not None:
-            notes.append(
-                f"{plan.task}: churn {100 * plan.churn:.1f}% of items flipped between "
-                f"{plan.churn_source}"
-            )
+            notes.append(f"{plan.task}: churn {100 * plan.churn:.1f}% ({plan.churn_source})")
         if plan.detectable_drop is not None:
             notes.append(
                 f"{plan.task}: at its {plan.n} items a floor gate catches drops of "

@@ -688,7 +688,9 @@ class LlmEvalSession:
                     summary_of[v.task],
                     settings,
                     churn=churn.get(v.task),
-                    churn_source=f"this run and {base}" if v.task in churn else None,
+                    churn_source=f"items that differ between this run and {base}"
+                    if v.task in churn
+                    else None,
                 )
                 for v in self.verdicts
                 if v.n and v.status != "skipped"

@@ -177,9 +177,12 @@ def _churn(args: argparse.Namespace, run: RunRecord) -> tuple[dict[str, float], 
             for t in comparison.tasks
             if t.n_shared
         }
-        return churn, f"{Path(args.run).name} and {Path(args.baseline).name}"
+        return (
+            churn,
+            f"items that differ between {Path(args.run).name} and {Path(args.baseline).name}",
+        )
     if args.churn is not None:
-        return dict.fromkeys(run.items, args.churn), "--churn"
+        return dict.fromkeys(run.items, args.churn), "assumed: --churn"
     return {}, None
 
 
@@ -238,7 +241,7 @@ def _simulate(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     print(
         f"planted drops in copies of {Path(args.run).name}'s item records; {args.draws} draws "
-        f"per row (seed {args.seed}); churn from {source or 'none (a pure drop)'}"
+        f"per row (seed {args.seed}); churn: {source or 'none (a pure drop)'}"
     )
     print(
         f"{'task':<10} {'drop':>5} {'gate':<20} {'items':>6} {'promised':>9} {'caught':>7} "

@@ -76,7 +76,7 @@ def test_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["plan", str(run), "--churn", "0.1", "--json", str(out_json)]) == 0
     out = capsys.readouterr().out
     assert "item budget: 80% power; floor gate: rule lcb95, policy point" in out
-    assert "mmlu: churn 10.0% of items flipped between --churn" in out
+    assert "mmlu: churn 10.0% (assumed: --churn)" in out
     plan = json.loads(out_json.read_text())
     needs = plan["tasks"][0]["needs"]
     floor5 = next(n for n in needs if n["gate"] == "floor" and n["drop"] == 0.05)
