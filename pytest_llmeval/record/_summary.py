@@ -60,8 +60,7 @@ def floor_source_text(source: Mapping[str, Any] | None) -> str:
         sha = source.get("model_sha256")
         ci = source.get("ci95") or [math.nan, math.nan]
         return (
-            f"rule {source.get('rule')} ({source.get('rule_text', '')}) from run "
-            f"{source.get('run')} "
+            f"rule {source.get('rule')} from run {source.get('run')} "
             f"(model {source.get('model') or '?'}, sha256 {str(sha)[:12] if sha else 'n/a'}, "
             f"{source.get('items')} items, {source.get('metric')} {_pct(source.get('score'))} "
             f"[{_pct(ci[0])}, {_pct(ci[1])}])"
