@@ -172,7 +172,7 @@ def paired_need(
             None,
             discordance=churn,
             assumption=assumption,
-            reason=f"a score of {100 * p0:.1f}% cannot lose {100 * drop:g} points"
+            reason=f"a score of {100 * p0:.1f}% cannot lose {_points(drop)}"
             + (f" with {100 * churn:.1f}% churn" if churn else ""),
         )
     p_regress, p_improve = shares
@@ -348,6 +348,11 @@ def plan_task(
     return plan
 
 
+def _points(drop: float) -> str:
+    points = round(100 * drop, 6)
+    return f"{points:g} point" + ("" if points == 1 else "s")
+
+
 def _cell(need: Need | None, total: int | None) -> str:
     """Items a gate needs: a count (``!`` when the task has fewer), ``n/a`` or ``-``."""
     if need is None:
@@ -406,7 +411,7 @@ def format_plan(plans: Sequence[TaskPlan], settings: PlanSettings) -> list[str]:
             )
             for need in (floor, pure, churned):
                 if need is not None and need.reason:
-                    notes.append(f"{plan.task}, {100 * drop:g} points, {need.gate}: {need.reason}")
+                    notes.append(f"{plan.task}, {_points(drop)}, {need.gate}: {need.reason}")
         if plan.churn is not None:
             notes.append(f"{plan.task}: churn {100 * plan.churn:.1f}% ({plan.churn_source})")
         if plan.detectable_drop is not None:
