@@ -244,8 +244,8 @@ def _simulate(args: argparse.Namespace) -> int:
         f"per row (seed {args.seed}); churn: {source or 'none (a pure drop)'}"
     )
     print(
-        f"{'task':<10} {'drop':>5} {'gate':<20} {'items':>6} {'promised':>9} {'caught':>7} "
-        f"{'+-':>5} {'false alarms (promised)':>24}"
+        f"{'task':<10} {'drop':>5} {'gate':<20} {'churn':>6} {'items':>6} {'promised':>9} "
+        f"{'caught':>7} {'+-':>4}  false alarms (promised)"
     )
     for task in tasks:
         items = run.items.get(task)
@@ -253,38 +253,43 @@ def _simulate(args: argparse.Namespace) -> int:
             raise LlmEvalError(f"{args.run}: no item records of task {task!r}")
         plan = plan_task(task, items, run.metrics.get(task), settings, churn=churn.get(task))
         pool = [bool(r.get("correct")) for r in items.values()]
+        rows: list[tuple[str, int, float, float]] = []  # gate, items, drop, churn
         for need in plan.needs:
-            if need.items is None or (
-                need.gate == "paired" and need.assumption == "pure drop" and churn.get(task)
-            ):
+            if need.items is None:
                 continue
-            kinds = ["paired"] if need.gate == "paired" else ["floor-fresh", "floor-same"]
-            for kind in kinds:
-                sim = simulate(
-                    pool,
-                    kind,
-                    need.items,
-                    need.drop,
-                    churn=need.discordance or 0.0 if kind == "paired" else churn.get(task, 0.0),
-                    draws=args.draws,
-                    seed=args.seed,
-                    rule=settings.rule,
-                    policy=settings.policy,
-                    alpha=settings.alpha,
-                    task=task,
-                )
-                promised = "-" if sim.promised_power is None else f"{100 * sim.promised_power:.1f}%"
-                alarm = (
-                    ""
-                    if sim.promised_false_alarms is None
-                    else (f" ({100 * sim.promised_false_alarms:.1f}%)")
-                )
-                print(
-                    f"{task:<10} {100 * need.drop:>3g}pt {sim.gate:<20} {sim.n:>6} {promised:>9} "
-                    f"{100 * sim.detected:>6.1f}% {100 * sim.stderr:>4.1f} "
-                    f"{100 * sim.false_alarms:>15.1f}%{alarm:<8}"
-                )
-                results.append({"task": task, **sim.to_dict()})
+            if need.gate == "paired":
+                rows.append(("paired", need.items, need.drop, need.discordance or 0.0))
+                continue
+            rows.append(("floor-fresh", need.items, need.drop, 0.0))
+            rows.append(("floor-same", need.items, need.drop, 0.0))
+            if churn.get(task):
+                rows.append(("floor-same", need.items, need.drop, churn[task]))
+        for kind, n, drop, flips in rows:
+            sim = simulate(
+                pool,
+                kind,
+                n,
+                drop,
+                churn=flips,
+                draws=args.draws,
+                seed=args.seed,
+                rule=settings.rule,
+                policy=settings.policy,
+                alpha=settings.alpha,
+                task=task,
+            )
+            promised = "-" if sim.promised_power is None else f"{100 * sim.promised_power:.1f}%"
+            alarm = (
+                ""
+                if sim.promised_false_alarms is None
+                else f" ({100 * sim.promised_false_alarms:.1f}%)"
+            )
+            print(
+                f"{task:<10} {100 * drop:>3g}pt {sim.gate:<20} {100 * flips:>5.1f}% {n:>6} "
+                f"{promised:>9} {100 * sim.detected:>6.1f}% {100 * sim.stderr:>4.1f}  "
+                f"{100 * sim.false_alarms:.1f}%{alarm}"
+            )
+            results.append({"task": task, **sim.to_dict()})
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0
