@@ -270,3 +270,40 @@ def test_floors_from_under_xdist(
     assert bad.ret == 1
     bad.stdout.fnmatch_lines(["*--llm-floors-from (ini llm_floors_from): *no task 'arith'*"])
     assert "no such directory" not in bad.stdout.str()
+
+
+def test_limit_warning_names_each_gate_and_its_item_count() -> None:
+    from pytest_llmeval.gate import FloorRule
+    from pytest_llmeval.plugin._session import limit_warning
+
+    results = [{"score": 1.0 if i % 4 == 0 else 0.0} for i in range(40)]  # 25% of 40
+    text = limit_warning(
+        "mmlu", results, floor=True, paired=True, rule=FloorRule("lcb"), policy="point", churn=None
+    )
+    assert text is not None
+    assert text.startswith("mmlu: 40 items cannot decide a 5-point drop: a floor gate (lcb95, ")
+    assert "a paired baseline gate needs 157 (pure drop)" in text
+    churned = limit_warning(
+        "mmlu", results, floor=False, paired=True, rule=FloorRule("lcb"), policy="point", churn=0.06
+    )
+    assert churned is not None and "(6.0% churn as observed)" in churned
+    enough = [{"score": 1.0 if i % 4 == 0 else 0.0} for i in range(600)]
+    assert (
+        limit_warning(
+            "mmlu", enough, floor=True, paired=True, rule=FloorRule("lcb"), policy="point", churn=0
+        )
+        is None
+    )
+    fractional = [{"score": 0.5}] * 10
+    assert (
+        limit_warning(
+            "x",
+            fractional,
+            floor=True,
+            paired=False,
+            rule=FloorRule("lcb"),
+            policy="point",
+            churn=0,
+        )
+        is None
+    )
