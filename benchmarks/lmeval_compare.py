@@ -58,9 +58,10 @@ from benchmarks.lmeval_tasks import (
     write_task_set,
 )
 from pytest_llmeval.dataset import Item
-from pytest_llmeval.eval import ItemResult, TaskRunner
+from pytest_llmeval.eval import ChatSettings, ItemResult, TaskRunner
 from pytest_llmeval.model import (
     Backend,
+    ChatTemplate,
     GenerateRequest,
     GenerateResult,
     LoglikelihoodRequest,
@@ -91,6 +92,18 @@ class Options:
     max_new_tokens: int | None = None
     chunk_items: int | None = None
     subjects: tuple[str, ...] | None = None
+    chat: bool = False
+    system_prompt: str | None = None
+    multiturn: bool = True
+
+    def chat_settings(self) -> ChatSettings:
+        """Ours: the model's chat template on (``--chat``) or off; the harness gets
+        ``apply_chat_template``, ``fewshot_as_multiturn`` and ``system_instruction`` to match."""
+        return ChatSettings(
+            mode="on" if self.chat else "off",
+            system_prompt=self.system_prompt,
+            multiturn=self.multiturn,
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +138,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--subjects", help="MMLU task types: only these comma-separated subjects (default all)"
     )
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="apply the model's chat template in both tools (the harness: "
+        "--apply_chat_template --fewshot_as_multiturn)",
+    )
+    parser.add_argument(
+        "--system-prompt", help="a system prompt in both tools (the harness: --system_instruction)"
+    )
+    parser.add_argument(
+        "--single-turn",
+        action="store_true",
+        help="with --chat: few-shot examples in one user turn (the harness without "
+        "--fewshot_as_multiturn)",
+    )
 
 
 def options_from_args(ns: argparse.Namespace) -> Options:
@@ -147,6 +175,9 @@ def options_from_args(ns: argparse.Namespace) -> Options:
         max_new_tokens=ns.max_new_tokens,
         chunk_items=ns.chunk_items,
         subjects=subjects,
+        chat=bool(ns.chat),
+        system_prompt=ns.system_prompt,
+        multiturn=not ns.single_turn,
     )
 
 
@@ -298,6 +329,9 @@ class RecordingBackend:
             self.timing.model_s += time.perf_counter() - started
             self.timing.model_calls += 1
 
+    def chat_template(self) -> ChatTemplate | None:
+        return self.inner.chat_template()
+
     def info(self) -> Mapping[str, Any]:
         return self.inner.info()
 
@@ -380,11 +414,12 @@ def warm_up(task_set: TaskSet, models: Models) -> None:
     few-shot prefixes in its cache: the timed run computes them itself."""
     from lm_eval.api.instance import Instance
 
-    runner = TaskRunner(task_set.spec, task_set.data_dirs)
+    runner = TaskRunner(task_set.spec, task_set.data_dirs, task_set.chat)
+    runner.bind(models.ours)
     first = [runner.prepare(item) for item in task_set.items[: models.ours.batch_size]]
     gen = task_set.spec.generate
     if gen is None:
-        delim = task_set.spec.prompt.target_delimiter
+        delim = runner.choice_delimiter
         pairs = [(p.prompt, delim + c) for p in first for c in p.choices]
         models.ours.loglikelihood([LoglikelihoodRequest(c, x) for c, x in pairs])
         models.lmeval.loglikelihood(
@@ -446,7 +481,7 @@ def run_ours(task_set: TaskSet, models: Models, chunk_items: int | None = None) 
     gc.collect()
     with models.ours_meter.measure() as forward:
         started = time.perf_counter()
-        runner = TaskRunner(spec, task_set.data_dirs)
+        runner = TaskRunner(spec, task_set.data_dirs, task_set.chat)
         for chunk in _chunks(items, chunk_items):
             results.extend(runner.run(chunk, backend))
         timing.end_to_end_s = time.perf_counter() - started
@@ -475,6 +510,9 @@ def run_lmeval(task_set: TaskSet, models: Models) -> LmevalRun:
             limit=task_set.limit,
             log_samples=True,
             bootstrap_iters=0,
+            apply_chat_template=task_set.chat_on,
+            fewshot_as_multiturn=task_set.chat_on and task_set.chat.multiturn,
+            system_instruction=task_set.chat.system_prompt,
         )
         timing.end_to_end_s = time.perf_counter() - started
     assert results is not None
@@ -965,7 +1003,13 @@ def run_all(opts: Options, log: Callable[[str], None] = print) -> Report:
         for task_type in opts.tasks:
             subjects = opts.subjects if task_type != "gsm8k" else None
             task_set = write_task_set(
-                task_type, opts.data_dirs, Path(tmp), opts.items, opts.max_new_tokens, subjects
+                task_type,
+                opts.data_dirs,
+                Path(tmp),
+                opts.items,
+                opts.max_new_tokens,
+                subjects,
+                chat=opts.chat_settings(),
             )
             reports.append(run_task(task_set, models, opts.chunk_items, log))
     return Report(config=config, tasks=reports)

@@ -30,13 +30,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from pytest_llmeval.dataset import Item, load_items, resolve_local
+from pytest_llmeval.eval import ChatSettings
 from pytest_llmeval.task import TaskSpec, load_task_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,6 +103,13 @@ class TaskSet:
     requested: int  # the n the items were selected for
     subsets: tuple[str, ...] | None = None  # the subsets they were selected from
     max_new_tokens: int | None = None
+    # How both tools present prompts: ChatSettings(mode="on", ...) runs the harness with
+    # apply_chat_template, fewshot_as_multiturn and system_instruction to match.
+    chat: ChatSettings = field(default_factory=ChatSettings)
+
+    @property
+    def chat_on(self) -> bool:
+        return self.chat.mode == "on"
 
     @property
     def lmeval_names(self) -> list[str]:
@@ -277,6 +285,7 @@ def write_task_set(
     n_items: int,
     max_new_tokens: int | None = None,
     subsets: Sequence[str] | None = None,
+    chat: ChatSettings | None = None,
 ) -> TaskSet:
     """Select at least ``n_items`` items of a task type (of ``subsets`` only, when given:
     MMLU subjects) and write the harness YAMLs for them into ``out_dir / task_type`` (one
@@ -316,6 +325,7 @@ def write_task_set(
         requested=n_items,
         subsets=tuple(subsets) if subsets is not None else None,
         max_new_tokens=max_new_tokens,
+        chat=chat or ChatSettings(),
     )
 
 
@@ -330,13 +340,35 @@ def build_lmeval_tasks(task_set: TaskSet) -> dict[str, Any]:
 
 
 def lmeval_requests(
-    task_set: TaskSet, loaded: Mapping[str, Any]
+    task_set: TaskSet, loaded: Mapping[str, Any], tokenizer: Any = None
 ) -> dict[str, list[tuple[Any, ...]]]:
     """The request arguments the harness builds for each of our items, without a model:
-    ``(context, continuation)`` per choice, or ``(context, generation kwargs)``."""
+    ``(context, continuation)`` per choice, or ``(context, generation kwargs)``. With the
+    task set's chat template on, ``tokenizer`` (a transformers tokenizer) renders the
+    conversations as the harness's HF model does."""
     out: dict[str, list[tuple[Any, ...]]] = {}
+    chat: dict[str, Any] = {}
+    if task_set.chat_on:
+        assert tokenizer is not None, "the chat template needs the model's tokenizer"
+
+        def render(history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+            return str(
+                tokenizer.apply_chat_template(
+                    history,
+                    tokenize=False,
+                    add_generation_prompt=add_generation_prompt,
+                    continue_final_message=not add_generation_prompt,
+                )
+            )
+
+        chat = {
+            "apply_chat_template": True,
+            "fewshot_as_multiturn": task_set.chat.multiturn,
+            "system_instruction": task_set.chat.system_prompt,
+            "chat_template": render,
+        }
     for name, task in loaded["tasks"].items():
-        task.build_all_requests(limit=task_set.limit)
+        task.build_all_requests(limit=task_set.limit, **chat)
         for inst in sorted(task.instances, key=lambda i: (i.doc_id, i.idx)):
             out.setdefault(task_set.item_ids[(name, inst.doc_id)], []).append(tuple(inst.args))
     return out

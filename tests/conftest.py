@@ -67,6 +67,20 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
+@pytest.fixture(scope="session")
+def chat_model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random chat models of four template families (``tests/chat_families.py``):
+    ``chatml`` (SmolLM2), ``qwen``, ``llama3`` and ``gemma``, by name."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from chat_families import FAMILIES, build_chat_model
+
+    return {
+        name: build_chat_model(tmp_path_factory.mktemp(f"chat-{name}"), family)
+        for name, family in FAMILIES.items()
+    }
+
+
 @pytest.fixture
 def fake_openai() -> Iterator[FakeServer]:
     """A scripted OpenAI-compatible completions server on loopback (``tests/openai_fake.py``);

@@ -263,7 +263,7 @@ def canonical_order_test(
     counts = []
     for item in items:
         prepared = runner.prepare(item)
-        context = prepared.prompt[: len(prepared.prompt) - len(prepared.question)]
+        context = prepared.prompt[: prepared.shared_prefix]  # up to the question
         n_options = len(item.doc[options_field])
         gold = int(item.doc[gold_field])
         # Any orders but the published one do; the gold-moving ones are distinct and seeded.

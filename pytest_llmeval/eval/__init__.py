@@ -7,10 +7,17 @@ from pytest_llmeval.eval._failures import (
     analyse_failures,
     classify,
 )
-from pytest_llmeval.eval._run import ItemResult, PreparedItem, TaskRunner, true_probability_mass
+from pytest_llmeval.eval._run import (
+    ChatSettings,
+    ItemResult,
+    PreparedItem,
+    TaskRunner,
+    true_probability_mass,
+)
 
 __all__ = [
     "FAILURE_CLASSES",
+    "ChatSettings",
     "ClassifiedFailure",
     "FailureReport",
     "ItemResult",

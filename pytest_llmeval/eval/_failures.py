@@ -9,7 +9,10 @@ Every failed item gets one class:
 - ``execution_timeout`` / ``execution_error``: generated code timed out, or crashed for a
   reason other than a failed assertion;
 - ``wrong_answer``: a comparable answer, and wrong (or a failed assertion, or a wrong
-  choice, or an instruction not followed).
+  choice, or an instruction not followed);
+- ``unfinished_thinking``: a reasoning model opened its thinking block and never closed it
+  (with thinking stripped, such an output has no answer); cut at the budget, it is
+  ``truncated``.
 
 Independently, ``answer_in_output`` says whether the output contains the target at all. A
 failed item whose output contains the right answer points at the evaluation (prompt,
@@ -34,6 +37,7 @@ FAILURE_CLASSES = (
     "execution_timeout",
     "execution_error",
     "wrong_answer",
+    "unfinished_thinking",
 )
 
 
@@ -85,6 +89,8 @@ def classify(record: Mapping[str, Any], compare: str | None = None) -> str:
     status = details.get("status") if isinstance(details, Mapping) else None
     if record.get("finish_reason") == "length":
         return "truncated"
+    if isinstance(details, Mapping) and details.get("thinking") == "unfinished":
+        return "unfinished_thinking"
     if record.get("choices"):
         return "wrong_answer"
     if status is not None:  # code execution

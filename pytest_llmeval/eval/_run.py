@@ -9,28 +9,53 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_llmeval._errors import DataError, SpecError
+from pytest_llmeval._errors import DataError, ModelError, SpecError
 from pytest_llmeval.dataset import Item, load_fewshot, load_fewshot_text
-from pytest_llmeval.model import Backend, GenerateRequest, LoglikelihoodRequest
+from pytest_llmeval.model import (
+    Backend,
+    ChatTemplate,
+    GenerateRequest,
+    LoglikelihoodRequest,
+    bos_added,
+)
 from pytest_llmeval.prompt import (
-    FewShotBlock,
+    Message,
     TemplateRenderProblem,
-    build_fewshot_block,
+    as_dicts,
+    as_plain_text,
+    build_messages,
+    fold_system,
     render,
     render_list,
+    single_turn,
+    system_message,
 )
-from pytest_llmeval.scorer import Extraction, answers_match, best_f1, extract
+from pytest_llmeval.scorer import (
+    Extraction,
+    answers_match,
+    best_f1,
+    extract,
+    strip_thinking,
+    thinking_opened,
+)
 from pytest_llmeval.task import ExecutionSpec, TaskSpec
 
 
 @dataclass(frozen=True)
 class PreparedItem:
-    """An item turned into what the model is asked: the prompt and the expected answer."""
+    """An item turned into what the model is asked: the prompt and the expected answer.
+
+    ``prompt`` is the exact text sent to the model: the raw prompt, or the conversation
+    rendered by the model's chat template (special tokens written out). ``messages`` is
+    that conversation (empty without a chat template). ``question_start`` is where the
+    item's own question begins in ``prompt``: what comes before it (description, few-shot
+    examples, the template's turns) is the same for every item of a subset.
+    """
 
     item: Item
     prompt: str
@@ -41,12 +66,51 @@ class PreparedItem:
     question: str = ""  # the item's own template, without description and few-shot block
     labels: tuple[bool, ...] = ()  # metric mc2: which choices are true
     references: tuple[str, ...] = ()  # generate.targets: every accepted answer
+    messages: tuple[Message, ...] = ()
+    question_start: int | None = None
 
     @property
     def shared_prefix(self) -> int:
         """Characters of the prompt before the item's own question (description and few-shot
-        block), the same for all items of a subset: a backend may compute them once."""
+        block, the chat template's turns), the same for all items of a subset: a backend
+        may compute them once."""
+        if self.question_start is not None:
+            return self.question_start
         return len(self.prompt) - len(self.question)
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """How prompts reach a chat model, and what is done to its answers (run-wide settings;
+    a spec may pin the mode with ``prompt.chat`` and add a system prompt and thinking
+    markers of its own).
+
+    ``mode``: ``on`` renders every prompt with the model's chat template, ``off`` sends the
+    raw text, ``auto`` is on when the model has a chat template; a spec's ``prompt.chat``
+    pin wins over it unless ``forced`` (the mode was given on the command line, which
+    wins over everything). ``multiturn``: few-shot
+    examples as alternating user/assistant turns (lm-eval's ``--fewshot_as_multiturn``) or
+    all in one user turn. ``strip_thinking``: remove a reasoning block (``thinking``
+    markers) from generations before extraction.
+    """
+
+    mode: str = "off"
+    forced: bool = False
+    system_prompt: str | None = None
+    multiturn: bool = True
+    strip_thinking: bool = False
+    thinking: tuple[str, str] = ("<think>", "</think>")
+
+
+@dataclass(frozen=True)
+class _Shots:
+    """A subset's fixed few-shot set, rendered: its description, the (question, target)
+    pairs or a verbatim text block, and the example ids in order."""
+
+    description: str
+    examples: tuple[tuple[str, str], ...]
+    ids: tuple[str, ...]
+    text: str | None = None
 
 
 @dataclass
@@ -82,6 +146,13 @@ class ItemResult:
     reused_from: str | None = None
     # Scorer-specific detail: IFEval per-instruction results, sandbox status of code.
     details: dict[str, Any] | None = None
+    # Chat models: the conversation the prompt was rendered from, whether the backend put
+    # a BOS token before the prompt text, the token that ended the generation, and the
+    # output with its reasoning block removed (what extraction saw; None when not stripped).
+    messages: list[dict[str, str]] | None = None
+    bos_added: bool | None = None
+    stop_token: str | None = None
+    output_stripped: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,27 +185,137 @@ def _argmax(values: Sequence[float]) -> int:
 
 
 class TaskRunner:
-    """Builds prompts for a task's items and scores them in batches on a backend."""
+    """Builds prompts for a task's items and scores them in batches on a backend.
 
-    def __init__(self, spec: TaskSpec, data_dirs: Sequence[Path]) -> None:
+    ``chat``: how prompts reach a chat model (default: raw text, as before chat templates
+    existed). With a mode other than ``off`` the runner takes the chat template from the
+    backend it first runs on (:meth:`bind`); until then it prepares raw prompts.
+    """
+
+    def __init__(
+        self, spec: TaskSpec, data_dirs: Sequence[Path], chat: ChatSettings | None = None
+    ) -> None:
         self.spec = spec
         self.data_dirs = list(data_dirs)
-        self._fewshot: dict[str | None, FewShotBlock] = {}
+        self.chat = chat or ChatSettings()
+        self._shots: dict[str | None, _Shots] = {}
+        self.template: ChatTemplate | None = None
+        self._bound = False
+        self._bos: Mapping[str, Any] = {}
 
     def _fail(self, field: str, item: Item, exc: Exception) -> SpecError:
         return SpecError(self.spec.source, field, f"item {item.id}: {exc}")
 
-    def fewshot_block(self, subset: str | None, context_doc: dict[str, Any]) -> FewShotBlock:
-        if subset not in self._fewshot and self.spec.fewshot.text_file is not None:
-            text, text_id = load_fewshot_text(self.spec, subset, self.data_dirs)
-            try:
-                description = render(self.spec.prompt.description, context_doc)
-            except TemplateRenderProblem as exc:
-                raise SpecError(self.spec.source, "prompt.description", str(exc)) from None
-            sep = self.spec.prompt.fewshot_separator
-            self._fewshot[subset] = FewShotBlock(text=description + text + sep, ids=(text_id,))
-        if subset not in self._fewshot:
-            spec = self.spec
+    # ------------------------------------------------------------------ chat template
+
+    @property
+    def chat_mode(self) -> str:
+        """The mode that applies to this task: a forced run mode (command line), else the
+        spec's pin, else the run's mode."""
+        if self.chat.forced or not self.spec.prompt.chat:
+            return self.chat.mode
+        return self.spec.prompt.chat
+
+    @property
+    def _mode_source(self) -> str:
+        if self.spec.prompt.chat and not self.chat.forced:
+            return "spec (prompt.chat)"
+        if self.spec.prompt.chat:
+            return "run, over the spec's prompt.chat"
+        return "run"
+
+    @property
+    def strip_thinking(self) -> bool:
+        gen = self.spec.generate
+        return self.chat.strip_thinking or bool(gen is not None and gen.thinking.strip)
+
+    @property
+    def thinking_markers(self) -> tuple[str, str]:
+        gen = self.spec.generate
+        if gen is not None and gen.thinking.start is not None and gen.thinking.end is not None:
+            return gen.thinking.start, gen.thinking.end
+        return self.chat.thinking
+
+    def bind(self, backend: Backend) -> None:
+        """Take the chat template (and the BOS policy, for records) from ``backend``, once.
+        A mode of ``on`` without a template, or multiple choice through a server that
+        applies its own template, is an error that says what to do instead."""
+        if self._bound:
+            return
+        info = backend.info()
+        bos = info.get("bos")
+        self._bos = bos if isinstance(bos, Mapping) else {}
+        mode = self.chat_mode
+        pinned = self._mode_source.startswith("spec")
+        where = (
+            f"{self.spec.source}: field 'prompt.chat' pins {mode}"
+            if pinned
+            else f"--llm-chat-template={mode}"
+        )
+        template = backend.chat_template() if mode != "off" else None
+        if template is None and mode == "on":
+            raise ModelError(
+                f"{where} for task {self.spec.name}, but the model "
+                f"({info.get('model')}) has no chat template: give one with "
+                "--llm-chat-template-file=PATH, or use --llm-chat-template=off"
+            )
+        if template is not None and template.render is None and self.spec.mode != "generate":
+            raise ModelError(
+                f"task {self.spec.name} is scored by the log-likelihood of its choices, which "
+                f"needs the prompt's log-probabilities; with the chat template on ({where}) "
+                f"the server at {info.get('base_url')} applies its own template through "
+                "/chat/completions, which returns none. Score it with --llm-chat-template=off "
+                "(the raw prompt through /completions, if the server returns prompt "
+                "log-probabilities) or with --llm-backend=hf (the template applied in-process)"
+            )
+        self.template = template
+        self._bound = True
+
+    def prompt_record(self) -> dict[str, Any]:
+        """What the run record keeps of how prompts were presented (part of the config
+        hash: a resumed run never mixes prompts with and without a chat template)."""
+        template = self.template
+        return {
+            "chat_template": None if template is None else template.describe(),
+            "chat_mode": {
+                "requested": self.chat_mode,
+                "by": self._mode_source,
+                "applied": template is not None,
+            },
+            "system_prompt": system_message(
+                [self.chat.system_prompt, self.spec.prompt.system_prompt or None],
+                self.spec.prompt.fewshot_separator,
+            )
+            or None,
+            "fewshot_multiturn": (
+                template is not None
+                and self.chat.multiturn
+                and self.spec.fewshot.text_file is None
+                and self.spec.fewshot.k > 0
+            ),
+            "bos": dict(self._bos) or None,
+            "thinking": (
+                {"strip": True, "start": self.thinking_markers[0], "end": self.thinking_markers[1]}
+                if self.strip_thinking
+                else None
+            ),
+        }
+
+    # ------------------------------------------------------------------ prompts
+
+    def _shots_for(self, subset: str | None, context_doc: dict[str, Any]) -> _Shots:
+        """The subset's few-shot set, rendered once (description included)."""
+        if subset in self._shots:
+            return self._shots[subset]
+        spec = self.spec
+        try:
+            description = render(spec.prompt.description, context_doc)
+        except TemplateRenderProblem as exc:
+            raise SpecError(spec.source, "prompt.description", str(exc)) from None
+        if spec.fewshot.text_file is not None:
+            text, text_id = load_fewshot_text(spec, subset, self.data_dirs)
+            shots = _Shots(description, (), (text_id,), text + spec.prompt.fewshot_separator)
+        else:
             examples = load_fewshot(spec, subset, self.data_dirs)
             pairs = []
             for ex_id, doc in examples:
@@ -148,29 +329,66 @@ class TaskRunner:
                             spec.source, f"prompt.{name}", f"few-shot example {ex_id}: {exc}"
                         ) from None
                 pairs.append((rendered[0], rendered[1]))
-            try:
-                description = render(spec.prompt.description, context_doc)
-            except TemplateRenderProblem as exc:
-                raise SpecError(spec.source, "prompt.description", str(exc)) from None
-            self._fewshot[subset] = build_fewshot_block(
-                description,
-                pairs,
-                [ex_id for ex_id, _ in examples],
-                spec.prompt.target_delimiter,
-                spec.prompt.fewshot_separator,
-            )
-        return self._fewshot[subset]
+            shots = _Shots(description, tuple(pairs), tuple(ex_id for ex_id, _ in examples))
+        self._shots[subset] = shots
+        return shots
+
+    def fewshot_ids(self, subset: str | None) -> tuple[str, ...]:
+        """The ids of a subset's few-shot examples, in prompt order."""
+        return self._shots_for(subset, {"subset": subset}).ids
+
+    def _conversation(
+        self, shots: _Shots, question: str, item: Item, doc: dict[str, Any]
+    ) -> tuple[Message, ...]:
+        try:
+            own_system = render(self.spec.prompt.system_prompt, doc)
+        except TemplateRenderProblem as exc:
+            raise self._fail("prompt.system_prompt", item, exc) from None
+        sep = self.spec.prompt.fewshot_separator
+        return build_messages(
+            system=system_message([self.chat.system_prompt, own_system, shots.description], sep),
+            examples=shots.examples,
+            question=question,
+            target_delimiter=self.spec.prompt.target_delimiter,
+            fewshot_separator=sep,
+            fewshot_text=shots.text,
+        )
+
+    def _render(self, messages: tuple[Message, ...]) -> tuple[str, tuple[Message, ...]]:
+        """The prompt text and the messages as the model receives them."""
+        template = self.template
+        if template is None:
+            return as_plain_text(messages), ()
+        sent = messages if self.chat.multiturn else single_turn(messages)
+        if not template.system_role:
+            sent = fold_system(sent, self.spec.prompt.fewshot_separator)
+        if template.render is None:  # the server renders: show the conversation
+            return "\n".join(f"<{m.role}>\n{m.content}" for m in sent), sent
+        return template.render(as_dicts(sent)), sent
+
+    @property
+    def choice_delimiter(self) -> str:
+        """What goes between a multiple-choice context and each choice: the spec's target
+        delimiter, or nothing under a chat template, where the choice is the start of the
+        assistant's turn (lm-eval with ``--apply_chat_template``)."""
+        return "" if self.template is not None else self.spec.prompt.target_delimiter
 
     def prepare(self, item: Item) -> PreparedItem:
-        """Render the full prompt (description, few-shot block, question) and the target."""
+        """Render the full prompt (description, few-shot block, question; under a chat
+        template the conversation of those) and the target."""
         spec = self.spec
         doc = {"subset": item.subset, **item.doc}
-        block = self.fewshot_block(item.subset, doc)
+        shots = self._shots_for(item.subset, doc)
         try:
             question = render(spec.prompt.template, doc)
         except TemplateRenderProblem as exc:
             raise self._fail("prompt.template", item, exc) from None
-        prompt = block.text + question
+        messages = self._conversation(shots, question, item, doc)
+        prompt, sent = self._render(messages)
+        question_start: int | None = None
+        if sent:
+            found = prompt.rfind(question.strip()) if question.strip() else -1
+            question_start = max(0, found)
         if spec.mode == "generate":
             assert spec.generate is not None
             try:
@@ -192,9 +410,11 @@ class TaskRunner:
                 item=item,
                 prompt=prompt,
                 target=target,
-                fewshot_ids=block.ids,
+                fewshot_ids=shots.ids,
                 question=question,
                 references=references,
+                messages=sent,
+                question_start=question_start,
             )
         mc = spec.multiple_choice
         assert mc is not None
@@ -232,11 +452,13 @@ class TaskRunner:
             item=item,
             prompt=prompt,
             target=choices[gold],
-            fewshot_ids=block.ids,
+            fewshot_ids=shots.ids,
             choices=tuple(choices),
             gold=gold,
             question=question,
             labels=labels,
+            messages=sent,
+            question_start=question_start,
         )
 
     def _labels(
@@ -264,19 +486,27 @@ class TaskRunner:
     def run(self, items: Sequence[Item], backend: Backend) -> list[ItemResult]:
         """Evaluate ``items`` (already selected) in one batched call to the backend."""
         started = time.perf_counter()
+        self.bind(backend)
         prepared = [self.prepare(item) for item in items]
         if self.spec.mode == "generate":
             results = self._run_generate(prepared, backend)
         else:
             results = self._run_multiple_choice(prepared, backend)
         per_item = (time.perf_counter() - started) / max(1, len(results))
-        for r in results:
+        bos_token = self._bos.get("token")
+        add_bos = bool(self._bos.get("add"))
+        for p, r in zip(prepared, results, strict=True):
             r.seconds = round(per_item, 4)
+            if p.messages:
+                r.messages = as_dicts(p.messages)
+            if self._bos:
+                r.bos_added = bos_added(p.prompt, bos_token, add_bos)
         return results
 
     def _run_generate(self, prepared: Sequence[PreparedItem], backend: Backend) -> list[ItemResult]:
         gen = self.spec.generate
         assert gen is not None
+        markers = self.thinking_markers if self.strip_thinking else None
         requests = [
             GenerateRequest(
                 context=p.prompt,
@@ -284,6 +514,9 @@ class TaskRunner:
                 stop=gen.stop,
                 overflow=gen.overflow,  # type: ignore[arg-type]  # validated by the spec
                 shared_prefix=p.shared_prefix,
+                messages=tuple((m.role, m.content) for m in p.messages),
+                thinking=markers,
+                thinking_open=markers is not None and thinking_opened(p.prompt, markers[0]),
             )
             for p in prepared
         ]
@@ -294,7 +527,13 @@ class TaskRunner:
         for p, out in zip(prepared, outputs, strict=True):
             details: dict[str, Any] | None = None
             score: float | None = None
-            if out.finish_reason == "context_overflow":
+            text, thinking = out.text, None
+            if self.strip_thinking and out.finish_reason != "context_overflow":
+                text, thinking = strip_thinking(out.text, p.prompt, *self.thinking_markers)
+            if thinking == "unfinished":
+                correct, extraction = False, Extraction(answer=None, kind="none")
+                details = {"thinking": "unfinished"}
+            elif out.finish_reason == "context_overflow":
                 correct, extraction = False, Extraction(answer=None, kind="none")
                 details = {
                     "context_overflow": {
@@ -304,17 +543,19 @@ class TaskRunner:
                     }
                 }
             elif gen.scorer == "execution":
-                correct, answer, details = self._execute(p, out.text)
+                correct, answer, details = self._execute(p, text)
                 extraction = Extraction(answer=answer, kind="code")
             elif gen.scorer == "ifeval":
-                correct, details = self._ifeval(p, out.text)
-                extraction = Extraction(answer=out.text, kind="ifeval")
+                correct, details = self._ifeval(p, text)
+                extraction = Extraction(answer=text, kind="ifeval")
             else:
-                extraction = extract(out.text, gen.extract, truncated=out.finish_reason == "length")
+                extraction = extract(text, gen.extract, truncated=out.finish_reason == "length")
                 score = self._match_score(extraction.answer, p)
                 correct = score > 0.5 if gen.compare == "f1" else bool(score)
             if out.truncated_tokens:
                 details = {**(details or {}), "truncated_prompt_tokens": out.truncated_tokens}
+            if thinking == "stripped":
+                details = {**(details or {}), "thinking": "stripped"}
             results.append(
                 ItemResult(
                     task=self.spec.name,
@@ -331,6 +572,8 @@ class TaskRunner:
                     finish_reason=out.finish_reason,
                     n_output_tokens=out.n_tokens,
                     details=details,
+                    stop_token=out.stop_token,
+                    output_stripped=text if self.strip_thinking else None,
                 )
             )
         return results
@@ -437,7 +680,7 @@ class TaskRunner:
     ) -> list[ItemResult]:
         mc = self.spec.multiple_choice
         assert mc is not None
-        delim = self.spec.prompt.target_delimiter
+        delim = self.choice_delimiter
         requests = [
             LoglikelihoodRequest(
                 context=p.prompt, continuation=delim + choice, shared_prefix=p.shared_prefix

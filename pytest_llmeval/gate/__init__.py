@@ -31,9 +31,12 @@ from pytest_llmeval.gate._reference import (
     parse_floor_entry,
     write_floors,
 )
+from pytest_llmeval.gate._simulate import Simulated, simulate
 from pytest_llmeval.gate._verdict import (
     POLICIES,
+    POLICY_TEXT,
     FloorRule,
+    check_policy,
     interval_verdict,
     parse_floor_rule,
     pass_threshold,
@@ -43,10 +46,12 @@ from pytest_llmeval.gate._verdict import (
 __all__ = [
     "DROPS",
     "POLICIES",
+    "POLICY_TEXT",
     "FloorRule",
     "PlanSettings",
     "ReferenceFloor",
     "ReferenceRun",
+    "Simulated",
     "TaskPlan",
     "binom_cdf",
     "binom_pmf",
@@ -54,6 +59,7 @@ __all__ = [
     "binomial_critical_lower",
     "binomial_power_lower",
     "binomial_sample_size",
+    "check_policy",
     "connor_size",
     "detectable_floor_drop",
     "floor_gate_power",
@@ -70,5 +76,6 @@ __all__ = [
     "pass_threshold",
     "plan_task",
     "policy_fails",
+    "simulate",
     "write_floors",
 ]

@@ -81,7 +81,7 @@ def _record(ids: Sequence[str], correct: Sequence[bool]) -> dict[str, dict[str, 
 
 
 def _paired_fails(task: str, ids: list[str], base: list[bool], cur: list[bool]) -> bool:
-    from pytest_llmeval.record._compare import RunRecord, compare_runs, gate_failures, parse_gate
+    from pytest_llmeval.record import RunRecord, compare_runs, gate_failures, parse_gate
 
     baseline = RunRecord(Path("baseline"), {}, {}, {task: _record(ids, base)})
     current = RunRecord(Path("current"), {}, {}, {task: _record(ids, cur)})

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model._resolve import EMBEDDED, cache_dir, resolve_model_path
 from pytest_llmeval.model._types import (
     BACKENDS,
+    BOS_POLICIES,
     OVERFLOW_POLICIES,
     Backend,
+    ChatTemplate,
     GenerateRequest,
     GenerateResult,
     LoglikelihoodRequest,
     LoglikelihoodResult,
     ModelSettings,
     Overflow,
+    SettingsError,
+    bos_added,
+    cut_at_stop,
+    stop_hit,
 )
 
 
@@ -24,8 +29,6 @@ def load_backend(settings: ModelSettings) -> Backend:
         from pytest_llmeval.model._openai import OpenAIBackend
 
         return OpenAIBackend(settings)
-    if settings.backend != "hf":
-        raise ModelError(f"--llm-backend={settings.backend}: expected one of {', '.join(BACKENDS)}")
     from pytest_llmeval.model._hf import HFBackend
 
     return HFBackend(settings)
@@ -33,16 +36,22 @@ def load_backend(settings: ModelSettings) -> Backend:
 
 __all__ = [
     "BACKENDS",
+    "BOS_POLICIES",
     "EMBEDDED",
     "OVERFLOW_POLICIES",
     "Backend",
+    "ChatTemplate",
     "GenerateRequest",
     "GenerateResult",
     "LoglikelihoodRequest",
     "LoglikelihoodResult",
     "ModelSettings",
     "Overflow",
+    "SettingsError",
+    "bos_added",
     "cache_dir",
+    "cut_at_stop",
     "load_backend",
     "resolve_model_path",
+    "stop_hit",
 ]

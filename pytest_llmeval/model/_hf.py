@@ -11,16 +11,19 @@ from typing import Any
 from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model._resolve import resolve_model_path
 from pytest_llmeval.model._types import (
+    ChatTemplate,
     GenerateRequest,
     GenerateResult,
     LoglikelihoodRequest,
     LoglikelihoodResult,
     ModelSettings,
+    bos_added,
+    cut_at_stop,
     fit_tokens,
     move_trailing_space,
+    stop_hit,
 )
 
-_DTYPES = ("auto", "float32", "bfloat16", "float16")
 # A shared prefix shorter than this many tokens is recomputed rather than cached.
 _MIN_SHARED = 32
 # Key/value states of shared prefixes kept across calls (least recently used dropped first):
@@ -29,6 +32,9 @@ _PREFIX_CACHE_BYTES = 4 << 30
 # A row's reusable state: per layer (keys, values) of shape [1, heads, length, head_dim], and
 # the row's attention mask over those positions (0 marks a hole left by batching).
 _State = tuple[list[tuple[Any, Any]], Any]
+# Requests generated in one batch share these: budget, stop sequences, thinking markers and
+# whether the prompt opened the thinking block.
+_GenerationKey = tuple[int, tuple[str, ...], tuple[str, str] | None, bool]
 
 
 def set_seeds(seed: int) -> None:
@@ -60,19 +66,8 @@ class HFBackend:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if settings.dtype not in _DTYPES:
-            raise ModelError(f"--llm-dtype={settings.dtype}: expected one of {', '.join(_DTYPES)}")
-        if settings.device not in ("auto", "cpu", "cuda") and not settings.device.startswith(
-            "cuda:"
-        ):
-            raise ModelError(f"--llm-device={settings.device}: expected auto, cuda or cpu")
-        if settings.batch_size < 0:
-            raise ModelError(f"--llm-batch-size={settings.batch_size}: must be >= 1 or auto")
-        if settings.device_map and settings.device != "auto":
-            raise ModelError(
-                f"--llm-device-map={settings.device_map} places the model itself: "
-                f"leave --llm-device at auto (got {settings.device})"
-            )
+        # ModelSettings checked every setting when it was made.
+        template_text = _read_template_file(settings.chat_template_file)
         self.settings = settings
         self.path = resolve_model_path(settings.model)
         if settings.device == "auto":
@@ -113,6 +108,12 @@ class HFBackend:
         self.model.eval()
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.add_bos, self.bos_reason = self._bos_policy(settings.add_bos)
+        self._chat = self._load_chat_template(template_text)
+        # Token ids that end a generation: the tokenizer's EOS, every id of the generation
+        # config's eos_token_id (often a list: Llama 3 ends turns with <|eot_id|>), and the
+        # chat template's end-of-turn token.
+        self.stop_tokens = self._stop_token_ids()
         config = self.model.config
         limit = settings.max_length or getattr(config, "max_position_embeddings", None) or 2048
         self.max_length = int(limit)
@@ -230,13 +231,62 @@ class HFBackend:
             "device_map": self.settings.device_map,
             "prefix_sharing": self._share,
             "max_length": self.max_length,
+            "chat_template": self._chat.describe() if self._chat is not None else None,
+            "bos": self.bos_info(),
+            "stop_token_ids": {str(k): v for k, v in sorted(self.stop_tokens.items())},
             "seed": self.settings.seed,
             "torch": str(torch.__version__),
             "transformers": str(transformers.__version__),
         }
 
+    def chat_template(self) -> ChatTemplate | None:
+        return self._chat
+
+    def bos_info(self) -> dict[str, Any]:
+        """The BOS policy as run records state it."""
+        return {
+            "policy": self.settings.add_bos,
+            "add": self.add_bos,
+            "reason": self.bos_reason,
+            "token": self.tokenizer.bos_token,
+            "id": self.tokenizer.bos_token_id,
+        }
+
+    # ------------------------------------------------------------------ tokens
+
+    def _bos_policy(self, policy: str) -> tuple[bool, str]:
+        """Whether prompts get a BOS token, and why. ``auto`` follows the tokenizer's own
+        configuration: a tokenizer that puts BOS before an encoded text by default (Llama,
+        Gemma, Mistral) gets it, one that does not (GPT-2 style, SmolLM2, Qwen) does not,
+        as lm-evaluation-harness's default encoding does."""
+        bos = self.tokenizer.bos_token_id
+        if policy == "no":
+            return False, "--llm-add-bos=no"
+        if bos is None:
+            if policy == "yes":
+                raise ModelError(
+                    f"--llm-add-bos=yes but the tokenizer of {self.path} has no BOS token"
+                )
+            return False, "the tokenizer has no BOS token"
+        if policy == "yes":
+            return True, "--llm-add-bos=yes"
+        default = list(self.tokenizer("a")["input_ids"])
+        if default[:1] == [bos]:
+            return True, "the tokenizer adds BOS by default"
+        return False, "the tokenizer does not add BOS by default"
+
     def _encode(self, text: str) -> list[int]:
+        """A text's tokens, no special tokens added (special-token text in ``text``, such as
+        a chat template's ``<|im_start|>``, is parsed as those tokens)."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _encode_prompt(self, text: str) -> list[int]:
+        """A prompt's tokens: BOS first when the policy adds it and the text does not
+        already start with it (a chat template that writes it), never twice."""
+        tokens = self._encode(text)
+        if bos_added(text, self.tokenizer.bos_token, self.add_bos):
+            return [int(self.tokenizer.bos_token_id), *tokens]
+        return tokens
 
     def _split(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """lm-eval's split: the context's own tokens, and the tail of the tokenized
@@ -247,9 +297,91 @@ class HFBackend:
             if prefix is None:
                 prefix = self.tokenizer.eos_token_id
             return [int(prefix)], self._encode(continuation)
-        whole = self._encode(context + continuation)
-        ctx = self._encode(context)
+        whole = self._encode_prompt(context + continuation)
+        ctx = self._encode_prompt(context)
         return ctx, whole[len(ctx) :]
+
+    # ------------------------------------------------------------------ chat template
+
+    def _load_chat_template(self, override: str | None) -> ChatTemplate | None:
+        """The chat template: ``--llm-chat-template-file`` when given, else the tokenizer's
+        own (its default one when it has several named ones). Probed once: whether it
+        keeps a system message, and which token closes an assistant turn."""
+        import hashlib
+
+        source = f"file:{self.settings.chat_template_file}" if override is not None else None
+        text = override
+        if text is None:
+            own = getattr(self.tokenizer, "chat_template", None)
+            if isinstance(own, dict):
+                own = own.get("default")
+            if not own:
+                return None
+            text, source = str(own), "tokenizer"
+        assert source is not None
+        tokenizer = self.tokenizer
+
+        def render(messages: Sequence[Mapping[str, str]], *, opened: bool = True) -> str:
+            return str(
+                tokenizer.apply_chat_template(
+                    [dict(m) for m in messages],
+                    chat_template=text,
+                    tokenize=False,
+                    add_generation_prompt=opened,
+                )
+            )
+
+        try:
+            render([{"role": "user", "content": "Hello"}])
+        except Exception as exc:
+            raise ModelError(
+                f"the chat template ({source}) of {self.path} does not render a user message: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        return ChatTemplate(
+            source=source,
+            sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            render=render,
+            system_role=_keeps_system(render),
+            end_of_turn=self._end_of_turn(render),
+        )
+
+    def _end_of_turn(self, render: Any) -> str | None:
+        """The special token that follows an assistant message in the template's own
+        rendering (``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``), if any."""
+        sentinel = "Sentinel reply 7"
+        try:
+            text = render(
+                [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": sentinel}],
+                opened=False,
+            )
+        except Exception:  # a template that cannot end on an assistant turn
+            return None
+        at = text.rfind(sentinel)
+        if at < 0:
+            return None
+        tail = self._encode(text[at + len(sentinel) :])
+        if not tail:
+            return None
+        first = tail[0]
+        added = getattr(self.tokenizer, "added_tokens_decoder", {}).get(first)
+        special = first in self.tokenizer.all_special_ids or bool(getattr(added, "special", False))
+        token = self.tokenizer.convert_ids_to_tokens(first)
+        return str(token) if special and isinstance(token, str) else None
+
+    def _stop_token_ids(self) -> dict[int, str]:
+        ids: list[int] = []
+        if self.tokenizer.eos_token_id is not None:
+            ids.append(int(self.tokenizer.eos_token_id))
+        generation = getattr(self.model, "generation_config", None)
+        configured = getattr(generation, "eos_token_id", None)
+        if isinstance(configured, int):
+            ids.append(configured)
+        elif isinstance(configured, (list, tuple)):
+            ids.extend(int(i) for i in configured)
+        if self._chat is not None and self._chat.end_of_turn is not None:
+            ids.append(int(self.tokenizer.convert_tokens_to_ids(self._chat.end_of_turn)))
+        return {i: str(self.tokenizer.convert_ids_to_tokens(i)) for i in dict.fromkeys(ids)}
 
     # ------------------------------------------------------------------ shared prefixes
 
@@ -262,7 +394,7 @@ class HFBackend:
             return 0
         tokens = self._text_tokens.get(prefix_text)
         if tokens is None:
-            tokens = self._text_tokens[prefix_text] = self._encode(prefix_text)
+            tokens = self._text_tokens[prefix_text] = self._encode_prompt(prefix_text)
         n = 0
         for a, b in zip(tokens, context_tokens[:-1], strict=False):
             if a != b:
@@ -513,7 +645,7 @@ class HFBackend:
         longest first (see ``_greedy``). A prompt's shared prefix is not recomputed: its
         cached state is reused, the prompt's own tokens continue it."""
         out: list[GenerateResult | None] = [None] * len(requests)
-        groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        groups: dict[_GenerationKey, list[int]] = {}
         prompt_tokens: dict[int, int] = {}
         encoded: dict[int, list[int]] = {}
         prefixes: dict[int, tuple[int, ...]] = {}
@@ -524,7 +656,7 @@ class HFBackend:
                     f"max_new_tokens={req.max_new_tokens} leaves no room in max_length "
                     f"{self.max_length}"
                 )
-            tokens = self._encode(req.context)
+            tokens = self._encode_prompt(req.context)
             prompt_tokens[i] = len(tokens)
             prefixes[i] = ()
             if len(tokens) > budget:
@@ -542,17 +674,39 @@ class HFBackend:
                 shared = self._shared_tokens(tokens, req.context[: req.shared_prefix])
                 prefixes[i] = tuple(tokens[:shared])
             encoded[i] = tokens
-            groups.setdefault((req.max_new_tokens, req.stop), []).append(i)
-        for (max_new, stop), indices in groups.items():
+            key = (req.max_new_tokens, req.stop, req.thinking, req.thinking_open)
+            groups.setdefault(key, []).append(i)
+        for (max_new, stop, thinking, opened), indices in groups.items():
             order = sorted(indices, key=lambda i: (-(len(encoded[i]) - len(prefixes[i])), i))
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
                 states = [self._prefix_state(prefixes[i], keep=True) for i in batch]
                 own = [encoded[i][len(prefixes[i]) :] for i in batch]
-                for i, (tokens, eos) in zip(
-                    batch, self._greedy(states, own, max_new, stop), strict=True
-                ):
-                    out[i] = self._result(tokens, eos, stop, prompt_tokens[i], encoded[i])
+                rows = self._greedy(states, own, max_new, stop, thinking, opened)
+                for i, (tokens, ended_by) in zip(batch, rows, strict=True):
+                    cut, hit = cut_at_stop(
+                        str(self.tokenizer.decode(tokens, skip_special_tokens=True)),
+                        stop,
+                        thinking,
+                        opened,
+                    )
+                    out[i] = GenerateResult(
+                        text=cut,
+                        n_tokens=len(tokens),
+                        finish_reason="stop"
+                        if hit
+                        else "eos"
+                        if ended_by is not None
+                        else "length",
+                        n_prompt_tokens=prompt_tokens[i],
+                        truncated_tokens=prompt_tokens[i] - len(encoded[i]),
+                        context_window=self.max_length,
+                        stop_token=(
+                            self.stop_tokens.get(ended_by)
+                            if ended_by is not None and not hit
+                            else None
+                        ),
+                    )
         return [r for r in out if r is not None]
 
     def _greedy(
@@ -561,21 +715,25 @@ class HFBackend:
         own: Sequence[Sequence[int]],
         max_new: int,
         stop: tuple[str, ...],
-    ) -> list[tuple[list[int], bool]]:
+        thinking: tuple[str, str] | None = None,
+        opened: bool = False,
+    ) -> list[tuple[list[int], int | None]]:
         """Greedy decoding of a batch: row i continues ``states[i]`` with its ``own`` tokens.
-        A row leaves the batch as soon as it produced EOS, a stop sequence (checked on the
-        decoded text after every token, as lm-eval's stopping criterion does) or
-        ``max_new`` tokens, so the remaining rows run smaller forward passes. Returns each
-        row's new tokens (EOS excluded) and whether it ended with EOS."""
+        A row leaves the batch as soon as it produced a stop token (EOS, an id of the
+        generation config's ``eos_token_id``, the chat template's end of turn), a stop
+        sequence (checked on the decoded text after every token, as lm-eval's stopping
+        criterion does) or ``max_new`` tokens, so the remaining rows run smaller forward
+        passes. Returns each row's new tokens (the stop token excluded) and the stop token
+        that ended it, if any."""
         import torch
         from transformers import DynamicCache
 
         from pytest_llmeval.model._kv import reserve_room
 
-        eos = self.tokenizer.eos_token_id
+        stops = self.stop_tokens
         ids, mask = self._right_padded(own)
         new: list[list[int]] = [[] for _ in own]
-        ended = [False] * len(own)
+        ended: list[int | None] = [None] * len(own)
         with torch.inference_mode():
             cache, past_mask = self._past(states)
             # Room for every token still to come, written in place (no copy of the whole
@@ -599,12 +757,12 @@ class HFBackend:
                 still = []
                 for j, row in enumerate(active):
                     token = int(tokens[j])
-                    if token == eos:
-                        ended[row] = True
+                    if token in stops:
+                        ended[row] = token
                         continue
                     new[row].append(token)
                     text = self.tokenizer.decode(new[row], skip_special_tokens=True) if stop else ""
-                    if len(new[row]) < max_new and not any(s in text for s in stop):
+                    if len(new[row]) < max_new and not stop_hit(text, stop, thinking, opened):
                         still.append(j)
                 if len(still) < len(active):
                     if not still:
@@ -625,25 +783,44 @@ class HFBackend:
                 hidden = out.last_hidden_state[:, -1]
         return list(zip(new, ended, strict=True))
 
-    def _result(
-        self, toks: list[int], eos: bool, stop: tuple[str, ...], n_prompt: int, used: list[int]
-    ) -> GenerateResult:
-        """One row's result: its new tokens decoded, the text cut before the first stop
-        sequence."""
-        finish = "eos" if eos else "length"
-        text = str(self.tokenizer.decode(toks, skip_special_tokens=True))
-        cut = min((text.find(s) for s in stop if s in text), default=-1)
-        if cut >= 0:
-            text = text[:cut]
-            finish = "stop"
-        return GenerateResult(
-            text=text,
-            n_tokens=len(toks),
-            finish_reason=finish,
-            n_prompt_tokens=n_prompt,
-            truncated_tokens=n_prompt - len(used),
-            context_window=self.max_length,
-        )
+
+def _read_template_file(path: str | None) -> str | None:
+    """``--llm-chat-template-file``: a Jinja template (or a tokenizer_config.json /
+    chat_template.json holding one under ``chat_template``)."""
+    if path is None:
+        return None
+    import json
+    from pathlib import Path
+
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ModelError(f"--llm-chat-template-file={path}: cannot be read: {exc}") from None
+    if path.endswith(".json"):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ModelError(f"--llm-chat-template-file={path}: not JSON: {exc}") from None
+        template = data.get("chat_template") if isinstance(data, dict) else None
+        if not isinstance(template, str) or not template:
+            raise ModelError(
+                f"--llm-chat-template-file={path}: no 'chat_template' string in this JSON file"
+            )
+        text = template
+    if not text.strip():
+        raise ModelError(f"--llm-chat-template-file={path}: the file is empty")
+    return text
+
+
+def _keeps_system(render: Any) -> bool:
+    """Whether the template renders a system message (some refuse it with an exception,
+    some drop it without a word)."""
+    sentinel = "System sentinel 3"
+    try:
+        text = render([{"role": "system", "content": sentinel}, {"role": "user", "content": "Hi"}])
+    except Exception:
+        return False
+    return sentinel in str(text)
 
 
 def _score(window: Any, cont: Sequence[int], detail: bool) -> LoglikelihoodResult:

@@ -4,7 +4,13 @@ only.
 
 Generation: ``POST {base_url}/completions`` with the prompt, ``max_tokens``, greedy settings
 (``temperature`` 0, ``top_p`` 1, ``n`` 1), the seed and the stop sequences; the text is also
-cut client-side before the first stop sequence, as the ``hf`` backend does.
+cut client-side before the first stop sequence, as the ``hf`` backend does. With a chat
+template (``--llm-chat-template`` on, or auto on a server that has one): ``POST
+{base_url}/chat/completions`` with the conversation as messages, so the server's own
+template renders it (``chat_template()`` says ``source: server``; the text it renders is not
+known here). Whether the server has a template is probed once, when first asked. With
+reasoning-block markers, stop sequences are applied client-side only after the block
+(the server would cut the reasoning itself).
 
 Log-likelihood: prompt log-probabilities, as lm-evaluation-harness's ``local-completions``
 model gets them. Trailing whitespace of the context moves to the continuation (as in the
@@ -71,11 +77,13 @@ from typing import Any, TypeVar
 
 from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model._types import (
+    ChatTemplate,
     GenerateRequest,
     GenerateResult,
     LoglikelihoodRequest,
     LoglikelihoodResult,
     ModelSettings,
+    cut_at_stop,
     fit_tokens,
     move_trailing_space,
 )
@@ -230,17 +238,8 @@ class OpenAIBackend:
     retry_after_cap = 120.0  # the longest Retry-After honoured
 
     def __init__(self, settings: ModelSettings) -> None:
-        if not settings.base_url:
-            raise ModelError("--llm-backend=openai needs the server's URL: --llm-base-url=URL")
+        assert settings.base_url  # ModelSettings checked the server settings
         parsed = urllib.parse.urlsplit(settings.base_url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ModelError(f"--llm-base-url={settings.base_url}: expected http(s)://host:port/v1")
-        if settings.concurrency < 1:
-            raise ModelError(f"--llm-concurrency={settings.concurrency}: must be >= 1")
-        if settings.max_retries < 0:
-            raise ModelError(f"--llm-max-retries={settings.max_retries}: must be >= 0")
-        if settings.request_timeout <= 0:
-            raise ModelError(f"request timeout {settings.request_timeout}: must be > 0")
         self.settings = settings
         self.base_url = settings.base_url.rstrip("/")
         path = parsed.path.rstrip("/")
@@ -266,6 +265,8 @@ class OpenAIBackend:
         )
         self.tokenizer = self._probe_tokenizer()
         self.prompt_logprobs = self._probe_prompt_logprobs()
+        self._chat: ChatTemplate | None = None
+        self._chat_probed: str | None = None  # what the chat probe found, once run
 
     # ------------------------------------------------------------------ HTTP
 
@@ -343,9 +344,12 @@ class OpenAIBackend:
     def _fail(self, exc: HTTPStatusError) -> ModelError:
         return ModelError(f"{exc.url}: HTTP {exc.status}: {exc.message}")
 
-    def _completion(self, body: dict[str, Any], retries: int | None = None) -> dict[str, Any]:
-        """POST /completions with the neutral sampling extras the server accepts."""
-        url = self.base_url + "/completions"
+    def _completion(
+        self, body: dict[str, Any], retries: int | None = None, path: str = "/completions"
+    ) -> dict[str, Any]:
+        """POST /completions (or ``path``) with the neutral sampling extras the server
+        accepts."""
+        url = self.base_url + path
         while True:
             with self._lock:
                 extras = dict(self._extras)
@@ -410,6 +414,30 @@ class OpenAIBackend:
                 f"--llm-model={self.settings.model}: the server at {self.base_url} serves "
                 f"{', '.join(self.served_models)}; pass one of these names"
             )
+
+    def chat_template(self) -> ChatTemplate | None:
+        """The server's own chat template, when ``/chat/completions`` answers a one-token
+        request (probed once): vLLM refuses chat requests for a model without a template,
+        a server without the endpoint answers 404."""
+        if self._chat_probed is not None:
+            return self._chat
+        body = {
+            "model": self.settings.model,
+            "messages": [{"role": "user", "content": "Hello"}],
+            "max_tokens": 1,
+            "temperature": 0.0,
+        }
+        url = self.base_url + "/chat/completions"
+        try:
+            self._call(url, body, retries=1)
+        except HTTPStatusError as exc:
+            if exc.status == 404 or (exc.status in (400, 422, 500) and "template" in exc.message):
+                self._chat_probed = f"no chat template: HTTP {exc.status}: {exc.message[:200]}"
+                return None
+            raise self._fail(exc) from None
+        self._chat_probed = "the server answers /chat/completions"
+        self._chat = ChatTemplate(source="server", sha256=None, render=None)
+        return self._chat
 
     def _probe_tokenizer(self) -> _Tokenizer | None:
         """The first tokenize endpoint that tokenizes a probe text (one attempt each)."""
@@ -536,6 +564,8 @@ class OpenAIBackend:
             ),
             "sampling_extras": dict(self._extras),
             "prompt_logprobs": self.prompt_logprobs,
+            "chat_template": self._chat.describe() if self._chat is not None else None,
+            "chat_probe": self._chat_probed,
             "device": None,
             "dtype": None,
             "batch_size": self.batch_size,
@@ -666,7 +696,9 @@ class OpenAIBackend:
         prompt = req.context
         n_prompt: int | None = None
         truncated = 0
-        counted = self.tokenizer is not None and self.max_length is not None
+        chat = bool(req.messages)
+        # A conversation is rendered by the server: its tokens cannot be counted here.
+        counted = not chat and self.tokenizer is not None and self.max_length is not None
         if counted:
             assert self.max_length is not None
             budget = self.max_length - req.max_new_tokens
@@ -679,17 +711,21 @@ class OpenAIBackend:
                 truncated = n_prompt - kept
         body: dict[str, Any] = {
             "model": self.settings.model,
-            "prompt": prompt,
             "max_tokens": req.max_new_tokens,
             "temperature": 0.0,
             "top_p": 1.0,
             "n": 1,
             "seed": self.settings.seed,
         }
-        if req.stop:
+        if chat:
+            body["messages"] = [{"role": r, "content": c} for r, c in req.messages]
+        else:
+            body["prompt"] = prompt
+        if req.stop and req.thinking is None:  # stops inside a reasoning block: cut here
             body["stop"] = list(req.stop)
+        path = "/chat/completions" if chat else "/completions"
         try:
-            data = self._completion(body)
+            data = self._completion(body, path=path)
         except HTTPStatusError as exc:
             if exc.status in (400, 413, 422) and _is_context_error(exc):
                 tokens_in_message = _first_int(_PROMPT_TOKENS, exc.message)
@@ -711,15 +747,14 @@ class OpenAIBackend:
                 ) from None
             raise self._fail(exc) from None
         choice = data["choices"][0]
-        text = choice.get("text")
+        message = choice.get("message")
+        text = message.get("content") if chat and isinstance(message, dict) else choice.get("text")
         if not isinstance(text, str):
-            raise ModelError(f"{self.base_url}/completions: the answer has no text")
+            raise ModelError(f"{self.base_url}{path}: the answer has no text")
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         assert isinstance(usage, dict)
-        finish = _finish_reason(choice, text, req.stop)
-        cut = min((text.find(s) for s in req.stop if s in text), default=-1)
-        if cut >= 0:
-            text = text[:cut]
+        text, hit = cut_at_stop(text, req.stop, req.thinking, req.thinking_open)
+        finish = "stop" if hit else _finish_reason(choice, text, req.stop)
         n_tokens = usage.get("completion_tokens")
         server_prompt = usage.get("prompt_tokens")
         return GenerateResult(

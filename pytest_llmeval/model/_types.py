@@ -15,10 +15,11 @@ result says how many prompt tokens were dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from pytest_llmeval._errors import ModelError
 from pytest_llmeval.task._spec import OVERFLOW_POLICIES as OVERFLOW_NAMES
 
 
@@ -83,11 +84,69 @@ def fit_tokens(tokens: list[int], budget: int, overflow: str) -> list[int]:
 
 @dataclass(frozen=True)
 class GenerateRequest:
+    """Greedy generation after ``context`` until a stop sequence, an end-of-sequence or
+    end-of-turn token, or ``max_new_tokens``.
+
+    ``messages``: the conversation ``context`` was rendered from, when a chat template
+    applies, as ``(role, content)`` pairs. A backend whose server applies the template
+    itself (``ChatTemplate.render is None``) sends these instead of the text.
+
+    ``thinking``: the (start, end) markers of a reasoning block whose text the stop
+    sequences must not cut: they apply only after the block closed (``thinking_open``:
+    the prompt itself opened it). See :func:`stop_hit`.
+    """
+
     context: str
     max_new_tokens: int
     stop: tuple[str, ...] = ()
     overflow: Overflow = "skip"
     shared_prefix: int = 0  # as LoglikelihoodRequest.shared_prefix
+    messages: tuple[tuple[str, str], ...] = ()
+    thinking: tuple[str, str] | None = None
+    thinking_open: bool = False
+
+
+def _stop_start(text: str, thinking: tuple[str, str] | None, opened: bool) -> int | None:
+    """Where stop sequences start to apply in a generated ``text``: 0 without a reasoning
+    block, after its end marker once it closed, None while it is open."""
+    if thinking is None:
+        return 0
+    start, end = thinking
+    at = text.rfind(end) if end else -1
+    if at >= 0:
+        return at + len(end)
+    if opened or (start and start in text):
+        return None
+    return 0
+
+
+def stop_hit(
+    text: str,
+    stop: Sequence[str],
+    thinking: tuple[str, str] | None = None,
+    opened: bool = False,
+) -> bool:
+    """Whether a generation so far contains a stop sequence (outside an open or closed
+    reasoning block, when ``thinking`` markers are given)."""
+    begin = _stop_start(text, thinking, opened)
+    return begin is not None and any(s in text[begin:] for s in stop)
+
+
+def cut_at_stop(
+    text: str,
+    stop: Sequence[str],
+    thinking: tuple[str, str] | None = None,
+    opened: bool = False,
+) -> tuple[str, bool]:
+    """The text before its first stop sequence (searched as :func:`stop_hit` does), and
+    whether one was found."""
+    begin = _stop_start(text, thinking, opened)
+    if begin is None:
+        return text, False
+    found = [at for at in (text.find(s, begin) for s in stop if s) if at >= 0]
+    if not found:
+        return text, False
+    return text[: min(found)], True
 
 
 @dataclass(frozen=True)
@@ -95,8 +154,10 @@ class GenerateResult:
     """The generated text, cut before the first stop sequence.
 
     ``finish_reason``: ``stop``, ``length``, ``eos``, or ``context_overflow`` (not run: the
-    prompt does not fit, see the module docstring). ``n_prompt_tokens`` is the prompt's
-    length in tokens before any truncation, ``truncated_tokens`` how many were dropped.
+    prompt does not fit, see the module docstring). ``stop_token`` names the token that
+    ended an ``eos`` generation (``<|eot_id|>``, ``<end_of_turn>``, ``</s>``), when the
+    backend knows it. ``n_prompt_tokens`` is the prompt's length in tokens before any
+    truncation, ``truncated_tokens`` how many were dropped.
     """
 
     text: str
@@ -105,6 +166,45 @@ class GenerateResult:
     n_prompt_tokens: int | None = None
     truncated_tokens: int = 0
     context_window: int | None = None
+    stop_token: str | None = None
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A model's chat template, as its backend applies it.
+
+    ``source``: ``tokenizer`` (the model's own), ``file:<path>`` (``--llm-chat-template-file``)
+    or ``server`` (an OpenAI-compatible server applies its own; the text is not known here).
+    ``render`` turns messages into the prompt text with the assistant turn opened (the
+    template's generation prompt); it is None when the server renders. ``system_role``
+    is False for templates that refuse a system message (the runner then folds the system
+    text into the first user turn). ``end_of_turn`` is the token text that closes an
+    assistant turn in this template, when one was found (generation stops on it).
+    """
+
+    source: str
+    sha256: str | None
+    render: Callable[[Sequence[Mapping[str, str]]], str] | None = field(
+        default=None, compare=False, repr=False
+    )
+    system_role: bool = True
+    end_of_turn: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """What run records keep of the template."""
+        return {
+            "source": self.source,
+            "sha256": self.sha256,
+            "system_role": self.system_role,
+            "end_of_turn": self.end_of_turn,
+        }
+
+
+def bos_added(text: str, bos_token: str | None, add_bos: bool) -> bool:
+    """Whether a backend puts the BOS token before ``text``: when its policy adds one and
+    the text does not already start with it (a chat template that writes ``{{ bos_token }}``
+    itself); never twice."""
+    return bool(add_bos and bos_token and not text.startswith(bos_token))
 
 
 @runtime_checkable
@@ -120,14 +220,35 @@ class Backend(Protocol):
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]: ...
 
+    def chat_template(self) -> ChatTemplate | None:
+        """The chat template this backend applies, or None when the model has none."""
+        ...
+
     def info(self) -> Mapping[str, Any]:
         """What identifies the model and its settings, for run records."""
         ...
 
 
+BOS_POLICIES = ("auto", "yes", "no")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICE_MAPS = ("auto", "balanced", "sequential")
+
 BACKENDS = ("hf", "openai")
 """``hf``: transformers in this process; ``openai``: an OpenAI-compatible completions server
 (vLLM, SGLang, TGI, llama.cpp) reached over HTTP."""
+
+
+class SettingsError(ModelError):
+    """A model setting is invalid. ``option`` is its name as an option without the
+    ``--llm-`` prefix (``dtype``, ``base-url``), so that the pytest plugin can name the
+    command-line flag and the ini key."""
+
+    def __init__(self, option: str, value: object, expected: str) -> None:
+        self.option = option
+        self.value = value
+        self.expected = expected
+        shown = "" if value is None else f"={value}"
+        super().__init__(f"--llm-{option}{shown}: {expected}")
 
 
 @dataclass(frozen=True)
@@ -155,3 +276,74 @@ class ModelSettings:
     # The index of this process among parallel workers (pytest-xdist): with device "auto"
     # and several GPUs, worker w takes GPU w modulo their number.
     worker: int | None = None
+    # hf: a Jinja chat template file that replaces the model's own (--llm-chat-template-file).
+    chat_template_file: str | None = None
+    # hf: BOS before every prompt: "auto" (as the tokenizer's config says), "yes", "no".
+    add_bos: str = "auto"
+
+    def __post_init__(self) -> None:
+        """Every setting is checked here, once, whoever builds the settings (the pytest
+        plugin, a script, the agreement CLI): backends rely on it."""
+        if self.backend not in BACKENDS:
+            raise SettingsError("backend", self.backend, f"expected one of {'|'.join(BACKENDS)}")
+        if self.dtype not in DTYPES:
+            raise SettingsError("dtype", self.dtype, f"expected one of {'|'.join(DTYPES)}")
+        device = self.device
+        if device not in ("auto", "cpu", "cuda") and not (
+            device.startswith("cuda:") and device[5:].isdigit()
+        ):
+            raise SettingsError("device", device, "expected auto, cpu, cuda or cuda:N")
+        if self.batch_size < 0:
+            raise SettingsError("batch-size", self.batch_size, "must be >= 1 or auto")
+        if self.device_map is not None:
+            if self.device_map not in DEVICE_MAPS:
+                raise SettingsError(
+                    "device-map", self.device_map, f"expected one of {'|'.join(DEVICE_MAPS)}"
+                )
+            if self.device != "auto":
+                raise SettingsError(
+                    "device-map",
+                    self.device_map,
+                    f"places the model itself: leave --llm-device at auto (got {self.device})",
+                )
+        if self.add_bos not in BOS_POLICIES:
+            raise SettingsError(
+                "add-bos", self.add_bos, f"expected one of {'|'.join(BOS_POLICIES)}"
+            )
+        if self.max_length is not None and self.max_length < 16:
+            raise SettingsError("max-length", self.max_length, "must be >= 16 (tokens)")
+        if self.concurrency < 1:
+            raise SettingsError("concurrency", self.concurrency, "must be >= 1")
+        if self.max_retries < 0:
+            raise SettingsError("max-retries", self.max_retries, "must be >= 0")
+        if not self.request_timeout > 0:
+            raise SettingsError("request-timeout", self.request_timeout, "expected seconds > 0")
+        if self.backend == "openai":
+            self._check_server()
+        elif self.base_url:
+            raise SettingsError(
+                "base-url",
+                self.base_url,
+                "is for --llm-backend=openai (the hf backend loads --llm-model into this process)",
+            )
+        if self.chat_template_file is not None and self.backend != "hf":
+            raise SettingsError(
+                "chat-template-file",
+                self.chat_template_file,
+                f"is applied by the hf backend; --llm-backend={self.backend} sends conversations "
+                "to the server, which applies its own template (start the server with the "
+                "template you want)",
+            )
+
+    def _check_server(self) -> None:
+        from urllib.parse import urlsplit
+
+        if not self.base_url:
+            raise SettingsError(
+                "base-url",
+                None,
+                "--llm-backend=openai needs the server's URL, e.g. http://HOST:PORT/v1",
+            )
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SettingsError("base-url", self.base_url, "expected http(s)://HOST:PORT/v1")

@@ -49,6 +49,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = llm
     # The session object receives item reports itself (pytest_runtest_logreport).
     config.pluginmanager.register(llm, "llmeval-session")
+    from ._html import HtmlExtras, html_wanted
+
+    if html_wanted(config):  # pytest-html (optional extra 'html') with --html=FILE
+        config.pluginmanager.register(HtmlExtras(llm), "llmeval-html")
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -75,7 +79,7 @@ def pytest_collection_modifyitems(
     if llm.options.catalog:  # show the catalog, run nothing
         config.hook.pytest_deselected(items=list(items))
         items[:] = []
-    llm.set_selection(items)
+    llm.set_selection([item for item in items if isinstance(item, EvalItem)])
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:

@@ -31,8 +31,15 @@ class WrongAnswer(Exception):
 
 
 def describe(result: dict[str, Any]) -> str:
-    """The item details a user debugging one item wants to see."""
-    lines = [f"--- prompt ({len(result['prompt'])} chars) ---", result["prompt"]]
+    """The item details a user debugging one item wants to see: the exact prompt text
+    (under a chat template the rendered conversation, its special tokens written out, and
+    a note when the backend puts a BOS token before it), the output, the answer."""
+    header = f"--- prompt ({len(result['prompt'])} chars"
+    if result.get("messages"):
+        header += f", a chat template rendered {len(result['messages'])} message(s)"
+    if result.get("bos_added"):
+        header += "; the BOS token is added before this text"
+    lines = [header + ") ---", result["prompt"]]
     if result.get("choices"):
         lines.append("--- choices: log-likelihood (greedy) ---")
         for i, (c, lp, g) in enumerate(
@@ -44,8 +51,12 @@ def describe(result: dict[str, Any]) -> str:
             lines.append(f"  [{i}] {c!r}: {lp:.4f}{' (greedy)' if g else ''} {marks}".rstrip())
     if result.get("output") is not None:
         lines += ["--- raw output ---", result["output"]]
+        if result.get("output_stripped") is not None:
+            lines += ["--- output after the thinking block ---", result["output_stripped"]]
+        stop = f" ({result['stop_token']})" if result.get("stop_token") else ""
         lines.append(
-            f"--- finish: {result.get('finish_reason')}, {result.get('n_output_tokens')} tokens"
+            f"--- finish: {result.get('finish_reason')}{stop}, "
+            f"{result.get('n_output_tokens')} tokens"
         )
     lines.append(f"extracted answer: {result.get('extracted')!r} (by {result.get('extractor')})")
     lines.append(f"target: {result['target']!r}")

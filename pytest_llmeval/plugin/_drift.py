@@ -22,16 +22,23 @@ class DriftCheck:
 
     @classmethod
     def for_session(cls, llm: LlmEvalSession) -> DriftCheck:
-        from pytest_llmeval.record._env import drift_fingerprint
+        from pytest_llmeval.record import drift_fingerprint
 
         evaluator = llm.evaluator
         try:
             evaluator.backend()
+            backend = (evaluator.environment or {}).get("backend") or {}
+            template = backend.get("chat_template") or {}
             extra: dict[str, Any] = {
                 "dtype": evaluator.model_settings.get("dtype"),
                 "device_type": evaluator.model_settings.get("device_type"),
                 "batch_size": evaluator.model_settings.get("batch_size"),
                 "seed": evaluator.model_settings.get("seed"),
+                # The model's chat template and BOS policy (each task's hashes cover them
+                # too; these lines name the cause when they change).
+                "chat_template.sha256": template.get("sha256"),
+                "chat_template.end_of_turn": template.get("end_of_turn"),
+                "add_bos": (backend.get("bos") or {}).get("add"),
             }
             for name in sorted(llm.runners):
                 try:
@@ -54,7 +61,7 @@ class DriftCheck:
         stored = snapshot.use_extension(JSONSnapshotExtension)
         if stored == self.fingerprint:  # with --snapshot-update this (re)writes the snapshot
             return
-        from pytest_llmeval.record._env import describe_drift
+        from pytest_llmeval.record import describe_drift
 
         old = _stored_fingerprint(stored)
         lines = describe_drift(old, self.fingerprint) if old is not None else ["no snapshot yet"]

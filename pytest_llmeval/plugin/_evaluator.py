@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.dataset import Item, task_subsets
 from pytest_llmeval.eval import ItemResult, TaskRunner
-from pytest_llmeval.record._rundir import resumable_items
-from pytest_llmeval.record._taskconfig import config_hash, prompt_hash, task_config
+from pytest_llmeval.record import config_hash, prompt_hash, resumable_items, task_config
 
 from ._options import Options
 
@@ -64,25 +63,9 @@ class Evaluator:
             return self._backend
         if self._error is not None:
             raise LlmEvalError(self._error)
-        from pytest_llmeval.model import ModelSettings, load_backend
+        from pytest_llmeval.model import load_backend
 
-        assert self.options.model is not None
-        settings = ModelSettings(
-            model=self.options.model,
-            device=self.options.device,
-            dtype=self.options.dtype,
-            batch_size=self.options.batch_size,
-            seed=self.options.seed,
-            max_length=self.options.max_length,
-            backend=self.options.backend,
-            base_url=self.options.base_url,
-            api_key_env=self.options.api_key_env,
-            concurrency=self.options.concurrency,
-            max_retries=self.options.max_retries,
-            request_timeout=self.options.request_timeout,
-            device_map=self.options.device_map,
-            worker=_xdist_worker(),
-        )
+        settings = self.options.model_settings(worker=_xdist_worker())
         try:
             backend = load_backend(settings)
             self.environment = self._environment(backend)
@@ -99,8 +82,7 @@ class Evaluator:
         return backend
 
     def _environment(self, backend: Backend) -> dict[str, Any]:
-        from pytest_llmeval.record._env import environment_record
-        from pytest_llmeval.record._hash import HashCache
+        from pytest_llmeval.record import HashCache, environment_record
 
         info = dict(backend.info())
         raw_path = info.get("model_path")
@@ -150,7 +132,7 @@ class Evaluator:
     def state(self, runner: TaskRunner) -> TaskState:
         name = runner.spec.name
         if name not in self.states:
-            self.backend()
+            runner.bind(self.backend())
             subsets = task_subsets(runner.spec, runner.data_dirs)
             config: dict[str, Any] = _json(task_config(runner, subsets))
             state = TaskState(

@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_llmeval.gate._verdict import POLICIES, FloorRule, parse_floor_rule
+from pytest_llmeval.gate import POLICIES, FloorRule, parse_floor_rule
+from pytest_llmeval.model import SettingsError
+
+if TYPE_CHECKING:
+    from pytest_llmeval.eval import ChatSettings
+    from pytest_llmeval.model import ModelSettings
 
 # (cli flag, ini name, help, default as ini string)
 _OPTIONS: list[tuple[str, str, str, str | None]] = [
@@ -166,7 +171,7 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
     (
         "--llm-agreement",
         "llm_agreement",
-        "an agreement record of two backends (python -m pytest_llmeval.model.agreement): its "
+        "an agreement record of two backends (python -m pytest_llmeval.eval.agreement): its "
         "summary and SHA256 go into the run's eval config and one line is printed",
         None,
     ),
@@ -187,6 +192,47 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "llm_run_dir",
         "write into this run directory (combine one-task-per-process runs into one record)",
         None,
+    ),
+    (
+        "--llm-chat-template",
+        "llm_chat_template",
+        "auto|on|off: render prompts with the model's chat template (auto, the default: "
+        "when the model has one); on the command line it wins over a spec's prompt.chat pin, "
+        "as ini value it does not",
+        "auto",
+    ),
+    (
+        "--llm-chat-template-file",
+        "llm_chat_template_file",
+        "a Jinja chat template (or a JSON file with a 'chat_template' key) used instead of "
+        "the model's own (hf backend)",
+        None,
+    ),
+    (
+        "--llm-system-prompt",
+        "llm_system_prompt",
+        "a system prompt for every task (before a spec's own system prompt and description)",
+        None,
+    ),
+    (
+        "--llm-fewshot-multiturn",
+        "llm_fewshot_multiturn",
+        "on|off: under a chat template, few-shot examples as alternating user/assistant "
+        "turns (on, the default, lm-eval's --fewshot_as_multiturn) or in one user turn",
+        "on",
+    ),
+    (
+        "--llm-add-bos",
+        "llm_add_bos",
+        "auto|yes|no: put the BOS token before each prompt (auto: as the tokenizer's config "
+        "does; never twice when a chat template writes it)",
+        "auto",
+    ),
+    (
+        "--llm-thinking-markers",
+        "llm_thinking_markers",
+        "START,END markers of a reasoning block (default <think>,</think>)",
+        "<think>,</think>",
     ),
 ]
 
@@ -245,6 +291,20 @@ def add_options(parser: pytest.Parser) -> None:
         "(needs `datasets` and internet; same as LLMEVAL_ALLOW_HUB=1)",
     )
     group.addoption(
+        "--llm-strip-thinking",
+        dest="llm_strip_thinking",
+        action="store_true",
+        default=None,
+        help="remove a reasoning block (<think>...</think>) from generations before extraction; "
+        "the record keeps both texts, and a block never closed is its own failure class",
+    )
+    parser.addini(
+        "llm_strip_thinking",
+        help="remove reasoning blocks before extraction",
+        type="bool",
+        default=False,
+    )
+    group.addoption(
         "--llm-no-resume",
         dest="llm_no_resume",
         action="store_true",
@@ -261,7 +321,9 @@ def _raw(config: pytest.Config, name: str) -> Any:
     return config.getini(name)
 
 
-def _int(config: pytest.Config, name: str, minimum: int) -> int | None:
+def _int(config: pytest.Config, name: str, minimum: int | None) -> int | None:
+    """An integer option (None when unset); ``minimum`` None leaves the range to the
+    settings that check it (:class:`~pytest_llmeval.model.ModelSettings`)."""
     value = _raw(config, name)
     if value in (None, ""):
         return None
@@ -272,7 +334,7 @@ def _int(config: pytest.Config, name: str, minimum: int) -> int | None:
         raise pytest.UsageError(
             f"{flag} (ini {name}): expected an integer, got {value!r}"
         ) from None
-    if number < minimum:
+    if minimum is not None and number < minimum:
         raise pytest.UsageError(f"{flag} (ini {name}): must be >= {minimum}, got {number}")
     return number
 
@@ -281,18 +343,28 @@ def _batch_size(config: pytest.Config) -> int:
     """``--llm-batch-size``: a number >= 1, or ``auto`` (0)."""
     if str(_raw(config, "llm_batch_size") or "").strip().lower() == "auto":
         return 0
-    return _int(config, "llm_batch_size", 1) or 8
+    value = _int(config, "llm_batch_size", None)
+    if value == 0:  # 0 means auto inside the settings; as a user's number it is a mistake
+        raise pytest.UsageError(
+            "--llm-batch-size (ini llm_batch_size): must be >= 1 or auto, got 0"
+        )
+    return 8 if value is None else value
 
 
-def _device_map(config: pytest.Config) -> str | None:
-    if not _raw(config, "llm_device_map"):
-        return None
-    return _choice(config, "llm_device_map", ("auto", "balanced", "sequential"))
-
-
-def _nonnegative(config: pytest.Config, name: str, default: int) -> int:
-    value = _int(config, name, 0)
+def _default(value: int | None, default: int) -> int:
     return default if value is None else value
+
+
+def _text(config: pytest.Config, name: str) -> str | None:
+    value = _raw(config, name)
+    return str(value).strip() or None if value not in (None, "") else None
+
+
+def _settings_error(exc: SettingsError) -> pytest.UsageError:
+    """A model setting's error, naming the flag and the ini key."""
+    name = "llm_" + exc.option.replace("-", "_")
+    got = "" if exc.value is None else f", got {exc.value!r}"
+    return pytest.UsageError(f"--llm-{exc.option} (ini {name}): {exc.expected}{got}")
 
 
 def _choice(config: pytest.Config, name: str, options: tuple[str, ...]) -> str:
@@ -378,29 +450,16 @@ def _alpha(config: pytest.Config) -> float:
 def _timeout(config: pytest.Config) -> float:
     value = _raw(config, "llm_request_timeout")
     try:
-        seconds = float(value) if value not in (None, "") else 600.0
+        return float(value) if value not in (None, "") else 600.0
     except (TypeError, ValueError):
-        seconds = -1.0
-    if not seconds > 0:
         raise pytest.UsageError(
             f"--llm-request-timeout (ini llm_request_timeout): expected seconds > 0, got {value!r}"
-        )
-    return seconds
+        ) from None
 
 
 def _base_url(config: pytest.Config, backend: str) -> str | None:
-    value = _raw(config, "llm_base_url")
-    url = str(value).strip() if value else None
+    url = _text(config, "llm_base_url")
     if backend == "openai":
-        if not url:
-            raise pytest.UsageError(
-                "--llm-backend=openai needs the server's URL: --llm-base-url=http://HOST:PORT/v1 "
-                "(ini llm_base_url)"
-            )
-        if not url.startswith(("http://", "https://")):
-            raise pytest.UsageError(
-                f"--llm-base-url (ini llm_base_url): expected http(s)://HOST:PORT/v1, got {url!r}"
-            )
         return url
     # The ini value may stay in place for when the backend is switched; a URL given on the
     # command line with the hf backend is a mistake.
@@ -410,6 +469,28 @@ def _base_url(config: pytest.Config, backend: str) -> str | None:
             "--llm-model into this process)"
         )
     return None
+
+
+def _markers(config: pytest.Config) -> tuple[str, str]:
+    value = str(_raw(config, "llm_thinking_markers") or "<think>,</think>")
+    start, sep, end = value.partition(",")
+    if not sep or not start.strip() or not end.strip() or "," in end:
+        raise pytest.UsageError(
+            "--llm-thinking-markers (ini llm_thinking_markers): expected START,END "
+            f"(e.g. <think>,</think>), got {value!r}"
+        )
+    return start.strip(), end.strip()
+
+
+def _template_file(config: pytest.Config) -> Path | None:
+    path = _path(config, "llm_chat_template_file")
+    if path is None:
+        return None
+    if not path.is_file():
+        raise pytest.UsageError(
+            f"--llm-chat-template-file (ini llm_chat_template_file): no such file: {path}"
+        )
+    return path
 
 
 def _path(config: pytest.Config, name: str) -> Path | None:
@@ -452,25 +533,74 @@ class Options:
     request_timeout: float = 600.0
     agreement: Path | None = None
     device_map: str | None = None
+    chat_template: str = "auto"
+    # Given on the command line: wins over a spec's prompt.chat pin (the ini value does not).
+    chat_template_forced: bool = False
+    chat_template_file: Path | None = None
+    system_prompt: str | None = None
+    fewshot_multiturn: bool = True
+    add_bos: str = "auto"
+    strip_thinking: bool = False
+    thinking_markers: tuple[str, str] = ("<think>", "</think>")
     floor_sources: dict[str, dict[str, str]] = field(default_factory=dict)
     floors_from: Path | None = None
     floor_rule: FloorRule = field(default_factory=lambda: FloorRule("lcb"))
     floor_policy: str = "point"
     plan: bool = False
 
+    def chat_settings(self) -> ChatSettings:
+        """How prompts reach a chat model in this run (the task runner's settings)."""
+        from pytest_llmeval.eval import ChatSettings
+
+        return ChatSettings(
+            mode=self.chat_template,
+            forced=self.chat_template_forced,
+            system_prompt=self.system_prompt,
+            multiturn=self.fewshot_multiturn,
+            strip_thinking=self.strip_thinking,
+            thinking=self.thinking_markers,
+        )
+
+    def model_settings(self, worker: int | None = None) -> ModelSettings:
+        """How to load the model of this run (checked: raises ``SettingsError``)."""
+        from pytest_llmeval.model import ModelSettings
+
+        return ModelSettings(
+            model=self.model or "",
+            device=self.device,
+            dtype=self.dtype,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            max_length=self.max_length,
+            backend=self.backend,
+            base_url=self.base_url,
+            api_key_env=self.api_key_env,
+            concurrency=self.concurrency,
+            max_retries=self.max_retries,
+            request_timeout=self.request_timeout,
+            device_map=self.device_map,
+            worker=worker,
+            chat_template_file=(
+                str(self.chat_template_file) if self.chat_template_file is not None else None
+            ),
+            add_bos=self.add_bos,
+        )
+
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
         model = _raw(config, "llm_model") or None
         output = _raw(config, "llm_output")
         strict = config.getoption("llm_strict")
-        backend = _choice(config, "llm_backend", ("hf", "openai"))
+        strip_thinking = config.getoption("llm_strip_thinking")
+        backend = _text(config, "llm_backend") or "hf"
+        system_prompt = _raw(config, "llm_system_prompt")
         floors, floor_sources = _floors(config)
-        return cls(
+        options = cls(
             model=str(model) if model else None,
-            device=_choice(config, "llm_device", ("auto", "cuda", "cpu")),
-            dtype=_choice(config, "llm_dtype", ("auto", "float32", "bfloat16", "float16")),
+            device=_text(config, "llm_device") or "auto",
+            dtype=_text(config, "llm_dtype") or "auto",
             batch_size=_batch_size(config),
-            device_map=_device_map(config),
+            device_map=_text(config, "llm_device_map"),
             limit=_int(config, "llm_limit", 1),
             seed=_int(config, "llm_seed", 0) or 0,
             output=Path(output).expanduser() if output else config.rootpath / ".llmeval" / "runs",
@@ -491,15 +621,34 @@ class Options:
             run_dir=_path(config, "llm_run_dir"),
             catalog=bool(config.getoption("llm_catalog")),
             failures=_int(config, "llm_failures", 0) or 0,
-            max_length=_int(config, "llm_max_length", 16),
+            max_length=_int(config, "llm_max_length", None),
             exclude=_path(config, "llm_exclude"),
             probe_items=_int(config, "llm_probe_items", 1) or 50,
             probe_alpha=_alpha(config),
             backend=backend,
             base_url=_base_url(config, backend),
             api_key_env=str(_raw(config, "llm_api_key_env") or "OPENAI_API_KEY"),
-            concurrency=_int(config, "llm_concurrency", 1) or 4,
-            max_retries=_nonnegative(config, "llm_max_retries", 5),
+            concurrency=_default(_int(config, "llm_concurrency", None), 4),
+            max_retries=_default(_int(config, "llm_max_retries", None), 5),
             request_timeout=_timeout(config),
             agreement=_path(config, "llm_agreement"),
+            chat_template=_choice(config, "llm_chat_template", ("auto", "on", "off")),
+            chat_template_forced=config.getoption("llm_chat_template") is not None,
+            chat_template_file=_template_file(config),
+            system_prompt=str(system_prompt) if system_prompt else None,
+            fewshot_multiturn=_choice(config, "llm_fewshot_multiturn", ("on", "off")) == "on",
+            add_bos=_text(config, "llm_add_bos") or "auto",
+            strip_thinking=bool(
+                strip_thinking
+                if strip_thinking is not None
+                else config.getini("llm_strip_thinking")
+            ),
+            thinking_markers=_markers(config),
         )
+        # The model settings are checked once, by ModelSettings itself (the same checks a
+        # script's settings get), before any model loads.
+        try:
+            options.model_settings()
+        except SettingsError as exc:
+            raise _settings_error(exc) from None
+        return options

@@ -15,13 +15,14 @@ import os
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
+from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import FailureReport, ItemResult, TaskRunner, analyse_failures
-from pytest_llmeval.gate._verdict import interval_verdict, policy_fails
-from pytest_llmeval.record._rundir import (
+from pytest_llmeval.gate import interval_verdict, policy_fails
+from pytest_llmeval.record import (
     CONFIG,
     MARKDOWN,
     SUMMARY,
@@ -34,13 +35,19 @@ from pytest_llmeval.scorer import Estimate, accuracy
 from pytest_llmeval.task import TaskSpec
 
 from ._evaluator import Evaluator
-from ._options import Options
+from ._options import CLI_FLOOR, Options
 
 if TYPE_CHECKING:
     from pytest_llmeval.gate import FloorRule, ReferenceRun, TaskPlan
-    from pytest_llmeval.record._compare import Comparison
+    from pytest_llmeval.record import Comparison
 
-    from ._collect import EvalItem
+
+class SelectedItem(Protocol):
+    """A benchmark item's test as the session sees it (``_collect.EvalItem``): its task
+    and its item. The session never imports the collection module (which imports it)."""
+
+    task: str
+    item: Item
 
 
 def _read_exclusions(path: Path | None) -> tuple[frozenset[str], str | None]:
@@ -63,11 +70,11 @@ def _read_exclusions(path: Path | None) -> tuple[frozenset[str], str | None]:
 
 
 def _read_agreement(path: Path | None) -> tuple[dict[str, Any] | None, str | None]:
-    """An agreement record (``python -m pytest_llmeval.model.agreement``) and its SHA256."""
+    """An agreement record (``python -m pytest_llmeval.eval.agreement``) and its SHA256."""
     if path is None:
         return None, None
     from pytest_llmeval._errors import LlmEvalError
-    from pytest_llmeval.model.agreement import read_agreement
+    from pytest_llmeval.eval.agreement import read_agreement
 
     try:
         return read_agreement(path)
@@ -239,7 +246,7 @@ class LlmEvalSession:
         self.specs: dict[str, TaskSpec] = {}
         self.total_items: dict[str, int] = {}
         self.runners: dict[str, TaskRunner] = {}
-        self.selected: dict[str, list[EvalItem]] = {}
+        self.selected: dict[str, list[SelectedItem]] = {}
         self.evaluator = Evaluator(self.options, config.invocation_params.dir)
         self.environment_sent = False
         self.task_config_sent: set[str] = set()
@@ -252,6 +259,9 @@ class LlmEvalSession:
         self.gate_failures: list[str] = []
         self.resumed_from: set[str] = set()
         self.failure_reports: list[FailureReport] = []
+        # report.html of the run (or why it could not be written: a warning, never a failure)
+        self.report_path: Path | None = None
+        self.report_error: str | None = None
         self.started = _dt.datetime.now()
         self.excluded, self.exclude_sha256 = _read_exclusions(self.options.exclude)
         # floors: where each registered task's floor came from, and the tasks whose floor
@@ -264,7 +274,7 @@ class LlmEvalSession:
         self.limit_warnings: list[str] = []
         self.agreement, self.agreement_sha256 = _read_agreement(self.options.agreement)
         if self.options.baseline_fail and not self.is_worker:
-            from pytest_llmeval.record._compare import parse_gate
+            from pytest_llmeval.record import parse_gate
 
             try:
                 parse_gate(self.options.baseline_fail)
@@ -281,14 +291,14 @@ class LlmEvalSession:
                 f"task name {spec.name!r} is defined twice: {existing.source} and {spec.source}"
             )
         self.specs[spec.name] = spec
-        self.runners[spec.name] = TaskRunner(spec, self.options.data_dirs)
+        self.runners[spec.name] = TaskRunner(
+            spec, self.options.data_dirs, self.options.chat_settings()
+        )
         return spec
 
     def _apply_floor(self, spec: TaskSpec) -> TaskSpec:
         """The task's floor: ``--llm-floor`` on the command line, else ``--llm-floors-from``,
         else the ini's ``llm_floors``, else the spec's; its source is kept for the records."""
-        from ._options import CLI_FLOOR
-
         name = spec.name
         given = self.options.floor_sources.get(name)
         if given is not None and given["from"] == CLI_FLOOR:
@@ -340,13 +350,11 @@ class LlmEvalSession:
             )
         return rows
 
-    def set_selection(self, items: list[pytest.Item]) -> None:
-        from ._collect import EvalItem
-
+    def set_selection(self, items: list[SelectedItem]) -> None:
+        """The benchmark items selected to run (after -k, -m and deselection), by task."""
         self.selected = {}
         for item in items:
-            if isinstance(item, EvalItem):
-                self.selected.setdefault(item.task, []).append(item)
+            self.selected.setdefault(item.task, []).append(item)
         missing = [self.floor_errors[t] for t in sorted(self.selected) if t in self.floor_errors]
         if missing:  # before any item runs, so before a model loads
             message = "--llm-floors-from (ini llm_floors_from): " + "; ".join(missing)
@@ -359,7 +367,7 @@ class LlmEvalSession:
 
     # ---------------------------------------------------------------- compute side
 
-    def result_for(self, item: EvalItem) -> tuple[ItemResult, list[str]]:
+    def result_for(self, item: SelectedItem) -> tuple[ItemResult, list[str]]:
         """This item's result (computed with the next pending items of its task)."""
         selected = self.selected.get(item.task, [item])
         # The selection is only listed on a cache miss (once per batch, not once per item).
@@ -367,7 +375,7 @@ class LlmEvalSession:
             self.runners[item.task], item.item, lambda: [it.item for it in selected]
         )
 
-    def properties_for(self, item: EvalItem, result: ItemResult, log: list[str]) -> list[Any]:
+    def properties_for(self, item: SelectedItem, result: ItemResult, log: list[str]) -> list[Any]:
         """User properties that carry an item's outcome to the controller."""
         props: list[Any] = [("llmeval_result", result.to_dict())]
         if log:
@@ -398,7 +406,7 @@ class LlmEvalSession:
             if self.options.run_dir is not None:
                 path = self.options.run_dir
             else:
-                from pytest_llmeval.record._env import git_info
+                from pytest_llmeval.record import git_info
 
                 git = git_info(self.config.rootpath) or {}
                 path = new_run_dir(
@@ -590,6 +598,8 @@ class LlmEvalSession:
         self.verdicts = verdicts
         if self.run is not None and any(t.results for t in self.tallies.values()):
             self._finish_record()
+        elif self.run is not None:  # only probe reports (or nothing scored): still a report
+            self._write_report()
         return verdicts
 
     def _finish_record(self) -> None:
@@ -637,13 +647,14 @@ class LlmEvalSession:
         self._analyse_failures()
         self._plan()
         write_json_atomic(self.run.path / SUMMARY, summary)
-        from pytest_llmeval.record._summary import append_github_step_summary, markdown_summary
+        from pytest_llmeval.record import append_github_step_summary, markdown_summary
 
         markdown = markdown_summary(
             f"pytest-llmeval: {self.options.model}",
             [v.row() for v in self.verdicts if v.status != "skipped"],
             self.environment or None,
             self.comparison,
+            task_configs={t: tally.config for t, tally in self.tallies.items()},
             notes=self.limit_warnings,
         )
         (self.run.path / MARKDOWN).write_text(markdown, encoding="utf-8")
@@ -658,6 +669,19 @@ class LlmEvalSession:
                 if not math.isnan(v.score)
             )
         )
+        self._write_report()
+
+    def _write_report(self) -> None:
+        """``report.html`` from the records just written. The records are the result: a
+        report that cannot be built is a warning line, never a crash or a failed run."""
+        assert self.run is not None
+        try:
+            from pytest_llmeval.record import write_report
+
+            self.report_path = write_report(self.run.path, self.options.baseline)
+        except Exception as exc:  # any bug in the report must leave the run as it is
+            self.report_error = f"{type(exc).__name__}: {exc}"
+            self.run.log(f"report.html not written: {self.report_error}")
 
     def _plan(self) -> None:
         """``--llm-plan``: the item budget of each task (``plan.json``); with ``--llm-limit``
@@ -742,7 +766,7 @@ class LlmEvalSession:
     def _compare_with_baseline(self) -> None:
         if self.options.baseline is None or self.run is None:
             return
-        from pytest_llmeval.record._compare import compare_runs, gate_failures, load_run, parse_gate
+        from pytest_llmeval.record import compare_runs, gate_failures, load_run, parse_gate
 
         current = load_run(self.run.path)
         baseline = load_run(self.options.baseline)

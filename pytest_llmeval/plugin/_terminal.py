@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from pytest_llmeval.record import prompt_lines
+
 from ._collect import describe
 from ._session import LlmEvalSession, Verdict
 
@@ -59,6 +61,8 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             yellow=True,
         )
     write_floors(session, tr)
+    for line in prompt_lines({v.task: session.tallies[v.task].config for v in verdicts}):
+        tr.write_line(f"prompts: {line}")
     if session.options.exclude is not None:
         tr.write_line(
             f"excluded: the {len(session.excluded)} item ids listed in {session.options.exclude} "
@@ -66,7 +70,7 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             yellow=True,
         )
     if session.agreement is not None:
-        from pytest_llmeval.model.agreement import summary_line
+        from pytest_llmeval.eval.agreement import summary_line
 
         tr.write_line(
             f"{summary_line(session.agreement)} "
@@ -131,7 +135,7 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     for line in session.limit_warnings:
         tr.write_line(f"WARNING {line}", yellow=True)
     if session.comparison is not None:
-        from pytest_llmeval.record._compare import format_comparison
+        from pytest_llmeval.record import format_comparison
 
         tr.write_sep("-", f"llmeval baseline: {session.options.baseline}")
         for line in format_comparison(session.comparison):
@@ -150,6 +154,15 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             tr.write_line(line)
     if session.run is not None:
         tr.write_line(f"run record: {session.run.path}")
+        if session.report_path is not None:
+            tr.write_line(f"run report: {session.report_path}")
+        if session.report_error is not None:
+            tr.write_line(
+                f"WARNING report.html was not written ({session.report_error}); the records are "
+                "complete: rebuild it with python -m pytest_llmeval.record report "
+                f"{session.run.path}",
+                yellow=True,
+            )
 
 
 def verdict_reason(v: Verdict) -> str:
@@ -167,8 +180,8 @@ def verdict_reason(v: Verdict) -> str:
 def write_floors(session: LlmEvalSession, tr: Any) -> None:
     """One line per task with a floor: its verdict against the interval and where it came
     from (the rule and the reference run, an option, the spec)."""
-    from pytest_llmeval.gate._verdict import POLICY_TEXT
-    from pytest_llmeval.record._summary import floor_source_text
+    from pytest_llmeval.gate import POLICY_TEXT
+    from pytest_llmeval.record import floor_source_text
 
     floored = [v for v in session.verdicts if v.floor is not None and v.status != "skipped"]
     if not floored:

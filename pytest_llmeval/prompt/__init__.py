@@ -1,21 +1,39 @@
-"""Prompt building: templates, few-shot blocks."""
+"""Prompt building: templates, few-shot examples, conversations for chat templates."""
 
+from pytest_llmeval.prompt._chat import (
+    CHAT_MODES,
+    Message,
+    as_dicts,
+    as_plain_text,
+    build_messages,
+    fold_system,
+    maybe_delimit,
+    messages_from_json,
+    single_turn,
+    system_message,
+)
 from pytest_llmeval.prompt._render import (
-    FewShotBlock,
     TemplateRenderProblem,
     TemplateSyntaxProblem,
-    build_fewshot_block,
     check_template,
     render,
     render_list,
 )
 
 __all__ = [
-    "FewShotBlock",
+    "CHAT_MODES",
+    "Message",
     "TemplateRenderProblem",
     "TemplateSyntaxProblem",
-    "build_fewshot_block",
+    "as_dicts",
+    "as_plain_text",
+    "build_messages",
     "check_template",
+    "fold_system",
+    "maybe_delimit",
+    "messages_from_json",
     "render",
     "render_list",
+    "single_turn",
+    "system_message",
 ]

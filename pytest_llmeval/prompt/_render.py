@@ -10,8 +10,7 @@ import ast
 import builtins
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -146,26 +145,3 @@ def render_list(template: str, doc: Mapping[str, Any]) -> list[str]:
     if not isinstance(value, (list, tuple)):
         raise TemplateRenderProblem(f"does not render a list: {text[:80]!r}")
     return [str(v) for v in value]
-
-
-@dataclass(frozen=True)
-class FewShotBlock:
-    """The rendered few-shot prefix and the ids of its examples, in order."""
-
-    text: str
-    ids: tuple[str, ...]
-
-
-def build_fewshot_block(
-    description: str,
-    examples: Sequence[tuple[str, str]],
-    ids: Sequence[str],
-    target_delimiter: str,
-    separator: str,
-) -> FewShotBlock:
-    """Join rendered (question, answer) pairs into the prefix shared by a task's items."""
-    parts = [f"{q}{target_delimiter}{a}" for q, a in examples]
-    body = separator.join(parts)
-    if parts:
-        body += separator
-    return FewShotBlock(text=description + body, ids=tuple(ids))

@@ -19,12 +19,31 @@ from pytest_llmeval.record._env import (
     library_versions,
 )
 from pytest_llmeval.record._hash import HashCache, file_sha256, model_fingerprint, stable_hash
-from pytest_llmeval.record._rundir import RunDir, resumable_items, strip_timing
-from pytest_llmeval.record._summary import append_github_step_summary, markdown_summary
+from pytest_llmeval.record._report import prepare_report, render_report, write_report
+from pytest_llmeval.record._rundir import (
+    CONFIG,
+    MARKDOWN,
+    SUMMARY,
+    RunDir,
+    mark_superseded,
+    new_run_dir,
+    resumable_items,
+    strip_timing,
+    write_json_atomic,
+)
+from pytest_llmeval.record._summary import (
+    append_github_step_summary,
+    floor_source_text,
+    markdown_summary,
+    prompt_lines,
+)
 from pytest_llmeval.record._taskconfig import config_hash, prompt_hash, task_config
 from pytest_llmeval.scorer import mcnemar_exact  # re-exported: baseline comparisons use it
 
 __all__ = [
+    "CONFIG",
+    "MARKDOWN",
+    "SUMMARY",
     "Comparison",
     "ConfigDiff",
     "HashCache",
@@ -38,18 +57,26 @@ __all__ = [
     "drift_fingerprint",
     "environment_record",
     "file_sha256",
+    "floor_source_text",
     "format_comparison",
     "gate_failures",
     "git_info",
     "library_versions",
     "load_run",
+    "mark_superseded",
     "markdown_summary",
     "mcnemar_exact",
     "model_fingerprint",
+    "new_run_dir",
     "parse_gate",
+    "prepare_report",
     "prompt_hash",
+    "prompt_lines",
+    "render_report",
     "resumable_items",
     "stable_hash",
     "strip_timing",
     "task_config",
+    "write_json_atomic",
+    "write_report",
 ]

@@ -15,7 +15,10 @@
 ``python -m pytest_llmeval.record simulate RUN [--baseline RUN2 | --churn X] [--draws N]``
     plant drops in copies of RUN's item records at the planned sizes and count how often
     each gate catches them (and how often it fails without a drop).
-See docs/GATES.md.
+    See docs/GATES.md.
+``python -m pytest_llmeval.record report RUN [--baseline RUN] [--out FILE]``
+    (re)build the run's ``report.html`` from its records alone (any run directory, also
+    one written before the report existed, or an interrupted one).
 """
 
 from __future__ import annotations
@@ -34,13 +37,13 @@ from pytest_llmeval.gate import (
     FloorRule,
     PlanSettings,
     ReferenceRun,
+    check_policy,
     format_plan,
     parse_floor_rule,
     plan_task,
+    simulate,
     write_floors,
 )
-from pytest_llmeval.gate._simulate import simulate
-from pytest_llmeval.gate._verdict import check_policy
 from pytest_llmeval.record._compare import (
     RunRecord,
     compare_runs,
@@ -49,6 +52,7 @@ from pytest_llmeval.record._compare import (
     load_run,
     parse_gate,
 )
+from pytest_llmeval.record._report import write_report
 from pytest_llmeval.record._rundir import strip_timing
 
 
@@ -355,6 +359,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         command.add_argument("--json", default=None, metavar="FILE", help="also write JSON")
     simulate.add_argument("--draws", type=int, default=2000, help="draws per row (2000)")
     simulate.add_argument("--seed", type=int, default=0, help="seed (0)")
+    rep = sub.add_parser("report", help="build a run's report.html from its records")
+    rep.add_argument("run")
+    rep.add_argument("--baseline", default=None, help="a baseline run directory to compare with")
+    rep.add_argument("--out", default=None, help="where to write (default: RUN/report.html)")
+    rep.add_argument(
+        "--history",
+        default=None,
+        help="folder with earlier runs for the history plots (default: the folder of RUN)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "diff":
@@ -365,6 +378,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plan(args)
         if args.command == "simulate":
             return _simulate(args)
+        if args.command == "report":
+            path = write_report(
+                Path(args.run),
+                Path(args.baseline) if args.baseline else None,
+                out=Path(args.out) if args.out else None,
+                history_dir=Path(args.history) if args.history else None,
+            )
+            print(f"report written: {path} ({path.stat().st_size:,} bytes)")
+            return 0
         comparison = compare_runs(load_run(Path(args.run)), load_run(Path(args.baseline)))
         for line in format_comparison(comparison):
             print(line)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_llmeval.gate._verdict import POLICY_TEXT
+from pytest_llmeval.gate import POLICY_TEXT
 
 from ._compare import Comparison, format_diff, format_p
 
@@ -266,6 +266,39 @@ def _comparison_section(comparison: Comparison, max_items: int) -> list[str]:
     return lines
 
 
+def prompt_lines(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """How prompts were presented, one line per distinct way, naming its tasks: the chat
+    template (source, SHA256 prefix, end-of-turn token) or raw text, few-shot turns, the
+    system prompt, BOS."""
+    ways: dict[str, list[str]] = {}
+    for task, config in configs.items():
+        if not config:
+            continue
+        template = config.get("chat_template")
+        mode = config.get("chat_mode") or {}
+        pinned = " (pinned by its spec)" if str(mode.get("by", "")).startswith("spec") else ""
+        if template:
+            sha = str(template.get("sha256") or "")[:12]
+            where = f"{template.get('source')}, sha256 {sha}" if sha else template.get("source")
+            text = f"chat template ({where}"
+            if template.get("end_of_turn"):
+                text += f"; turns end with {template['end_of_turn']}"
+            text += ")" + pinned
+            text += ", few-shot as turns" if config.get("fewshot_multiturn") else ""
+        else:
+            text = f"raw text, no chat template{pinned}"
+        system = config.get("system_prompt")
+        text += f", system prompt {system[:40]!r}" if system else ""
+        bos = config.get("bos") or {}
+        if bos.get("add"):
+            text += f", BOS {bos.get('token')} first"
+        thinking = config.get("thinking")
+        if thinking:
+            text += f", thinking {thinking['start']}...{thinking['end']} stripped"
+        ways.setdefault(text, []).append(task)
+    return [f"{text}: {', '.join(sorted(tasks))}" for text, tasks in ways.items()]
+
+
 def markdown_summary(
     title: str,
     verdict_rows: list[dict[str, Any]],
@@ -273,9 +306,11 @@ def markdown_summary(
     comparison: Comparison | None,
     *,
     max_items: int = MAX_FLIPPED_IDS,
+    task_configs: Mapping[str, Mapping[str, Any]] | None = None,
     notes: Sequence[str] = (),
 ) -> str:
-    """The run as Markdown: verdict table, partial note, environment line and the comparison.
+    """The run as Markdown: verdict table, partial note, how prompts were presented (from
+    ``task_configs``, see :func:`prompt_lines`), environment line and the comparison.
 
     Each verdict row has ``task, n, total, metric, score, ci_low, ci_high, floor, status,
     seconds`` (scores and floor as proportions; floats may be NaN).
@@ -289,6 +324,9 @@ def markdown_summary(
             lines += ["", *(f"> ⚠️ {_cell(note)}" for note in notes)]
     else:
         lines.append("No tasks ran.")
+    prompts = prompt_lines(task_configs or {})
+    if prompts:
+        lines += ["", "**Prompts**:", *(f"- {_cell(line)}" for line in prompts)]
     if environment:
         headline = environment_headline(environment)
         if headline:

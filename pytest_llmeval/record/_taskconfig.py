@@ -23,16 +23,17 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
     spec = runner.spec
     fewshot_ids: dict[str, list[str]] = {}
     for subset in sorted(set(subsets), key=lambda s: s or ""):
-        block = runner.fewshot_block(subset, {"subset": subset})
-        fewshot_ids[subset or ""] = list(block.ids)
+        fewshot_ids[subset or ""] = list(runner.fewshot_ids(subset))
     config: dict[str, Any] = {
         "task": spec.name,
         "mode": spec.mode,
         "metric": spec.metric,
         "dataset": _plain(asdict(spec.dataset)),
         "prompt": asdict(spec.prompt),
-        "system_prompt": None,
-        "chat_template": False,
+        # How prompts were presented: the chat template applied (source, SHA256, end of
+        # turn) or None, the mode and who chose it, the system prompt, few-shot turns, the
+        # BOS policy, reasoning-block stripping.
+        **runner.prompt_record(),
         "fewshot": {
             "k": spec.fewshot.k,
             "order": spec.fewshot.order,
@@ -52,9 +53,13 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
     return config
 
 
+PROMPT_FIELDS = ("prompt", "fewshot", "chat_template", "system_prompt", "fewshot_multiturn", "bos")
+
+
 def prompt_hash(config: Mapping[str, Any]) -> str:
-    """Digest of what the model is shown: templates, few-shot examples and their order."""
-    return stable_hash({"prompt": config["prompt"], "fewshot": config["fewshot"]})
+    """Digest of what the model is shown: templates, few-shot examples and their order, the
+    chat template, the system prompt and the BOS policy."""
+    return stable_hash({k: config.get(k) for k in PROMPT_FIELDS})
 
 
 def config_hash(task: Mapping[str, Any], model: Mapping[str, Any]) -> str:

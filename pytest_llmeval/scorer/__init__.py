@@ -23,8 +23,10 @@ from pytest_llmeval.scorer._metrics import (
     paired_difference,
     wilson_interval,
 )
+from pytest_llmeval.scorer._thinking import THINKING_STATES, strip_thinking, thinking_opened
 
 __all__ = [
+    "THINKING_STATES",
     "Estimate",
     "Extraction",
     "accuracy",
@@ -42,6 +44,8 @@ __all__ = [
     "numbers",
     "paired_difference",
     "parse_number",
+    "strip_thinking",
+    "thinking_opened",
     "token_f1",
     "wilson_interval",
 ]

@@ -110,6 +110,11 @@ class PromptSpec:
     ``template`` renders the question part of an item; ``target`` renders the answer
     appended to few-shot examples (after ``target_delimiter``); ``description`` is
     rendered once before the few-shot examples; ``fewshot_separator`` joins examples.
+
+    Chat models: ``chat`` pins whether the model's chat template applies to this task
+    (``on``, ``off`` or ``auto``: on when the model has one), whatever the run says; None
+    follows the run (``--llm-chat-template``). ``system_prompt`` (a template) is the
+    task's own system prompt: after the run's, before the description.
     """
 
     template: str
@@ -117,6 +122,20 @@ class PromptSpec:
     description: str = ""
     target_delimiter: str = " "
     fewshot_separator: str = "\n\n"
+    chat: str | None = None
+    system_prompt: str = ""
+
+
+@dataclass(frozen=True)
+class ThinkingSpec:
+    """Reasoning output (``generate.thinking``): with ``strip``, extraction sees only the
+    text after the thinking block, and stop sequences do not cut the block itself; a block
+    that never closes is a failure of its own. ``start``/``end``: the markers (None: the
+    run's, ``--llm-thinking-markers``, by default ``<think>``/``</think>``)."""
+
+    strip: bool = False
+    start: str | None = None
+    end: str | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +210,7 @@ class GenerateSpec:
     targets: str | None = None
     # Per-subset generation budgets (LongBench's per-dataset maximum lengths).
     max_new_tokens_by_subset: Mapping[str, int] = field(default_factory=dict)
+    thinking: ThinkingSpec = field(default_factory=ThinkingSpec)
 
     def budget(self, subset: str | None) -> int:
         """The max_new_tokens of an item of ``subset``."""
@@ -556,6 +576,34 @@ def _execution(gen: _Reader) -> ExecutionSpec:
     return spec
 
 
+def _chat_pin(prompt: _Reader) -> str | None:
+    """``prompt.chat``: on/off/auto (YAML's true/false read as on/off), or absent."""
+    value = prompt.data.get("chat")
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value not in ("on", "off", "auto"):
+        raise prompt.fail("chat", f"expected on, off or auto, got {value!r}")
+    return str(value)
+
+
+def _thinking(gen: _Reader) -> ThinkingSpec:
+    sub = gen.child("thinking")
+    if sub is None:
+        return ThinkingSpec()
+    sub.unknown_keys(("strip", "start", "end"))
+    strip = sub.data.get("strip", True)
+    if not isinstance(strip, bool):
+        raise sub.fail("strip", f"must be true or false, got {strip!r}")
+    start, end = sub.str_("start"), sub.str_("end")
+    if (start is None) != (end is None):
+        raise sub.fail("end" if end is None else "start", "start and end go together")
+    if start == "" or end == "":
+        raise sub.fail("start" if start == "" else "end", "must not be empty")
+    return ThinkingSpec(strip=strip, start=start, end=end)
+
+
 def _ifeval(gen: _Reader) -> IFEvalSpec:
     sub = gen.child("ifeval")
     if sub is None:
@@ -637,7 +685,15 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
     prompt_reader = top.child("prompt", required=True)
     assert prompt_reader is not None
     prompt_reader.unknown_keys(
-        ("template", "target", "description", "target_delimiter", "fewshot_separator")
+        (
+            "template",
+            "target",
+            "description",
+            "target_delimiter",
+            "fewshot_separator",
+            "chat",
+            "system_prompt",
+        )
     )
     prompt = PromptSpec(
         template=prompt_reader.req_str("template"),
@@ -645,8 +701,10 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
         description=prompt_reader.str_("description", default="") or "",
         target_delimiter=prompt_reader.str_("target_delimiter", default=" ") or "",
         fewshot_separator=prompt_reader.str_("fewshot_separator", default="\n\n") or "",
+        chat=_chat_pin(prompt_reader),
+        system_prompt=prompt_reader.str_("system_prompt", default="") or "",
     )
-    for key in ("template", "target", "description"):
+    for key in ("template", "target", "description", "system_prompt"):
         _check_template(prompt_reader, key, getattr(prompt, key))
 
     if not top.has("mode"):
@@ -671,6 +729,7 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
                 "overflow",
                 "targets",
                 "max_new_tokens_by_subset",
+                "thinking",
             )
         )
         scorer = gen.choice("scorer", SCORERS, default="match")
@@ -699,6 +758,7 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
             overflow=gen.choice("overflow", OVERFLOW_POLICIES, default="skip"),
             targets=targets,
             max_new_tokens_by_subset=by_subset,
+            thinking=_thinking(gen),
         )
         _check_template(gen, "target", generate.target)
         if generate.compare == "f1" and scorer != "match":

@@ -74,8 +74,18 @@ def test_default_model_on_one_item_of_each_task_with_local_data(
     assert checks["instruction_ids"], checks
     assert len(checks["strict"]) == len(checks["loose"]) == len(checks["instruction_ids"])
     (math500,) = records["math500"]
-    assert math500["prompt"].startswith("Problem:\n")
+    assert math500["messages"][-1]["content"].startswith("Problem:\n")
     assert math500["finish_reason"] in ("stop", "length", "eos")
+    # The default model is an instruct model with a chat template: every task was prompted
+    # through it (the default --llm-chat-template=auto), as the record and summary say.
+    for task, (record,) in records.items():
+        assert record["prompt"].startswith("<|im_start|>system\n"), task
+        assert record["messages"][-1]["role"] == "user", task
+    config = json.loads((run / "eval_config.json").read_text())
+    assert {t: c["chat_template"]["source"] for t, c in config["tasks"].items()} == dict.fromkeys(
+        ITEMS, "tokenizer"
+    )
+    assert "prompts: chat template (tokenizer, sha256 " in text
     summary = json.loads((run / "metrics_summary.json").read_text())
     assert sorted(summary) == sorted(ITEMS)
 

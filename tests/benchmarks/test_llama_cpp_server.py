@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 
 from pytest_llmeval.eval import ItemResult
+from pytest_llmeval.eval.agreement import compare_results
 from pytest_llmeval.model._resolve import EMBEDDED, find_embedded_gguf
-from pytest_llmeval.model.agreement import compare_results
 
 REPO = Path(__file__).resolve().parents[2]
 LIMIT = 4

@@ -39,7 +39,7 @@ from benchmarks.lmeval_tasks import (
     select_items,
     write_task_set,
 )
-from pytest_llmeval.eval import TaskRunner
+from pytest_llmeval.eval import ChatSettings, TaskRunner
 from pytest_llmeval.model import (
     GenerateRequest,
     GenerateResult,
@@ -103,6 +103,40 @@ def test_gsm8k_context_and_generation_settings(shared_benchmarks: Path, tmp_path
         assert kwargs["max_gen_toks"] == 32 and kwargs["do_sample"] is False
 
 
+@pytest.fixture(scope="module")
+def default_backend(default_model: str):  # type: ignore[no-untyped-def]
+    from pytest_llmeval.model import ModelSettings, load_backend
+
+    return load_backend(ModelSettings(model=default_model))
+
+
+@pytest.mark.parametrize("multiturn", [True, False])
+@pytest.mark.parametrize("task_type", ["mmlu", "mmlu_continuation", "gsm8k"])
+def test_chat_contexts_are_byte_identical(  # type: ignore[no-untyped-def]
+    shared_benchmarks: Path, tmp_path: Path, default_backend, task_type: str, multiturn: bool
+) -> None:
+    """lm-eval with --apply_chat_template (--fewshot_as_multiturn or not) and a system
+    instruction builds the same contexts and continuations as our runner under the default
+    model's chat template."""
+    chat = ChatSettings(mode="on", system_prompt="You answer exams.", multiturn=multiturn)
+    task_set = _task_set(shared_benchmarks, tmp_path, task_type, 6, chat=chat)
+    requests = lmeval_requests(
+        task_set, build_lmeval_tasks(task_set), tokenizer=default_backend.tokenizer
+    )
+    runner = TaskRunner(task_set.spec, [shared_benchmarks], chat)
+    runner.bind(default_backend)
+    for item in task_set.items:
+        p = runner.prepare(item)
+        assert p.prompt.startswith("<|im_start|>system\nYou answer exams.")
+        assert p.prompt.endswith("<|im_start|>assistant\n")
+        args = requests[item.id]
+        assert [a[0] for a in args] == [p.prompt] * len(args), item.id
+        if task_type != "gsm8k":
+            assert [a[1] for a in args] == list(p.choices), item.id  # no delimiter in chat
+    turns = p.prompt.count("<|im_start|>user")
+    assert turns == (task_set.spec.fewshot.k + 1 if multiturn else 1)
+
+
 def test_harness_yaml_reads_every_csv_cell_as_text(shared_benchmarks: Path, tmp_path: Path) -> None:
     task_set = _task_set(shared_benchmarks, tmp_path, "mmlu", 2)
     text = (task_set.yaml_dir / "llmeval_parity_mmlu_college_mathematics.yaml").read_text()
@@ -142,6 +176,9 @@ class _Scripted:
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
         return [GenerateResult("The answer is 18.", 6, "stop") for _ in requests]
+
+    def chat_template(self):  # type: ignore[no-untyped-def]
+        return None
 
     def info(self) -> Mapping[str, Any]:
         return {}

@@ -131,6 +131,9 @@ class ScriptedBackend:
             GenerateResult(text=self._text(r), n_tokens=1, finish_reason="stop") for r in requests
         ]
 
+    def chat_template(self):  # type: ignore[no-untyped-def]
+        return None
+
     def info(self) -> Mapping[str, Any]:
         return {"model": "scripted"}
 

@@ -96,6 +96,9 @@ class Recaller:
             out.append(GenerateResult(text, 5, "stop"))
         return out
 
+    def chat_template(self):  # type: ignore[no-untyped-def]
+        return None
+
     def info(self) -> Mapping[str, Any]:
         return {}
 

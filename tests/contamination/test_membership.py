@@ -73,6 +73,9 @@ class Familiar:
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
         raise AssertionError("not used")
 
+    def chat_template(self):  # type: ignore[no-untyped-def]
+        return None
+
     def info(self) -> Mapping[str, Any]:
         return {}
 
@@ -123,6 +126,9 @@ class TopOneOnly(Familiar):
             LoglikelihoodResult(r.logprob, r.is_greedy, r.n_tokens, r.token_logprobs)
             for r in super().loglikelihood(requests)
         ]
+
+    def chat_template(self):  # type: ignore[no-untyped-def]
+        return None
 
     def info(self) -> Mapping[str, Any]:
         return {"backend": "openai"}

@@ -72,6 +72,9 @@ class Scripted:
         assert self._text is not None
         return [GenerateResult(self._text(r), 1, "stop") for r in requests]
 
+    def chat_template(self):  # type: ignore[no-untyped-def]
+        return None
+
     def info(self) -> Mapping[str, Any]:
         return {"model": "scripted"}
 

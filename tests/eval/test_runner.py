@@ -69,6 +69,9 @@ class ScriptedBackend:
             out.append(GenerateResult(text=text, n_tokens=len(text.split()), finish_reason=reason))
         return out[:-1] if self._drop_last else out
 
+    def chat_template(self):  # type: ignore[no-untyped-def]
+        return None
+
     def info(self) -> Mapping[str, Any]:
         return {"model": "scripted", "batch_size": self.batch_size}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from openai_fake import FakeServer
 
-from pytest_llmeval.model import agreement
+from pytest_llmeval.eval import agreement
 from pytest_llmeval.model._openai import PROBE_TEXT
 
 

@@ -443,6 +443,9 @@ class Scripted:
             for r in requests
         ]
 
+    def chat_template(self):  # type: ignore[no-untyped-def]
+        return None
+
     def info(self):
         return {"backend": "scripted", "model": "scripted"}
 

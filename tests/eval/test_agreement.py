@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_llmeval.eval import ItemResult
+from pytest_llmeval.eval.agreement import compare_results, main, parse_backend, summary_line
 from pytest_llmeval.model import ModelSettings
-from pytest_llmeval.model.agreement import compare_results, main, parse_backend, summary_line
 
 
 def test_backend_specs() -> None:

@@ -4,7 +4,7 @@ Runs the first ``--limit`` items of each task through backend A, then backend B 
 prompts, through :class:`~pytest_llmeval.eval.TaskRunner`), and writes one JSON record with
 per-item predictions, log-likelihoods and outputs and a summary per task::
 
-    python -m pytest_llmeval.model.agreement --task benchmarks/mmlu.yaml --limit 20 \\
+    python -m pytest_llmeval.eval.agreement --task benchmarks/mmlu.yaml --limit 20 \\
         --a hf:smollm2-135m --b openai:http://127.0.0.1:8080/v1@smollm2-135m \\
         --data-dir ../shared/benchmarks --out agreement.json
 
@@ -176,7 +176,7 @@ def read_agreement(path: Path) -> tuple[dict[str, Any], str]:
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise LlmEvalError(
             f"{path}: not an agreement record (expected format {FORMAT!r}; write one with "
-            "python -m pytest_llmeval.model.agreement)"
+            "python -m pytest_llmeval.eval.agreement)"
         )
     return record, hashlib.sha256(data).hexdigest()
 
@@ -228,7 +228,7 @@ def run_agreement(
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pytest_llmeval.model.agreement",
+        prog="python -m pytest_llmeval.eval.agreement",
         description="Run the same benchmark items through two backends and record how far "
         "they agree (predictions, correctness, scores, log-likelihoods, outputs).",
     )

@@ -1,0 +1,144 @@
+"""pytest-html integration (the optional ``html`` extra): with ``pytest --html=FILE``, the
+llmeval summary table goes into the report's summary and each benchmark item gets its
+prompt, output (or per-choice log-likelihoods), extracted answer and target as an extra.
+
+Registered by the plugin only when pytest-html is active and ``--html`` was given, so
+nothing here runs (or is imported) otherwise. All record text is escaped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from html import escape
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from ._session import LlmEvalSession
+
+
+def _pct(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return "n/a"
+    return f"{100 * value:.1f}%"
+
+
+def _pre(text: Any, label: str) -> str:
+    return (
+        f'<div class="llmeval-field"><strong>{escape(label)}</strong>'
+        f'<pre style="white-space:pre-wrap">{escape(str(text))}</pre></div>'
+    )
+
+
+def item_html(result: dict[str, Any]) -> str:
+    """An item's prompt, output or choices, extracted answer and target, as escaped HTML."""
+    prompt = str(result.get("prompt") or "")
+    parts = [
+        '<div class="llmeval-item">',
+        f"<details><summary>prompt ({len(prompt)} characters)</summary>"
+        f'<pre style="white-space:pre-wrap">{escape(prompt)}</pre></details>',
+    ]
+    if result.get("choices"):
+        rows = []
+        logprobs = result.get("logprobs") or []
+        for i, choice in enumerate(result["choices"]):
+            lp = logprobs[i] if i < len(logprobs) else None
+            gold, chosen = i == result.get("gold"), i == result.get("pred")
+            marks = " ".join(m for m, on in (("gold", gold), ("chosen", chosen)) if on)
+            lp_text = f"{lp:.4f}" if isinstance(lp, (int, float)) else "n/a"
+            rows.append(
+                f"<tr><td>{escape(str(choice))}</td><td>{lp_text}</td><td>{marks}</td></tr>"
+            )
+        parts.append(
+            "<strong>choices (log-likelihood)</strong><table><tbody>"
+            + "".join(rows)
+            + "</tbody></table>"
+        )
+    if result.get("output") is not None:
+        reason = result.get("finish_reason")
+        parts.append(_pre(result["output"], f"output (finish: {reason})"))
+    parts.append(_pre(result.get("extracted"), "extracted answer"))
+    parts.append(_pre(result.get("target"), "target"))
+    parts.append(f"<p>correct: {escape(str(result.get('correct')))}</p></div>")
+    return "".join(parts)
+
+
+def summary_html(session: LlmEvalSession) -> str:
+    """The llmeval summary table (the terminal's) as escaped HTML, with the run report."""
+    if not session.verdicts:
+        return ""
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("task", "items", "metric", "score", "95% CI", "floor", "verdict", "time")
+    )
+    rows = []
+    for v in session.verdicts:
+        floor = "-" if v.floor is None else _pct(v.floor)
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{escape(str(cell))}</td>"
+                for cell in (
+                    v.task,
+                    f"{v.n}/{v.total}",
+                    v.metric,
+                    _pct(v.score),
+                    f"{_pct(v.estimate.ci_low)} - {_pct(v.estimate.ci_high)}",
+                    floor,
+                    v.status,
+                    f"{v.seconds:.1f} s",
+                )
+            )
+            + "</tr>"
+        )
+    parts = [
+        '<div class="llmeval-summary"><h2>llmeval summary</h2>',
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>",
+    ]
+    if session.report_path is not None:
+        uri = escape(session.report_path.resolve().as_uri(), quote=True)
+        parts.append(
+            f'<p>Run report with plots and the item browser: <a href="{uri}">'
+            f"{escape(str(session.report_path))}</a></p>"
+        )
+    elif session.run is not None:
+        parts.append(f"<p>Run record: {escape(str(session.run.path))}</p>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+class HtmlExtras:
+    """Hooks for pytest-html; see the module docstring."""
+
+    def __init__(self, session: LlmEvalSession) -> None:
+        self.session = session
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, Any, None]:
+        outcome = yield
+        report = outcome.get_result()
+        if report.when != "call":
+            return
+        result = next((v for k, v in reversed(item.user_properties) if k == "llmeval_result"), None)
+        if not isinstance(result, dict):
+            return
+        from pytest_html import extras
+
+        report.extras = [*getattr(report, "extras", []), extras.html(item_html(result))]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_summary(
+        self, prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session
+    ) -> None:
+        table = summary_html(self.session)
+        if table:
+            prefix.append(table)
+
+
+def html_wanted(config: pytest.Config) -> bool:
+    """pytest-html is active and a report was asked for (``--html``)."""
+    return bool(config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None))

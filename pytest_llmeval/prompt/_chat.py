@@ -1,0 +1,146 @@
+"""Conversations for chat models: the messages a task's prompt becomes under a chat template.
+
+The structure follows lm-evaluation-harness (``--apply_chat_template``,
+``--fewshot_as_multiturn``, ``--system_instruction``) so that the rendered prompts are the
+same text, byte for byte:
+
+- the system message is the run's system prompt, the spec's system prompt and the task
+  description, each joined to the next by the few-shot separator unless one side already
+  has whitespace at the seam (lm-eval's ``maybe_delimit``); no system message when all are
+  empty (the template may then insert its own default);
+- each few-shot example is a user turn (its question) and an assistant turn (its target);
+- the item's question is the last user turn; the template's generation prompt opens the
+  assistant turn.
+
+Single-turn (``multiturn=False``): the few-shot turns and the question are joined into one
+user message as plain text (question, target delimiter, target, few-shot separator, ...),
+lm-eval's ``multiturn_to_singleturn``. A verbatim few-shot text block (BBH's published
+prompts) cannot be split into turns: it is always part of the user message.
+
+The same messages render as plain text when no chat template applies (``as_plain_text``),
+which is exactly the prompt of a run without chat template.
+
+Rendering itself belongs to the model (its tokenizer's template, or the server's): see
+:class:`pytest_llmeval.model.ChatTemplate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant"]
+CHAT_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One turn of a conversation. ``delimiter`` is what follows the content when the
+    conversation is written as plain text (the target delimiter after a question, the
+    few-shot separator after an answer); it is never part of a chat message."""
+
+    role: Role
+    content: str
+    delimiter: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+def maybe_delimit(prefix: str | None, suffix: str | None, delimiter: str) -> str:
+    """``prefix + delimiter + suffix``, without the delimiter when either side is empty or
+    has whitespace at the seam (lm-eval's rule for the system message)."""
+    if not prefix:
+        return suffix or ""
+    if not suffix:
+        return prefix
+    if prefix[-1].isspace() or suffix[0].isspace():
+        return prefix + suffix
+    return prefix + delimiter + suffix
+
+
+def build_messages(
+    *,
+    system: str,
+    examples: Sequence[tuple[str, str]],
+    question: str,
+    target_delimiter: str,
+    fewshot_separator: str,
+    fewshot_text: str | None = None,
+) -> tuple[Message, ...]:
+    """The conversation of one item (see the module docstring): ``system`` (already joined
+    from the system prompts and the description, may be empty), the few-shot ``examples``
+    as (question, target) pairs, or a verbatim ``fewshot_text`` block, and the item's
+    ``question``."""
+    messages: list[Message] = []
+    if system:
+        messages.append(Message("system", system))
+    if fewshot_text is not None:
+        messages.append(Message("user", fewshot_text + question))
+        return tuple(messages)
+    for q, a in examples:
+        messages.append(Message("user", q, target_delimiter))
+        messages.append(Message("assistant", a, fewshot_separator))
+    messages.append(Message("user", question))
+    return tuple(messages)
+
+
+def system_message(parts: Sequence[str | None], separator: str) -> str:
+    """The system message from its parts in order (run-wide system prompt, the spec's
+    system prompt, the description), joined as lm-eval joins its system instruction and
+    description."""
+    text = ""
+    for part in parts:
+        text = maybe_delimit(text, part, separator)
+    return text
+
+
+def single_turn(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """The few-shot turns and the question as one user message (the system message kept):
+    lm-eval's ``multiturn_to_singleturn``."""
+    if not messages:
+        return ()
+    system = [m for m in messages[:1] if m.role == "system"]
+    rest = list(messages[len(system) :])
+    if not rest:
+        return tuple(system)
+    text = "".join(m.content + m.delimiter for m in rest[:-1]) + rest[-1].content
+    return (*system, Message("user", text))
+
+
+def as_plain_text(messages: Sequence[Message]) -> str:
+    """The conversation as the raw prompt of a run without chat template: every content
+    followed by its delimiter (the last one's dropped)."""
+    if not messages:
+        return ""
+    return "".join(m.content + m.delimiter for m in messages[:-1]) + messages[-1].content
+
+
+def as_dicts(messages: Sequence[Message]) -> list[dict[str, str]]:
+    return [m.to_dict() for m in messages]
+
+
+def fold_system(messages: Sequence[Message], separator: str) -> tuple[Message, ...]:
+    """For templates that refuse a system role (Gemma's raise "System role not supported"):
+    the system text becomes the start of the first user message, joined with ``separator``
+    (lm-eval drops the system message instead, losing a task's description)."""
+    if not messages or messages[0].role != "system":
+        return tuple(messages)
+    system, rest = messages[0], list(messages[1:])
+    if not rest or rest[0].role != "user":
+        return (Message("user", system.content), *rest)
+    first = rest[0]
+    merged = Message(
+        "user", maybe_delimit(system.content, first.content, separator), first.delimiter
+    )
+    return (merged, *rest[1:])
+
+
+def messages_from_json(data: Any) -> tuple[Message, ...]:
+    """Messages back from records (``[{"role": ..., "content": ...}, ...]``)."""
+    out = []
+    for entry in data or ():
+        if isinstance(entry, Mapping) and entry.get("role") in ("system", "user", "assistant"):
+            out.append(Message(entry["role"], str(entry.get("content", ""))))
+    return tuple(out)

@@ -1,0 +1,980 @@
+"""The run report: ``report.html``, one self-contained page per run directory.
+
+Plain Python (no pytest, no torch). Everything is read from the run's records
+(``eval_config.json``, ``metrics_summary.json``, ``tasks/*_output.jsonl``, ``failures.json``,
+``contamination/*.json``), from a baseline run's records, and from the summaries of earlier
+runs in the same output folder; nothing is recomputed from a model. The page needs no
+network: its style, script and data are inline, the charts are SVG written here.
+
+- :func:`prepare_report` reads the records into a :class:`ReportModel` (the data the page
+  shows; tested without a browser);
+- :func:`render_report` turns that into the HTML text;
+- :func:`write_report` does both and writes ``<run>/report.html`` (or ``out``).
+
+The item browser is the only part drawn by the page's script, from a JSON block
+(:func:`browser_data`): items, their prompts with the shared few-shot block stored once per
+group (:func:`split_prompts`), outputs or per-choice log-likelihoods, failure classes, flips.
+All record text is untrusted (a model can write ``</script>``): the template escapes it, the
+JSON block escapes ``<``, ``>`` and ``&``, and the script only ever sets ``textContent``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pytest_llmeval._errors import LlmEvalError
+from pytest_llmeval.eval import FAILURE_CLASSES, classify
+from pytest_llmeval.record._compare import (
+    Comparison,
+    RunRecord,
+    compare_runs,
+    format_diff,
+    load_run,
+)
+from pytest_llmeval.record._compare import _score as item_score
+from pytest_llmeval.record._report_charts import (
+    bars_svg,
+    delta_svg,
+    history_svg,
+    interval_svg,
+    pair_svg,
+    pct,
+    strip_svg,
+)
+from pytest_llmeval.scorer import accuracy, paired_difference
+
+REPORT = "report.html"
+ASSETS = "_report_assets"
+HISTORY_LIMIT = 20  # earlier runs shown per task
+DETAILS_LIMIT = 4000  # characters of an item's scorer details shown in the browser
+FLIPPED_SHOWN = 40  # flipped item links listed per task (all are filterable in the browser)
+DIFFS_SHOWN = 12  # config/environment differences listed before the rest is folded
+NOT_SCORED = "not_scored"  # an item whose prompt did not fit the context window
+
+# ---------------------------------------------------------------------------- the model
+
+
+@dataclass
+class TaskRow:
+    """One task in the task table (scores as proportions; NaN where there is none)."""
+
+    name: str
+    metric: str
+    n: int
+    total: int | None
+    score: float
+    ci_low: float
+    ci_high: float
+    floor: float | None
+    verdict: str
+    seconds: float | None
+    partial: bool
+    from_summary: bool  # False: computed here from item records (interrupted run)
+    repeats: list[float] = field(default_factory=list)
+    spread: float | None = None
+    not_fitting: int = 0
+    reused: int = 0
+    recall_cues: int = 0
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict in ("FAIL", "error", "incomplete")
+
+
+@dataclass
+class DeltaRow:
+    """A task compared with the baseline on the items both runs scored."""
+
+    task: str
+    n_shared: int
+    baseline_score: float
+    current_score: float
+    delta: float
+    ci_low: float  # paired 95% interval of the per-item differences
+    ci_high: float
+    p_value: float
+    significant: bool
+    regressed: list[str]
+    improved: list[str]
+    only_in_baseline: int
+    only_in_current: int
+
+
+@dataclass
+class ComparisonView:
+    baseline_name: str
+    baseline_path: str
+    alpha: float
+    rows: list[DeltaRow]
+    config_diffs: list[str]
+    env_diffs: list[str]
+
+
+@dataclass
+class ProbeRow:
+    """One contamination probe report (``contamination/<task>-<probe>.json``)."""
+
+    file: str
+    task: str
+    probe: str
+    order_test: bool
+    n: int
+    p_value: float
+    alpha: float
+    flagged: bool
+    canonical_accuracy: float = math.nan
+    rewritten_accuracy: float = math.nan
+    b: int = 0
+    c: int = 0
+    only_canonical: float = math.nan
+    canonical_first: int = 0
+    expected_by_chance: float = math.nan
+    k: int = 0
+    mean_margin: float = math.nan
+    skipped: int = 0
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def canonical_first_share(self) -> float:
+        return self.canonical_first / self.n if self.n else math.nan
+
+    @property
+    def chance_share(self) -> float:
+        return 1.0 / (self.k + 1) if self.k > 0 else math.nan
+
+
+@dataclass
+class FailureView:
+    """``failures.json`` of one task (``--llm-failures``)."""
+
+    task: str
+    n_items: int
+    n_failed: int
+    distribution: dict[str, int]
+    answer_in_output: int
+    samples: list[dict[str, Any]]
+
+    @property
+    def bars(self) -> list[tuple[str, float]]:
+        """The classes, most frequent first, as chart bars."""
+        ranked = sorted(self.distribution.items(), key=lambda kv: (-kv[1], kv[0]))
+        return [(kind.replace("_", " "), float(count)) for kind, count in ranked]
+
+
+@dataclass
+class HistoryPoint:
+    run: str
+    started: str
+    score: float
+    ci_low: float
+    ci_high: float
+    n: int
+    total: int | None
+    same_config: bool
+    current: bool = False
+
+
+@dataclass
+class HistorySeries:
+    task: str
+    points: list[HistoryPoint]
+    earlier_found: int  # earlier runs with this task (points shows at most HISTORY_LIMIT)
+
+
+@dataclass
+class ReportModel:
+    """What the page shows. Built from records only (see :func:`prepare_report`)."""
+
+    title: str
+    run_name: str
+    run_path: str
+    started: str | None
+    finished: bool
+    superseded_by: str | None
+    facts: list[tuple[str, str]]
+    config_json: str
+    tasks: list[TaskRow]
+    comparison: ComparisonView | None
+    probes: list[ProbeRow]
+    failures: list[FailureView]
+    history: list[HistorySeries]
+    history_dir: str | None
+    browser: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def partial(self) -> bool:
+        return any(t.partial for t in self.tasks)
+
+    @property
+    def repeats(self) -> list[TaskRow]:
+        return [t for t in self.tasks if t.repeats]
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _num(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _get(mapping: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(mapping, Mapping):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def _scored(record: Mapping[str, Any]) -> bool:
+    """False for an item whose prompt did not fit the context window (reported, not scored)."""
+    return not _get(record, "details", "context_overflow")
+
+
+def fmt_p(value: Any) -> str:
+    x = _num(value)
+    if math.isnan(x):
+        return "-"
+    return f"{x:.1e}" if x < 0.001 else f"{x:.3f}"
+
+
+def _jsonable(value: Any) -> Any:
+    """JSON without NaN/infinity (``JSON.parse`` rejects them): those become null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def script_json(data: Any) -> str:
+    """JSON that is safe inside ``<script type="application/json">``: no ``<``, ``>`` or ``&``
+    can end the element or start markup (they are written as ``\\u003c`` etc.)."""
+    text = json.dumps(_jsonable(data), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (
+        text.replace("&", "\\u0026")
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+# ---------------------------------------------------------------------------- tasks
+
+
+def task_rows(run: RunRecord) -> list[TaskRow]:
+    """The task table: from ``metrics_summary.json`` where the run wrote one; a task with item
+    records but no summary (an interrupted run) is computed from its scored items, without a
+    verdict."""
+    tasks = sorted(set(run.metrics) | set(run.items))
+    rows = []
+    for name in tasks:
+        summary = run.metrics.get(name)
+        records = run.items.get(name, {})
+        scored = [r for r in records.values() if _scored(r)]
+        reused = sum(1 for r in records.values() if r.get("reused_from"))
+        task_config = _get(run.config, "tasks", name) or {}
+        if isinstance(summary, Mapping):
+            ci = summary.get("ci95") or [math.nan, math.nan]
+            repeats = [float(x) for x in summary.get("repeats") or [] if _num(x) == _num(x)]
+            rows.append(
+                TaskRow(
+                    name=name,
+                    metric=str(summary.get("metric") or task_config.get("metric") or "score"),
+                    n=_int(summary.get("n")) or 0,
+                    total=_int(summary.get("total_items")),
+                    score=_num(summary.get("score")),
+                    ci_low=_num(ci[0]) if len(ci) > 0 else math.nan,
+                    ci_high=_num(ci[1]) if len(ci) > 1 else math.nan,
+                    floor=None if summary.get("floor") is None else _num(summary["floor"]),
+                    verdict=str(summary.get("verdict") or "-"),
+                    seconds=_num(summary.get("seconds")),
+                    partial=bool(summary.get("partial")),
+                    from_summary=True,
+                    repeats=repeats,
+                    spread=None if summary.get("spread") is None else _num(summary["spread"]),
+                    not_fitting=_int(_get(summary, "not_fitting", "n")) or 0,
+                    reused=reused,
+                    recall_cues=_int(_get(summary, "recall_cues", "n")) or 0,
+                )
+            )
+            continue
+        estimate = accuracy([item_score(r) for r in scored])
+        total = _int(task_config.get("total_items"))
+        seconds = math.fsum(_num(r.get("seconds")) for r in records.values() if "seconds" in r)
+        rows.append(
+            TaskRow(
+                name=name,
+                metric=str(task_config.get("metric") or "score"),
+                n=len(scored),
+                total=total,
+                score=estimate.value,
+                ci_low=estimate.ci_low if scored else math.nan,
+                ci_high=estimate.ci_high if scored else math.nan,
+                floor=None if task_config.get("floor") is None else _num(task_config["floor"]),
+                verdict="no verdict",
+                seconds=seconds if records else None,
+                partial=total is None or len(records) < total,
+                from_summary=False,
+                not_fitting=len(records) - len(scored),
+                reused=reused,
+            )
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------------- environment
+
+
+def _short(value: Any, n: int = 12) -> str:
+    return str(value)[:n]
+
+
+def environment_facts(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The environment and config headline, as (label, value) pairs; absent fields are left
+    out."""
+    env = config.get("environment") if isinstance(config.get("environment"), Mapping) else {}
+    backend = _get(env, "backend") or {}
+    facts: list[tuple[str, str]] = []
+
+    def add(label: str, value: Any) -> None:
+        if value not in (None, "", [], {}):
+            facts.append((label, str(value)))
+
+    model = config.get("model") or _get(backend, "model")
+    add("model", model)
+    sha = config.get("model_sha256") or _get(env, "model", "sha256")
+    if sha:
+        add("model SHA256", f"{_short(sha)}… (weights, config and tokenizer files)")
+    elif config.get("model_sha256_reason"):
+        add("model SHA256", f"none: {config['model_sha256_reason']}")
+    weights = config.get("weights_sha256") or _get(env, "model", "weights_sha256")
+    if weights:
+        add("weights SHA256", f"{_short(weights)}…")
+    framework = config.get("framework") if isinstance(config.get("framework"), Mapping) else {}
+    backend_name = _get(framework, "backend") or _get(backend, "backend")
+    if backend_name == "openai":
+        add("backend", f"openai at {_get(framework, 'base_url')}")
+    else:
+        add("backend", backend_name)
+    add("dtype", config.get("dtype") or _get(backend, "dtype"))
+    device = config.get("device") or _get(backend, "device")
+    device_name = _get(backend, "device_name")
+    if device and device_name and device_name != device:
+        device = f"{device} ({device_name})"
+    add("device", device)
+    batch = config.get("batch_size") or _get(backend, "batch_size")
+    source = _get(backend, "batch_size_source")
+    add("batch size", f"{batch} ({source})" if batch and source else batch)
+    libraries = _get(env, "libraries") or {}
+    libs = []
+    for name in ("python", "torch", "transformers", "pytest-llm-evaluation", "pytest"):
+        version = _get(libraries, name) or (
+            _get(framework, name) if name in ("torch", "transformers") else None
+        )
+        if version:
+            libs.append(f"{name} {version}")
+    add("libraries", ", ".join(libs))
+    cuda = _get(env, "cuda", "cuda")
+    if cuda:
+        gpus = _get(env, "cuda", "gpus") or []
+        add("CUDA", f"{cuda}" + (f", {len(gpus)} GPU(s)" if gpus else ""))
+    git = _get(env, "git", "code") or _get(env, "git")
+    if isinstance(git, Mapping) and (git.get("commit") or git.get("short")):
+        text = _short(git.get("short") or git.get("commit"), 7)
+        if git.get("dirty"):
+            text += " (uncommitted changes)"
+        if git.get("branch"):
+            text += f" on {git['branch']}"
+        add("git commit", text)
+    add("seed", config.get("seed"))
+    add("limit", config.get("limit"))
+    if _int(config.get("repeat")) and config["repeat"] > 1:
+        add("repeats", config["repeat"])
+    excluded = config.get("excluded_items")
+    if isinstance(excluded, Mapping):
+        ids = excluded.get("ids") or []
+        add("excluded items", f"{len(ids)} (sha256 {_short(excluded.get('sha256'))})")
+    add("started", config.get("started"))
+    return facts
+
+
+# ---------------------------------------------------------------------------- comparison
+
+
+def comparison_view(
+    comparison: Comparison, current: RunRecord, baseline: RunRecord
+) -> ComparisonView:
+    """Per task: the delta on the shared items with its paired 95% interval, McNemar's p and
+    the flipped items; then the settings and environment fields that differ."""
+    rows = []
+    for t in comparison.tasks:
+        base = baseline.items.get(t.task, {})
+        cur = current.items.get(t.task, {})
+        shared = [i for i in cur if i in base]
+        paired = paired_difference(
+            [item_score(base[i]) for i in shared], [item_score(cur[i]) for i in shared]
+        )
+        rows.append(
+            DeltaRow(
+                task=t.task,
+                n_shared=t.n_shared,
+                baseline_score=t.baseline_score,
+                current_score=t.current_score,
+                delta=t.delta,
+                ci_low=paired.ci_low,
+                ci_high=paired.ci_high,
+                p_value=t.p_value,
+                significant=t.significant,
+                regressed=list(t.regressed),
+                improved=list(t.improved),
+                only_in_baseline=t.only_in_baseline,
+                only_in_current=t.only_in_current,
+            )
+        )
+    return ComparisonView(
+        baseline_name=baseline.path.name,
+        baseline_path=str(baseline.path),
+        alpha=comparison.alpha,
+        rows=rows,
+        # short differences first: `fewshot.k: 5 -> 1` before the lists of ids it changed
+        config_diffs=sorted((format_diff(d) for d in comparison.config_diffs), key=len),
+        env_diffs=sorted((format_diff(d) for d in comparison.env_diffs), key=len),
+    )
+
+
+# ---------------------------------------------------------------------------- probes
+
+
+def probe_flagged(report: Mapping[str, Any], alpha: float) -> bool:
+    """The verdict rule of the ``llm_probe`` fixture (``plugin/_probe.py``) on a report's
+    JSON: a paired probe flags a task when the published form is answered better and the
+    exact McNemar p is below alpha; the order test when its binomial p is below alpha."""
+    n = _int(report.get("n")) or 0
+    p = _num(report.get("p_value"))
+    if not n or math.isnan(p) or p >= alpha:
+        return False
+    if report.get("probe") == "canonical_order":
+        return True
+    return _num(report.get("drop")) > 0
+
+
+def probe_rows(run_path: Path) -> list[ProbeRow]:
+    folder = run_path / "contamination"
+    rows: list[ProbeRow] = []
+    if not folder.is_dir():
+        return rows
+    for file in sorted(folder.glob("*.json")):
+        data = _read_json(file)
+        if not isinstance(data, Mapping) or "probe" not in data:
+            continue
+        alpha = _num(data.get("alpha"))
+        alpha = 0.01 if math.isnan(alpha) else alpha
+        order = data.get("probe") == "canonical_order"
+        row = ProbeRow(
+            file=file.name,
+            task=str(data.get("task", "?")),
+            probe=str(data["probe"]),
+            order_test=order,
+            n=_int(data.get("n")) or 0,
+            p_value=_num(data.get("p_value")),
+            alpha=alpha,
+            flagged=probe_flagged(data, alpha),
+        )
+        if order:
+            row.canonical_first = _int(data.get("canonical_first")) or 0
+            row.expected_by_chance = _num(data.get("expected_by_chance"))
+            row.k = _int(data.get("k")) or 0
+            row.mean_margin = _num(data.get("mean_margin_nats"))
+        else:
+            row.canonical_accuracy = _num(data.get("canonical_accuracy"))
+            row.rewritten_accuracy = _num(data.get("rewritten_accuracy"))
+            row.b = _int(data.get("mcnemar_b")) or 0
+            row.c = _int(data.get("mcnemar_c")) or 0
+            row.only_canonical = _num(data.get("only_canonical"))
+            row.skipped = len(data.get("skipped") or [])
+            row.items = [
+                {
+                    "id": str(i.get("item_id")),
+                    "canonical": bool(i.get("canonical_correct")),
+                    "rewritten": [bool(x) for x in i.get("rewritten_correct") or []],
+                }
+                for i in data.get("items") or []
+                if isinstance(i, Mapping)
+            ]
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------- failures
+
+
+def failure_views(run_path: Path) -> list[FailureView]:
+    data = _read_json(run_path / "failures.json")
+    if not isinstance(data, list):
+        return []
+    views = []
+    for entry in data:
+        if not isinstance(entry, Mapping):
+            continue
+        distribution = entry.get("distribution") or {}
+        views.append(
+            FailureView(
+                task=str(entry.get("task", "?")),
+                n_items=_int(entry.get("n_items")) or 0,
+                n_failed=_int(entry.get("n_failed")) or 0,
+                distribution={str(k): int(v) for k, v in distribution.items() if _int(v)},
+                answer_in_output=_int(entry.get("answer_in_output")) or 0,
+                samples=[
+                    {
+                        "item_id": str(s.get("item_id", "?")),
+                        "kind": str(s.get("kind", "?")),
+                        "answer_in_output": bool(s.get("answer_in_output")),
+                        "extracted": s.get("extracted"),
+                        "target": str(s.get("target", "")),
+                    }
+                    for s in entry.get("samples") or []
+                    if isinstance(s, Mapping)
+                ],
+            )
+        )
+    return views
+
+
+# ---------------------------------------------------------------------------- history
+
+
+def _model_identity(config: Mapping[str, Any]) -> tuple[str, str] | None:
+    sha = config.get("model_sha256") or _get(config, "environment", "model", "sha256")
+    if sha:
+        return ("sha256", str(sha))
+    model = config.get("model")
+    return ("name", str(model)) if model else None
+
+
+def _started(config: Mapping[str, Any], path: Path) -> str:
+    started = config.get("started")
+    if isinstance(started, str) and started:
+        return started
+    try:  # run directories are named <YYYYMMDD-HHMMSS>_<model>_<commit>
+        return _dt.datetime.strptime(path.name[:15], "%Y%m%d-%H%M%S").isoformat()
+    except ValueError:
+        return ""
+
+
+def history_series(
+    run: RunRecord, rows: Sequence[TaskRow], history_dir: Path, limit: int = HISTORY_LIMIT
+) -> list[HistorySeries]:
+    """Scores of the earlier finished runs in ``history_dir`` made with the same model (same
+    weights digest, or the same name when a run has none) for each task of this run."""
+    identity = _model_identity(run.config)
+    started = _started(run.config, run.path)
+    if identity is None or not history_dir.is_dir():
+        return []
+    earlier: list[tuple[str, Path, dict[str, Any], dict[str, Any]]] = []
+    try:
+        candidates = sorted(p for p in history_dir.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    for path in candidates:
+        if path.resolve() == run.path.resolve():
+            continue
+        metrics = _read_json(path / "metrics_summary.json")
+        config = _read_json(path / "eval_config.json")
+        if not isinstance(metrics, dict) or not isinstance(config, dict):
+            continue
+        if _model_identity(config) != identity:
+            continue
+        when = _started(config, path)
+        if started and when and when >= started:
+            continue
+        earlier.append((when, path, config, metrics))
+    earlier.sort(key=lambda e: (e[0], e[1].name))
+    series = []
+    for row in rows:
+        if math.isnan(row.score):
+            continue
+        current_hash = _get(run.config, "tasks", row.name, "config_hash")
+        points = []
+        for when, path, config, metrics in earlier:
+            entry = metrics.get(row.name)
+            if not isinstance(entry, Mapping) or math.isnan(_num(entry.get("score"))):
+                continue
+            ci = entry.get("ci95") or [math.nan, math.nan]
+            points.append(
+                HistoryPoint(
+                    run=path.name,
+                    started=when,
+                    score=_num(entry.get("score")),
+                    ci_low=_num(ci[0]),
+                    ci_high=_num(ci[1]),
+                    n=_int(entry.get("n")) or 0,
+                    total=_int(entry.get("total_items")),
+                    same_config=_get(config, "tasks", row.name, "config_hash") == current_hash,
+                )
+            )
+        if not points:
+            continue
+        found = len(points)
+        points = points[-limit:]
+        points.append(
+            HistoryPoint(
+                run=run.path.name,
+                started=started,
+                score=row.score,
+                ci_low=row.ci_low,
+                ci_high=row.ci_high,
+                n=row.n,
+                total=row.total,
+                same_config=True,
+                current=True,
+            )
+        )
+        series.append(HistorySeries(task=row.name, points=points, earlier_found=found))
+    return series
+
+
+# ---------------------------------------------------------------------------- item browser
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """A prompt prefix shared by a group of items: description and few-shot block."""
+
+    text: str
+    fewshot_ids: tuple[str, ...]
+
+
+def _common_prefix(texts: Sequence[str]) -> str:
+    """The longest string every text starts with (character by character)."""
+    if not texts:
+        return ""
+    low, high = min(texts), max(texts)  # the common prefix of all is that of these two
+    n = 0
+    while n < min(len(low), len(high)) and low[n] == high[n]:
+        n += 1
+    return low[:n]
+
+
+def split_prompts(
+    records: Sequence[Mapping[str, Any]], separator: str | None
+) -> tuple[list[Prefix], list[tuple[int, str]]]:
+    """Split each prompt into a shared prefix (description and few-shot examples) and the
+    rest, so that the page folds the few-shot block and stores it once.
+
+    Items are grouped by subset and few-shot ids (one group, one few-shot block). A group's
+    prefix is the longest common prefix of its prompts, cut back to just after the last
+    few-shot separator in it; a group of one item is cut after the last separator of its
+    prompt. Items without few-shot examples keep their whole prompt. Returns the prefixes
+    and, per record, ``(prefix index or -1, rest)``; ``prefix + rest`` is the prompt.
+    """
+    groups: dict[tuple[Any, tuple[str, ...]], list[int]] = {}
+    for index, record in enumerate(records):
+        ids = tuple(str(i) for i in record.get("fewshot_ids") or [])
+        if ids and isinstance(record.get("prompt"), str):
+            groups.setdefault((record.get("subset"), ids), []).append(index)
+    prefixes: list[Prefix] = []
+    split: list[tuple[int, str]] = [(-1, str(r.get("prompt") or "")) for r in records]
+    for (_, ids), members in groups.items():
+        prompts = [str(records[i]["prompt"]) for i in members]
+        common = _common_prefix(prompts)
+        end = 0
+        cut = common.rfind(separator) if separator else -1
+        if cut >= 0:
+            end = cut + len(separator or "")
+        elif len(prompts) > 1:
+            end = len(common)
+        end = min(end, min(len(p) for p in prompts))
+        if end <= 0:
+            continue
+        prefixes.append(Prefix(text=prompts[0][:end], fewshot_ids=ids))
+        for i, prompt in zip(members, prompts, strict=True):
+            split[i] = (len(prefixes) - 1, prompt[end:])
+    return prefixes, split
+
+
+def _round(values: Iterable[Any], digits: int = 4) -> list[float | None]:
+    out: list[float | None] = []
+    for v in values:
+        x = _num(v)
+        out.append(round(x, digits) if math.isfinite(x) else None)
+    return out
+
+
+def _details_text(details: Any) -> str | None:
+    if not isinstance(details, Mapping) or not details:
+        return None
+    text = json.dumps(_jsonable(details), ensure_ascii=False, indent=1, sort_keys=True)
+    if len(text) > DETAILS_LIMIT:
+        text = (
+            text[:DETAILS_LIMIT] + f"\n… (cut at {DETAILS_LIMIT:,} of {len(text):,} characters; "
+            "the full record is in the task's output file)"
+        )
+    return text
+
+
+def item_entry(
+    record: Mapping[str, Any],
+    prefix: int,
+    rest: str,
+    subsets: dict[str, int],
+    compare: str | None,
+    flips: Mapping[str, str],
+) -> dict[str, Any]:
+    """One item as the browser reads it (short keys: the page of a full MMLU run holds
+    14,042 of them)."""
+    item_id = str(record.get("item_id"))
+    entry: dict[str, Any] = {"id": item_id, "q": rest, "t": str(record.get("target", ""))}
+    if prefix >= 0:
+        entry["pf"] = prefix
+    subset = record.get("subset")
+    if subset is not None:
+        entry["s"] = subsets.setdefault(str(subset), len(subsets))
+    scored = _scored(record)
+    if not scored:
+        entry["st"] = NOT_SCORED
+    else:
+        correct = bool(record.get("correct"))
+        entry["ok"] = 1 if correct else 0
+        score = _num(record.get("score"))
+        if math.isfinite(score) and score not in (0.0, 1.0):
+            entry["sc"] = round(score, 4)
+        if not correct:
+            entry["fc"] = classify(record, compare)
+    if record.get("choices"):
+        entry["ch"] = [str(c) for c in record["choices"]]
+        entry["lp"] = _round(record.get("logprobs") or [])
+        for key, short in (("pred", "pr"), ("gold", "g"), ("pred_norm", "pn")):
+            if _int(record.get(key)) is not None:
+                entry[short] = record[key]
+    if record.get("output") is not None:
+        entry["o"] = str(record["output"])
+    for key, short in (
+        ("extracted", "x"),
+        ("extractor", "xr"),
+        ("finish_reason", "fr"),
+        ("n_output_tokens", "nt"),
+        ("reused_from", "ru"),
+    ):
+        if record.get(key) is not None:
+            entry[short] = record[key]
+    if record.get("determinism") not in (None, "ok"):
+        entry["de"] = str(record["determinism"])
+    if record.get("repeat_scores"):
+        entry["rs"] = _round(record["repeat_scores"])
+    details = _details_text(record.get("details"))
+    if details:
+        entry["d"] = details
+    if item_id in flips:
+        entry["fl"] = flips[item_id]
+    return entry
+
+
+def browser_data(
+    run: RunRecord, comparison: ComparisonView | None, rows: Sequence[TaskRow]
+) -> dict[str, Any]:
+    """The JSON block the item browser reads: per task its items (in record order), the
+    shared prompt prefixes, subsets, the failure classes present, and flips."""
+    flips: dict[str, dict[str, str]] = {}
+    if comparison is not None:
+        for d in comparison.rows:
+            flips[d.task] = {
+                **dict.fromkeys(d.regressed, "regressed"),
+                **dict.fromkeys(d.improved, "improved"),
+            }
+    metrics = {r.name: r.metric for r in rows}
+    tasks = []
+    for name in sorted(run.items):
+        records = list(run.items[name].values())
+        task_config = _get(run.config, "tasks", name) or {}
+        separator = _get(task_config, "prompt", "fewshot_separator")
+        compare = _get(task_config, "generation", "compare")
+        prefixes, split = split_prompts(records, separator if isinstance(separator, str) else None)
+        subsets: dict[str, int] = {}
+        items = [
+            item_entry(
+                r,
+                prefix,
+                rest,
+                subsets,
+                compare if isinstance(compare, str) else None,
+                flips.get(name, {}),
+            )
+            for r, (prefix, rest) in zip(records, split, strict=True)
+        ]
+        present = {str(i["fc"]) for i in items if "fc" in i}
+        tasks.append(
+            {
+                "name": name,
+                "metric": metrics.get(name, ""),
+                "subsets": list(subsets),
+                "prefixes": [{"t": p.text, "ids": list(p.fewshot_ids)} for p in prefixes],
+                "classes": [c for c in FAILURE_CLASSES if c in present]
+                + sorted(present - set(FAILURE_CLASSES)),
+                "flips": bool(flips.get(name)),
+                "items": items,
+            }
+        )
+    return {
+        "baseline": comparison.baseline_name if comparison else None,
+        "tasks": tasks,
+    }
+
+
+# ---------------------------------------------------------------------------- prepare
+
+
+def prepare_report(
+    run: Path | RunRecord,
+    baseline: Path | RunRecord | None = None,
+    *,
+    history_dir: Path | None = None,
+    history_limit: int = HISTORY_LIMIT,
+    alpha: float = 0.05,
+) -> ReportModel:
+    """Read a run directory (and a baseline run, and earlier runs in ``history_dir``,
+    default: the folder holding the run) into the data the report shows."""
+    record = run if isinstance(run, RunRecord) else load_run(Path(run))
+    path = record.path
+    rows = task_rows(record)
+    view: ComparisonView | None = None
+    if baseline is not None:
+        base = baseline if isinstance(baseline, RunRecord) else load_run(Path(baseline))
+        view = comparison_view(compare_runs(record, base, alpha), record, base)
+    if history_dir is None:
+        history_dir = path.resolve().parent
+    finished = (path / "metrics_summary.json").is_file()
+    superseded = path / "superseded_by.txt"
+    notes = []
+    has_items = any(record.items.values())
+    if not finished and has_items:
+        notes.append(
+            "This run has no metrics_summary.json: it was interrupted (or is still running). "
+            "Task scores are computed here from its item records; no floor was checked."
+        )
+    elif not finished:
+        notes.append(
+            "This run has no item records and no metrics_summary.json: it ran only "
+            "contamination probes, or it stopped before its first result."
+        )
+    model = record.config.get("model") or "?"
+    started = record.config.get("started")
+    return ReportModel(
+        title=f"pytest-llmeval: {model}",
+        run_name=path.name,
+        run_path=str(path),
+        started=str(started) if started else None,
+        finished=finished,
+        superseded_by=(
+            superseded.read_text(encoding="utf-8", errors="replace").strip()
+            if superseded.is_file()
+            else None
+        ),
+        facts=environment_facts(record.config),
+        config_json=json.dumps(record.config, indent=1, sort_keys=True, ensure_ascii=False),
+        tasks=rows,
+        comparison=view,
+        probes=probe_rows(path),
+        failures=failure_views(path),
+        history=history_series(record, rows, history_dir, history_limit),
+        history_dir=str(history_dir),
+        browser=browser_data(record, view, rows),
+        notes=notes,
+    )
+
+
+# ---------------------------------------------------------------------------- render
+
+
+def _asset(name: str) -> str:
+    return (resources.files("pytest_llmeval.record") / ASSETS / name).read_text(encoding="utf-8")
+
+
+def render_report(model: ReportModel) -> str:
+    """The report as one HTML document (style, script and data inline; no network)."""
+    import jinja2
+    from markupsafe import Markup
+
+    env = jinja2.Environment(
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
+    )
+    env.filters["pct"] = pct
+    env.filters["p"] = fmt_p
+    env.globals.update(
+        interval_svg=lambda *a, **k: Markup(interval_svg(*a, **k)),
+        delta_svg=lambda *a, **k: Markup(delta_svg(*a, **k)),
+        bars_svg=lambda *a, **k: Markup(bars_svg(*a, **k)),
+        pair_svg=lambda *a, **k: Markup(pair_svg(*a, **k)),
+        strip_svg=lambda *a, **k: Markup(strip_svg(*a, **k)),
+        history_svg=lambda *a, **k: Markup(history_svg(*a, **k)),
+        isfinite=math.isfinite,
+        FLIPPED_SHOWN=FLIPPED_SHOWN,
+        DIFFS_SHOWN=DIFFS_SHOWN,
+    )
+    template = env.from_string(_asset("report.html.j2"))
+    script = _asset("report.js")
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    delta_scale = 0.0
+    if model.comparison is not None:
+        for row in model.comparison.rows:
+            for v in (row.delta, row.ci_low, row.ci_high):
+                if math.isfinite(v):
+                    delta_scale = max(delta_scale, abs(100 * v))
+    delta_scale = max(5.0, math.ceil(delta_scale / 5) * 5)
+    return template.render(
+        m=model,
+        css=Markup(_asset("report.css")),
+        script=Markup(script),
+        script_hash=f"sha256-{digest}",
+        data=Markup(script_json(model.browser)),
+        delta_scale=delta_scale,
+    )
+
+
+def write_report(
+    run: Path,
+    baseline: Path | None = None,
+    *,
+    out: Path | None = None,
+    history_dir: Path | None = None,
+) -> Path:
+    """Build the report of a run directory from its records and write it to
+    ``<run>/report.html`` (or ``out``). Returns the path written."""
+    run = Path(run)
+    model = prepare_report(run, baseline, history_dir=history_dir)
+    text = render_report(model)
+    target = Path(out) if out is not None else run / REPORT
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise LlmEvalError(f"{target}: cannot write the report: {exc}") from exc
+    return target

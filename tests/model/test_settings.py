@@ -1,0 +1,51 @@
+"""Model settings are checked once, when they are made, with the option named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_llmeval.model import ModelSettings, SettingsError
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"dtype": "float8"}, "--llm-dtype=float8: expected one of auto|float32|bfloat16|float16"),
+        ({"device": "gpu"}, "--llm-device=gpu: expected auto, cpu, cuda or cuda:N"),
+        ({"device": "cuda:x"}, "--llm-device=cuda:x: expected auto, cpu, cuda or cuda:N"),
+        ({"batch_size": -1}, "--llm-batch-size=-1: must be >= 1 or auto"),
+        (
+            {"device_map": "spread"},
+            "--llm-device-map=spread: expected one of auto|balanced|sequential",
+        ),
+        ({"device_map": "auto", "device": "cpu"}, "--llm-device-map=auto: places the model itself"),
+        ({"add_bos": "maybe"}, "--llm-add-bos=maybe: expected one of auto|yes|no"),
+        ({"max_length": 8}, "--llm-max-length=8: must be >= 16 (tokens)"),
+        ({"backend": "tgi"}, "--llm-backend=tgi: expected one of hf|openai"),
+        ({"backend": "openai"}, "--llm-base-url: --llm-backend=openai needs the server's URL"),
+        ({"backend": "openai", "base_url": "host:1/v1"}, "--llm-base-url=host:1/v1: expected http"),
+        (
+            {"base_url": "http://h:1/v1"},
+            "--llm-base-url=http://h:1/v1: is for --llm-backend=openai",
+        ),
+        ({"concurrency": 0}, "--llm-concurrency=0: must be >= 1"),
+        ({"max_retries": -1}, "--llm-max-retries=-1: must be >= 0"),
+        ({"request_timeout": 0.0}, "--llm-request-timeout=0.0: expected seconds > 0"),
+        (
+            {"backend": "openai", "base_url": "http://h:1/v1", "chat_template_file": "t.jinja"},
+            "--llm-chat-template-file=t.jinja: is applied by the hf backend",
+        ),
+    ],
+)
+def test_bad_settings_name_the_option(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        ModelSettings(model="m", **fields)
+    assert str(err.value).startswith(message)
+
+
+def test_good_settings_pass() -> None:
+    ModelSettings(model="m", device="cuda:1", dtype="bfloat16", batch_size=0, add_bos="yes")
+    ModelSettings(model="m", backend="openai", base_url="https://h:8000/v1", concurrency=2)
+    ModelSettings(model="m", device_map="balanced")

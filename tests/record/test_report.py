@@ -1,0 +1,649 @@
+"""The run report's data preparation and rendering, without a browser (``record/_report.py``).
+
+Run directories are written here in the layout the plugin writes (item lines from
+``ItemResult.to_dict()``, ``metrics_summary.json``, ``eval_config.json``, probe reports).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_llmeval.contamination import OrderTestReport, PairedItem, PairedReport
+from pytest_llmeval.eval import ItemResult
+from pytest_llmeval.record import load_run, prepare_report, render_report, write_report
+from pytest_llmeval.record.__main__ import main as record_main
+from pytest_llmeval.record._report import (
+    HistoryPoint,
+    HistorySeries,
+    bars_svg,
+    delta_svg,
+    environment_facts,
+    history_svg,
+    interval_svg,
+    probe_flagged,
+    script_json,
+    split_prompts,
+    task_rows,
+)
+from pytest_llmeval.scorer import paired_difference
+
+FEWSHOT = "Q: 1+1?\nA: 2\n\nQ: 2+2?\nA: 4\n\n"
+HOSTILE = '</script><script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+
+
+def gen(item_id: str, correct: bool, *, output: str = " 4", **kw: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "task": "arith",
+        "item_id": item_id,
+        "subset": None,
+        "correct": correct,
+        "score": 1.0 if correct else 0.0,
+        "prompt": FEWSHOT + f"Q: question {item_id}?\nA:",
+        "target": "4",
+        "fewshot_ids": ["f0", "f1"],
+        "output": output,
+        "extracted": output.strip() or None,
+        "extractor": "last_number",
+        "finish_reason": "stop",
+        "n_output_tokens": 2,
+        "seconds": 0.5,
+        "config_hash": "aaaa",
+    }
+    fields.update(kw)
+    return ItemResult(**fields).to_dict()
+
+
+def mc(item_id: str, subset: str, pred: int, gold: int = 1) -> dict[str, Any]:
+    return ItemResult(
+        task="quiz",
+        item_id=item_id,
+        subset=subset,
+        correct=pred == gold,
+        score=float(pred == gold),
+        prompt=f"About {subset}.\n\nExample one\nAnswer: A\n\nQuestion {item_id}\nAnswer:",
+        target="AB"[gold],
+        fewshot_ids=[f"{subset}-0"],
+        choices=["A", "B"],
+        logprobs=[-0.5 if pred == 0 else -1.5, -1.5 if pred == 0 else -0.5],
+        is_greedy=[pred == 0, pred == 1],
+        pred=pred,
+        pred_norm=pred,
+        gold=gold,
+        acc=float(pred == gold),
+        acc_norm=float(pred == gold),
+        extracted="AB"[pred],
+        extractor="loglikelihood (acc)",
+        seconds=0.1,
+        config_hash="bbbb",
+    ).to_dict()
+
+
+def config(model_sha: str = "ab" * 32, started: str = "2026-11-30T10:00:00", **tasks: Any) -> dict:
+    return {
+        "model": "tiny",
+        "model_sha256": model_sha,
+        "dtype": "float32",
+        "device": "cpu",
+        "batch_size": 8,
+        "seed": 1234,
+        "limit": None,
+        "started": started,
+        "framework": {"backend": "hf", "torch": "2.13.0+cpu", "transformers": "5.24.0"},
+        "tasks": {
+            name: {
+                "metric": "acc",
+                "prompt": {"fewshot_separator": "\n\n"},
+                "generation": {"compare": "numeric"},
+                "config_hash": "aaaa",
+                **extra,
+            }
+            for name, extra in (tasks or {"arith": {}}).items()
+        },
+        "environment": {
+            "libraries": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.24.0"},
+            "git": {"code": {"commit": "0123456789abcdef", "short": "0123456", "dirty": True}},
+            "backend": {"device_name": "x86_64", "batch_size_source": "fixed"},
+            "model": {"sha256": model_sha},
+        },
+    }
+
+
+def summary(n: int, score: float, **kw: Any) -> dict[str, Any]:
+    return {
+        "n": n,
+        "total_items": 10,
+        "partial": True,
+        "metric": "exact_match",
+        "score": score,
+        "mean": score,
+        "stderr": 0.1,
+        "ci95": [max(0.0, score - 0.2), min(1.0, score + 0.2)],
+        "floor": 0.5,
+        "verdict": "pass" if score >= 0.5 else "FAIL",
+        "seconds": 3.25,
+        "config_hash": "aaaa",
+        **kw,
+    }
+
+
+def write_run(
+    path: Path,
+    items: dict[str, list[dict[str, Any]]],
+    metrics: dict[str, Any] | None,
+    cfg: dict[str, Any] | None,
+) -> Path:
+    (path / "tasks").mkdir(parents=True)
+    for task, records in items.items():
+        (path / "tasks" / f"{task}_output.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in records)
+        )
+    if metrics is not None:
+        (path / "metrics_summary.json").write_text(json.dumps(metrics))
+    if cfg is not None:
+        (path / "eval_config.json").write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    records = [
+        gen("arith-0000", True),
+        gen("arith-0001", False, output=" 5"),
+        gen("arith-0002", False, output=" no idea"),
+    ]
+    return write_run(
+        tmp_path / "runs" / "20261130-100000_tiny_0123456",
+        {"arith": records},
+        {"arith": summary(3, 1 / 3)},
+        config(),
+    )
+
+
+# ---------------------------------------------------------------------------- prompts
+
+
+def test_split_prompts_folds_the_shared_fewshot_block_and_keeps_every_prompt_whole() -> None:
+    records = [gen(f"arith-{i:04d}", True) for i in range(3)]
+    records.append(gen("arith-zero", True, fewshot_ids=[], prompt="Q: zero-shot?\nA:"))
+    prefixes, split = split_prompts(records, "\n\n")
+    assert len(prefixes) == 1
+    assert prefixes[0].text == FEWSHOT  # cut after the last separator: "Q: question" stays
+    assert prefixes[0].fewshot_ids == ("f0", "f1")
+    for record, (index, rest) in zip(records, split, strict=True):
+        prefix = prefixes[index].text if index >= 0 else ""
+        assert prefix + rest == record["prompt"]
+    assert split[3] == (-1, "Q: zero-shot?\nA:")  # no few-shot examples: nothing folded
+
+
+def test_split_prompts_one_block_per_subset_and_single_items_cut_at_their_last_separator() -> None:
+    records = [mc("quiz-a-0", "a", 1), mc("quiz-a-1", "a", 0), mc("quiz-b-0", "b", 1)]
+    prefixes, split = split_prompts(records, "\n\n")
+    assert [p.text for p in prefixes] == [
+        "About a.\n\nExample one\nAnswer: A\n\n",
+        "About b.\n\nExample one\nAnswer: A\n\n",
+    ]
+    assert [s[1] for s in split] == [
+        "Question quiz-a-0\nAnswer:",
+        "Question quiz-a-1\nAnswer:",
+        "Question quiz-b-0\nAnswer:",
+    ]
+
+
+def test_split_prompts_without_a_known_separator_uses_the_common_prefix() -> None:
+    records = [
+        gen("a", True, prompt="SYSTEM shared block ask 1"),
+        gen("b", True, prompt="SYSTEM shared block ask 2"),
+    ]
+    prefixes, split = split_prompts(records, None)
+    assert prefixes[0].text == "SYSTEM shared block ask "
+    assert [s[1] for s in split] == ["1", "2"]
+    single = [gen("c", True, prompt="no separator at all")]
+    assert split_prompts(single, None) == ([], [(-1, "no separator at all")])
+
+
+# ---------------------------------------------------------------------------- tasks
+
+
+def test_task_rows_come_from_the_summary(run: Path) -> None:
+    (row,) = task_rows(load_run(run))
+    assert (row.name, row.n, row.total, row.metric, row.verdict) == (
+        "arith",
+        3,
+        10,
+        "exact_match",
+        "FAIL",
+    )
+    assert row.score == pytest.approx(1 / 3)
+    assert row.floor == 0.5 and row.failed and row.partial and row.from_summary
+    assert row.seconds == 3.25
+
+
+def test_interrupted_run_rows_are_computed_from_items_without_a_verdict(tmp_path: Path) -> None:
+    overflow = gen(
+        "arith-0003",
+        False,
+        details={"context_overflow": {"prompt_tokens": 9000, "context_window": 8192}},
+    )
+    path = write_run(
+        tmp_path / "interrupted",
+        {"arith": [gen("arith-0000", True), gen("arith-0001", False), overflow]},
+        None,
+        None,
+    )
+    model = prepare_report(path)
+    (row,) = model.tasks
+    assert row.verdict == "no verdict" and not row.from_summary
+    assert row.n == 2 and row.not_fitting == 1
+    assert row.score == 0.5
+    assert 0.0 < row.ci_low < 0.5 < row.ci_high < 1.0  # Wilson interval of 1/2
+    assert row.seconds == 1.5
+    assert not model.finished
+    assert any("interrupted" in note for note in model.notes)
+    items = model.browser["tasks"][0]["items"]
+    assert items[2]["st"] == "not_scored" and "ok" not in items[2]
+    html = render_report(model)
+    assert "interrupted" in html and "no verdict" in html
+
+
+def test_a_run_of_probes_only_is_not_called_interrupted(tmp_path: Path) -> None:
+    path = tmp_path / "probes-only"
+    (path / "tasks").mkdir(parents=True)
+    (path / "contamination").mkdir()
+    report = _paired([True] * 12, [False] * 12)
+    (path / "contamination" / "mmlu-option_shuffle.json").write_text(
+        json.dumps({**report.to_dict(), "alpha": 0.01})
+    )
+    model = prepare_report(path)
+    assert model.tasks == [] and len(model.probes) == 1
+    assert model.notes == [
+        "This run has no item records and no metrics_summary.json: it ran only "
+        "contamination probes, or it stopped before its first result."
+    ]
+    html = render_report(model)
+    assert "no summary</span>" in html and ">interrupted<" not in html
+
+
+def test_repeats_and_reused_items_are_shown(tmp_path: Path) -> None:
+    records = [gen("arith-0000", True, reused_from="/runs/old", repeat_scores=[1.0, 0.0, 1.0])]
+    path = write_run(
+        tmp_path / "r",
+        {"arith": records},
+        {"arith": summary(1, 2 / 3, repeats=[1.0, 0.0, 1.0], spread=1.0)},
+        config(),
+    )
+    model = prepare_report(path)
+    (row,) = model.tasks
+    assert row.repeats == [1.0, 0.0, 1.0] and row.spread == 1.0 and row.reused == 1
+    item = model.browser["tasks"][0]["items"][0]
+    assert item["ru"] == "/runs/old" and item["rs"] == [1.0, 0.0, 1.0]
+    assert 'id="repeats"' in render_report(model)
+
+
+# ---------------------------------------------------------------------------- items
+
+
+def test_browser_items_carry_what_the_page_shows(tmp_path: Path) -> None:
+    records = [mc("quiz-a-0", "a", 1), mc("quiz-a-1", "a", 0), mc("quiz-b-0", "b", 1)]
+    records[0]["logprobs"][0] = math.nan
+    path = write_run(tmp_path / "r", {"quiz": records}, None, config(quiz={}))
+    data = prepare_report(path).browser
+    (task,) = data["tasks"]
+    assert task["subsets"] == ["a", "b"]
+    assert task["classes"] == ["wrong_answer"]
+    right, wrong, other = task["items"]
+    assert right["ok"] == 1 and "fc" not in right and right["s"] == 0 and other["s"] == 1
+    assert wrong["ok"] == 0 and wrong["fc"] == "wrong_answer"
+    assert right["ch"] == ["A", "B"] and right["lp"] == [None, -0.5]  # NaN -> null
+    assert (right["pr"], right["g"]) == (1, 1)
+    assert task["prefixes"][right["pf"]]["t"] + right["q"] == records[0]["prompt"]
+
+
+def test_generation_items_have_output_extracted_answer_and_failure_class(run: Path) -> None:
+    items = prepare_report(run).browser["tasks"][0]["items"]
+    assert [i["ok"] for i in items] == [1, 0, 0]
+    assert items[1]["o"] == " 5" and items[1]["x"] == "5" and items[1]["fc"] == "wrong_answer"
+    assert items[2]["fc"] == "format_failure"  # "no idea" is not a number (numeric compare)
+    assert items[1]["fr"] == "stop" and items[1]["nt"] == 2 and items[1]["t"] == "4"
+
+
+def test_long_scorer_details_are_cut_and_say_so(tmp_path: Path) -> None:
+    record = gen("arith-0000", False, details={"status": "failed", "reason": "x" * 10000})
+    path = write_run(tmp_path / "r", {"arith": [record]}, None, config())
+    text = prepare_report(path).browser["tasks"][0]["items"][0]["d"]
+    assert len(text) < 4300 and "cut at 4,000" in text
+
+
+# ---------------------------------------------------------------------------- baseline
+
+
+def test_comparison_has_the_paired_interval_mcnemar_and_flips(tmp_path: Path, run: Path) -> None:
+    base = write_run(
+        tmp_path / "runs" / "20261129-100000_tiny_0123456",
+        {"arith": [gen("arith-0000", False), gen("arith-0001", True), gen("arith-0002", False)]},
+        {"arith": summary(3, 1 / 3)},
+        {**config(), "seed": 7},
+    )
+    model = prepare_report(run, base)
+    assert model.comparison is not None
+    (row,) = model.comparison.rows
+    assert row.regressed == ["arith-0001"] and row.improved == ["arith-0000"]
+    assert row.n_shared == 3 and row.delta == 0.0
+    want = paired_difference([0.0, 1.0, 0.0], [1.0, 0.0, 0.0])
+    assert (row.ci_low, row.ci_high) == (want.ci_low, want.ci_high)
+    assert row.p_value == 1.0
+    assert model.comparison.config_diffs == ["seed: 7 -> 1234"]
+    flips = {i["id"]: i.get("fl") for i in model.browser["tasks"][0]["items"]}
+    assert flips == {"arith-0000": "improved", "arith-0001": "regressed", "arith-0002": None}
+    assert model.browser["tasks"][0]["flips"] is True
+    html = render_report(model)
+    assert 'href="#item/arith/arith-0001"' in html and "seed: 7 -&gt; 1234" in html
+
+
+def test_without_baseline_probes_or_failures_the_sections_say_so(run: Path) -> None:
+    html = render_report(prepare_report(run))
+    assert "No baseline given" in html
+    assert "No contamination probe ran" in html
+    assert "No failure analysis in this run" in html
+
+
+# ---------------------------------------------------------------------------- probes
+
+
+def _paired(canonical: list[bool], rewritten: list[bool]) -> PairedReport:
+    items = tuple(
+        PairedItem(item_id=f"i{k}", canonical_correct=c, rewritten_correct=(r,))
+        for k, (c, r) in enumerate(zip(canonical, rewritten, strict=True))
+    )
+    return PairedReport(probe="option_shuffle", task="mmlu", seed=1, items=items)
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        _paired([True] * 12, [False] * 12),  # a significant drop
+        _paired([True] * 12, [True] * 12),  # no change
+        _paired([False] * 12, [True] * 12),  # better when perturbed: never flagged
+        _paired([True] * 3, [False] * 3),  # too few to be significant
+        OrderTestReport(
+            task="mmlu",
+            seed=1,
+            k=3,
+            item_ids=("a",) * 10,
+            canonical_logprobs=(0.0,) * 10,
+            shuffled_logprobs=((-1.0, -1.0, -1.0),) * 10,
+        ),
+        OrderTestReport(
+            task="mmlu",
+            seed=1,
+            k=3,
+            item_ids=("a",) * 10,
+            canonical_logprobs=(-2.0,) * 10,
+            shuffled_logprobs=((-1.0, -1.0, -1.0),) * 10,
+        ),
+    ],
+)
+def test_probe_verdict_rule_is_the_fixtures(report: PairedReport | OrderTestReport) -> None:
+    from pytest_llmeval.plugin._probe import verdict
+
+    for alpha in (0.01, 0.05):
+        assert probe_flagged(report.to_dict(), alpha) is (verdict(report, alpha) is not None)
+
+
+def test_probe_reports_are_read_from_the_run(run: Path) -> None:
+    folder = run / "contamination"
+    folder.mkdir()
+    shuffle = _paired([True] * 12, [False] * 12)
+    (folder / "mmlu-option_shuffle.json").write_text(
+        json.dumps({**shuffle.to_dict(), "alpha": 0.01})
+    )
+    order = OrderTestReport(
+        task="mmlu",
+        seed=1,
+        k=3,
+        item_ids=("a",) * 10,
+        canonical_logprobs=(-2.0,) * 10,
+        shuffled_logprobs=((-1.0, -1.0, -1.0),) * 10,
+    )
+    (folder / "mmlu-canonical_order.json").write_text(
+        json.dumps({**order.to_dict(), "alpha": 0.01})
+    )
+    model = prepare_report(run)
+    by_probe = {p.probe: p for p in model.probes}
+    assert by_probe["option_shuffle"].flagged and by_probe["option_shuffle"].b == 12
+    assert by_probe["option_shuffle"].canonical_accuracy == 1.0
+    assert by_probe["option_shuffle"].rewritten_accuracy == 0.0
+    assert not by_probe["canonical_order"].flagged
+    assert by_probe["canonical_order"].canonical_first == 0
+    assert by_probe["canonical_order"].chance_share == 0.25
+    html = render_report(model)
+    assert "possible contamination" in html and "no sign" in html
+
+
+# ---------------------------------------------------------------------------- failures
+
+
+def test_failure_analysis_is_read_from_failures_json(run: Path) -> None:
+    (run / "failures.json").write_text(
+        json.dumps(
+            [
+                {
+                    "task": "arith",
+                    "n_items": 3,
+                    "n_failed": 2,
+                    "distribution": {"wrong_answer": 1, "format_failure": 1},
+                    "answer_in_output": 0,
+                    "samples": [
+                        {
+                            "item_id": "arith-0001",
+                            "kind": "wrong_answer",
+                            "answer_in_output": False,
+                            "extracted": "5",
+                            "target": "4",
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    model = prepare_report(run)
+    (view,) = model.failures
+    assert view.distribution == {"wrong_answer": 1, "format_failure": 1}
+    assert view.bars == [("format failure", 1.0), ("wrong answer", 1.0)]
+    html = render_report(model)
+    assert "arith: 2 of 3 items failed" in html and 'href="#item/arith/arith-0001"' in html
+
+
+# ---------------------------------------------------------------------------- history
+
+
+def test_history_has_the_earlier_runs_of_the_same_model(tmp_path: Path, run: Path) -> None:
+    runs = run.parent
+    for name, started, score, sha, task_hash in [
+        ("20261128-100000_tiny_a", "2026-11-28T10:00:00", 0.2, "ab" * 32, "aaaa"),
+        ("20261129-100000_tiny_b", "2026-11-29T10:00:00", 0.4, "ab" * 32, "cccc"),
+        ("20261129-110000_other_c", "2026-11-29T11:00:00", 0.9, "cd" * 32, "aaaa"),  # other model
+        ("20261201-100000_tiny_d", "2026-12-01T10:00:00", 0.7, "ab" * 32, "aaaa"),  # later
+    ]:
+        cfg = config(model_sha=sha, started=started)
+        cfg["tasks"]["arith"]["config_hash"] = task_hash
+        write_run(runs / name, {}, {"arith": summary(3, score)}, cfg)
+    write_run(
+        runs / "20261127-100000_tiny_interrupted",
+        {"arith": [gen("arith-0000", True)]},
+        None,
+        config(),
+    )
+    (series,) = prepare_report(run).history
+    assert [p.run for p in series.points] == [
+        "20261128-100000_tiny_a",
+        "20261129-100000_tiny_b",
+        run.name,
+    ]
+    assert [p.score for p in series.points[:2]] == [0.2, 0.4]
+    assert [p.same_config for p in series.points] == [True, False, True]
+    assert series.points[-1].current and series.earlier_found == 2
+    limited = prepare_report(run, history_limit=1).history[0]
+    assert [p.run for p in limited.points] == ["20261129-100000_tiny_b", run.name]
+    assert limited.earlier_found == 2
+
+
+def test_no_history_section_points_without_earlier_runs(run: Path) -> None:
+    model = prepare_report(run)
+    assert model.history == []
+    assert "No earlier finished run" in render_report(model)
+
+
+# ---------------------------------------------------------------------------- environment
+
+
+def test_environment_facts() -> None:
+    facts = dict(environment_facts(config()))
+    assert facts["model"] == "tiny"
+    assert facts["model SHA256"].startswith("abababababab…")
+    assert facts["dtype"] == "float32" and facts["device"] == "cpu (x86_64)"
+    assert facts["batch size"] == "8 (fixed)"
+    assert facts["libraries"] == "python 3.11.7, torch 2.13.0+cpu, transformers 5.24.0"
+    assert facts["git commit"] == "0123456 (uncommitted changes)"
+    assert environment_facts({}) == []
+
+
+# ---------------------------------------------------------------------------- escaping
+
+
+def test_record_text_cannot_break_out_of_the_page(tmp_path: Path) -> None:
+    records = [
+        gen("arith-0000", False, output=HOSTILE, target=HOSTILE, prompt=HOSTILE + FEWSHOT + "Q"),
+        gen(HOSTILE, False, output="<b>bold</b>"),
+    ]
+    metrics = {"arith": summary(2, 0.0, metric=HOSTILE)}
+    cfg = config()
+    cfg["model"] = HOSTILE
+    path = write_run(tmp_path / "r", {"arith": records}, metrics, cfg)
+    (path / "failures.json").write_text(
+        json.dumps(
+            [
+                {
+                    "task": "arith",
+                    "n_items": 2,
+                    "n_failed": 2,
+                    "distribution": {HOSTILE: 2},
+                    "samples": [
+                        {
+                            "item_id": HOSTILE,
+                            "kind": HOSTILE,
+                            "extracted": HOSTILE,
+                            "target": HOSTILE,
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    page = write_report(path).read_text(encoding="utf-8")
+    # exactly the page's own two script elements, and no markup from the records
+    assert page.count("<script") == 2 and page.count("</script>") == 2
+    assert "<img" not in page and "<b>" not in page
+    assert "window.__pwned" in page  # the text is there, as text
+    data = re.search(
+        r'<script type="application/json" id="llmeval-data">(.*?)</script>', page, re.S
+    )
+    assert data is not None and "<" not in data.group(1)
+    items = json.loads(data.group(1))["tasks"][0]["items"]
+    assert items[0]["o"] == HOSTILE and items[1]["id"] == HOSTILE  # unchanged after parsing
+
+
+def test_script_json_round_trips_and_never_contains_markup() -> None:
+    value = {"a": HOSTILE, "b": [1.5, math.nan, math.inf], "c": "& \u2028 \u2029 ></"}
+    text = script_json(value)
+    assert not set(text) & {"<", ">", "&", "\u2028", "\u2029"}
+    assert json.loads(text) == {"a": HOSTILE, "b": [1.5, None, None], "c": "& \u2028 \u2029 ></"}
+
+
+def test_the_page_script_never_parses_html() -> None:
+    from importlib import resources
+
+    script = (resources.files("pytest_llmeval.record") / "_report_assets" / "report.js").read_text()
+    for sink in (
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "Function(",
+    ):
+        assert sink not in script
+
+
+def test_the_page_allows_only_its_own_script_and_no_network(run: Path) -> None:
+    import base64
+    import hashlib
+
+    page = write_report(run).read_text(encoding="utf-8")
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page)
+    assert policy is not None and "default-src 'none'" in policy.group(1)
+    script = re.findall(r"<script>(.*?)</script>", page, re.S)[0]
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in policy.group(1)
+    assert not re.search(r"(src|href)=\"(https?:)?//", page)  # nothing fetched from anywhere
+
+
+# ---------------------------------------------------------------------------- charts
+
+
+def _svg(text: str) -> ET.Element:
+    return ET.fromstring(text)
+
+
+def test_interval_chart_draws_interval_score_and_floor() -> None:
+    svg = _svg(interval_svg(0.5, 0.25, 0.75, 0.6, width=212))
+    ns = "{http://www.w3.org/2000/svg}"
+    rect = svg.find(f"{ns}rect")
+    assert rect is not None and float(rect.get("x", "")) == 6 + 200 * 0.25
+    assert float(rect.get("width", "")) == 100
+    floor = [line for line in svg.iter(f"{ns}line") if line.get("class") == "floor"]
+    assert len(floor) == 1 and float(floor[0].get("x1", "")) == 6 + 200 * 0.6
+    assert svg.find(f"{ns}circle") is not None
+    no_floor = _svg(interval_svg(math.nan, math.nan, math.nan, None))
+    assert not [x for x in no_floor.iter(f"{ns}line") if x.get("class") == "floor"]
+    assert no_floor.find(f"{ns}circle") is None  # no score, no dot
+
+
+def test_other_charts_are_well_formed_svg() -> None:
+    points = [
+        HistoryPoint("a", "2026-11-28T10:00:00", 0.2, 0.1, 0.3, 10, 100, True),
+        HistoryPoint("b", "2026-11-29T10:00:00", 0.4, 0.3, 0.5, 10, 100, False),
+        HistoryPoint("c", "2026-11-30T10:00:00", 0.5, 0.4, 0.6, 10, None, True, current=True),
+    ]
+    charts = [
+        delta_svg(-0.05, -0.1, 0.0, 10),
+        delta_svg(0.02, math.nan, math.nan, 5),
+        bars_svg([("wrong_answer", 3), ("truncated <x>", 1)]),
+        history_svg(HistorySeries("arith", points, 2)),
+        history_svg(HistorySeries("arith", points[-1:], 0)),
+    ]
+    for chart in charts:
+        _svg(chart)
+    assert charts[3].count("<circle") == 3 and 'class="point other"' in charts[3]
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def test_report_command_rebuilds_the_report_from_records(
+    tmp_path: Path, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "elsewhere.html"
+    assert record_main(["report", str(run), "--baseline", str(run), "--out", str(out)]) == 0
+    assert out.is_file() and "Compared with the baseline" in out.read_text()
+    assert f"report written: {out}" in capsys.readouterr().out
+    assert record_main(["report", str(run)]) == 0
+    assert (run / "report.html").is_file()
+    assert record_main(["report", str(tmp_path / "nothing")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
