@@ -51,6 +51,7 @@ from pytest_llmeval.record._report_charts import (
     pct,
     strip_svg,
 )
+from pytest_llmeval.record._summary import floor_source_text
 from pytest_llmeval.scorer import accuracy, paired_difference
 
 REPORT = "report.html"
@@ -85,9 +86,17 @@ class TaskRow:
     not_fitting: int = 0
     reused: int = 0
     recall_cues: int = 0
+    # A floor's verdict against the interval: the policy that decides what an undecided
+    # verdict does, whether the task failed the run (metrics_summary.json's ``failed``;
+    # None in records written before it existed) and where the floor came from.
+    policy: str | None = None
+    recorded_failed: bool | None = None
+    floor_source: str | None = None
 
     @property
     def failed(self) -> bool:
+        if self.recorded_failed is not None:
+            return self.recorded_failed
         return self.verdict in ("FAIL", "error", "incomplete")
 
 
@@ -322,6 +331,15 @@ def task_rows(run: RunRecord) -> list[TaskRow]:
                     not_fitting=_int(_get(summary, "not_fitting", "n")) or 0,
                     reused=reused,
                     recall_cues=_int(_get(summary, "recall_cues", "n")) or 0,
+                    policy=str(summary["policy"]) if summary.get("policy") else None,
+                    recorded_failed=(
+                        bool(summary["failed"]) if isinstance(summary.get("failed"), bool) else None
+                    ),
+                    floor_source=(
+                        floor_source_text(summary.get("floor_source"))
+                        if summary.get("floor") is not None and "floor_source" in summary
+                        else None
+                    ),
                 )
             )
             continue
