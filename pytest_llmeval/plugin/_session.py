@@ -108,16 +108,23 @@ def limit_warning(
     rule: FloorRule,
     policy: str,
     churn: float | None,
+    reference: tuple[float, str] | None = None,
 ) -> str | None:
     """A warning when the gates of a task cannot catch a 5-point drop (80% power) at the
-    number of items that ran; None when they can, or when the scores are not 0/1."""
+    number of items that ran; None when they can, or when the scores are not 0/1.
+
+    The budget is planned at ``reference`` (a score and what it is, e.g. the score of the
+    reference run the floor came from: more items than a ``--llm-limit`` run, and a score
+    of 0 on 10 items would plan nothing), else at this run's own score."""
     from pytest_llmeval.gate import floor_need, paired_need
 
     scores = [float(r.get("score", 0.0)) for r in results]
     n = len(scores)
     if not n or any(s not in (0.0, 1.0) for s in scores):
         return None
-    p0 = math.fsum(scores) / n
+    p0, at = math.fsum(scores) / n, "this run's score"
+    if reference is not None and 0.0 <= reference[0] <= 1.0:
+        p0, at = reference
     parts = []
     if floor:
         need = floor_need(p0, LIMIT_DROP, rule, policy)
@@ -133,7 +140,7 @@ def limit_warning(
     return (
         f"{task}: {n} items cannot decide a {100 * LIMIT_DROP:g}-point drop: "
         + " and ".join(parts)
-        + " for 80% power (--llm-plan, docs/GATES.md)"
+        + f" for 80% power at {100 * p0:.1f}% ({at}; --llm-plan, docs/GATES.md)"
     )
 
 
@@ -731,8 +738,11 @@ class LlmEvalSession:
                 continue
             source = v.floor_source or {}
             rule = self.options.floor_rule
+            reference = None
             if source.get("from") == "reference run":
                 rule = parse_floor_rule(str(source.get("rule", "lcb")))
+                if isinstance(source.get("score"), (int, float)):
+                    reference = (float(source["score"]), f"the score of {source.get('run')}")
             warning = limit_warning(
                 v.task,
                 list(self.tallies[v.task].results.values()),
@@ -741,6 +751,7 @@ class LlmEvalSession:
                 rule=rule,
                 policy=self.options.floor_policy,
                 churn=churn.get(v.task),
+                reference=reference,
             )
             if warning:
                 self.limit_warnings.append(warning)

@@ -294,6 +294,26 @@ def test_limit_warning_names_each_gate_and_its_item_count() -> None:
         )
         is None
     )
+    # 0 of 10 right plans nothing at this run's own score; the reference run's score does
+    zero = [{"score": 0.0}] * 10
+    assert (
+        limit_warning(
+            "mmlu", zero, floor=True, paired=False, rule=FloorRule("lcb"), policy="point", churn=0
+        )
+        is None
+    )
+    planned = limit_warning(
+        "mmlu",
+        zero,
+        floor=True,
+        paired=False,
+        rule=FloorRule("lcb"),
+        policy="point",
+        churn=0,
+        reference=(0.2683, "the score of REF"),
+    )
+    assert planned is not None and "a floor gate (lcb95, policy point) needs 566" in planned
+    assert "at 26.8% (the score of REF;" in planned
     fractional = [{"score": 0.5}] * 10
     assert (
         limit_warning(
