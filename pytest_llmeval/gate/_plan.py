@@ -231,6 +231,8 @@ class TaskPlan:
     churn_source: str | None = None
     needs: list[Need] = field(default_factory=list)
     detectable_drop: float | None = None  # floor gate, at this run's own n
+    # floor gate, at this run's own n: how often it fails a model still at the run's score
+    false_alarm: float | None = None
     reason: str | None = None  # why there is no plan (fractional scores, no items)
 
     def seconds_for(self, items: int | None) -> float | None:
@@ -250,6 +252,7 @@ class TaskPlan:
             "churn": self.churn,
             "churn_source": self.churn_source,
             "detectable_drop_at_n": self.detectable_drop,
+            "false_alarm_at_n": self.false_alarm,
             "needs": [
                 {**need.to_dict(), "seconds": self.seconds_for(need.items)} for need in self.needs
             ],
@@ -345,6 +348,9 @@ def plan_task(
     plan.detectable_drop = detectable_floor_drop(
         n, p0, settings.rule, settings.policy, settings.power, settings.alpha
     )
+    plan.false_alarm = floor_gate_fail_probability(
+        n, p0, floor_at(settings.rule, p0, n, settings.alpha), settings.policy, settings.alpha
+    )
     return plan
 
 
@@ -418,6 +424,12 @@ def format_plan(plans: Sequence[TaskPlan], settings: PlanSettings) -> list[str]:
             notes.append(
                 f"{plan.task}: at its {plan.n} items a floor gate catches drops of "
                 f"{100 * plan.detectable_drop:.1f} points or more"
+                + (
+                    ""
+                    if plan.false_alarm is None
+                    else f" and fails an unchanged model in {100 * plan.false_alarm:.1f}% of "
+                    "samples"
+                )
             )
     if any(
         nd.items is not None and p.total_items is not None and nd.items > p.total_items

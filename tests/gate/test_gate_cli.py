@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -85,6 +86,18 @@ def test_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert pure5["items"] < floor5["items"]  # the paired gate needs fewer items
     assert all(n["items"] > pure5["items"] for n in churn2)  # churn costs items
     assert floor5["seconds"] == pytest.approx(2.0 * floor5["items"])
+    # what the floor gate catches at the run's own size comes with its false alarms
+    assert 0.0 < plan["tasks"][0]["false_alarm_at_n"] < 0.05
+    assert re.search(
+        r"mmlu: at its 400 items a floor gate catches drops of [\d.]+ points or more "
+        r"and fails an unchanged model in [\d.]+% of samples",
+        out,
+    )
+    # strict with lcb floors: no count, and the note says how often it fails a clean run
+    assert main(["plan", str(run), "--policy", "strict", "--json", str(out_json)]) == 0
+    strict = capsys.readouterr().out
+    assert "use margin floors with it" in strict
+    assert 0.4 < json.loads(out_json.read_text())["tasks"][0]["false_alarm_at_n"] < 0.6
     with pytest.raises(SystemExit) as exc:  # argparse: a bad value
         main(["plan", str(run), "--drops", "0"])
     assert exc.value.code == 2
