@@ -12,9 +12,9 @@
 ``python -m pytest_llmeval.record plan RUN [--baseline RUN2 | --churn X] [--drops 2,5]``
     the item budget: per task, the items a floor gate and a paired gate need to catch each
     drop, and how long that many took per item in RUN.
-``python -m pytest_llmeval.record simulate RUN [--baseline RUN2 | --churn X] [--draws N]``
-    plant drops in copies of RUN's item records at the planned sizes and count how often
-    each gate catches them (and how often it fails without a drop).
+``python -m pytest_llmeval.record simulate RUN [--baseline RUN2 | --churn X] [--items N]``
+    plant drops in copies of RUN's item records at the planned sizes (or at ``--items``) and
+    count how often each gate catches them (and how often it fails without a drop).
     See docs/GATES.md.
 ``python -m pytest_llmeval.record report RUN [--baseline RUN] [--out FILE]``
     (re)build the run's ``report.html`` from its records alone (any run directory, also
@@ -258,16 +258,23 @@ def _simulate(args: argparse.Namespace) -> int:
         plan = plan_task(task, items, run.metrics.get(task), settings, churn=churn.get(task))
         pool = [bool(r.get("correct")) for r in items.values()]
         rows: list[tuple[str, int, float, float]] = []  # gate, items, drop, churn
-        for need in plan.needs:
-            if need.items is None:
-                continue
-            if need.gate == "paired":
-                rows.append(("paired", need.items, need.drop, need.discordance or 0.0))
-                continue
-            rows.append(("floor-fresh", need.items, need.drop, 0.0))
-            rows.append(("floor-same", need.items, need.drop, 0.0))
-            if churn.get(task):
-                rows.append(("floor-same", need.items, need.drop, churn[task]))
+        if args.items is not None:  # every gate at one size (a CI run's --llm-limit)
+            for drop in settings.drops:
+                flips = churn.get(task) or 0.0
+                rows += [("floor-fresh", args.items, drop, 0.0)]
+                rows += [("floor-same", args.items, drop, c) for c in sorted({0.0, flips})]
+                rows += [("paired", args.items, drop, c) for c in sorted({0.0, flips})]
+        else:  # each gate at the count the plan gives it
+            for need in plan.needs:
+                if need.items is None:
+                    continue
+                if need.gate == "paired":
+                    rows.append(("paired", need.items, need.drop, need.discordance or 0.0))
+                    continue
+                rows.append(("floor-fresh", need.items, need.drop, 0.0))
+                rows.append(("floor-same", need.items, need.drop, 0.0))
+                if churn.get(task):
+                    rows.append(("floor-same", need.items, need.drop, churn[task]))
         for kind, n, drop, flips in rows:
             sim = simulate(
                 pool,
@@ -358,6 +365,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         command.add_argument("--json", default=None, metavar="FILE", help="also write JSON")
     simulate.add_argument("--draws", type=int, default=2000, help="draws per row (2000)")
+    simulate.add_argument(
+        "--items",
+        type=int,
+        default=None,
+        metavar="N",
+        help="simulate every gate at N items (e.g. your CI's --llm-limit) instead of at the "
+        "planned counts",
+    )
     simulate.add_argument("--seed", type=int, default=0, help="seed (0)")
     rep = sub.add_parser("report", help="build a run's report.html from its records")
     rep.add_argument("run")

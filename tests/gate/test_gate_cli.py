@@ -158,3 +158,16 @@ def test_simulate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "planted drops in copies of ref's item records; 50 draws" in out
     rows = json.loads(out_json.read_text())
     assert {r["gate"] for r in rows} == {"paired", "floor (fresh items)", "floor (same items)"}
+    # --items: every gate at one size, with and without the churn
+    args = ["simulate", str(run), "--drops", "10", "--draws", "50", "--items", "120"]
+    assert main([*args, "--churn", "0.04", "--json", str(out_json)]) == 0
+    capsys.readouterr()
+    rows = json.loads(out_json.read_text())
+    assert {r["n"] for r in rows} == {120}
+    assert sorted((r["gate"], r["churn"]) for r in rows) == [
+        ("floor (fresh items)", 0.0),
+        ("floor (same items)", 0.0),
+        ("floor (same items)", 0.04),
+        ("paired", 0.0),
+        ("paired", 0.04),
+    ]
