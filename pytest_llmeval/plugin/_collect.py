@@ -90,6 +90,8 @@ class EvalItem(pytest.Item):
         if session.stop_reason is not None:  # an option error found on an xdist worker
             self.session.shouldstop = session.stop_reason
             pytest.fail(session.stop_reason, pytrace=False)
+        if session.floor_block is not None:
+            pytest.fail(session.floor_block, pytrace=False)
         if session.options.model is None:
             pytest.skip("no model to evaluate: pass --llm-model=PATH (or set llm_model in ini)")
 
@@ -214,7 +216,7 @@ class TaskFile(pytest.File):
         if not chosen:
             yield self._no_items(spec, "empty", _no_items_reason(session, spec, loaded))
             return
-        meta = task_meta(spec, len(items))
+        meta = task_meta(spec, len(items), session.floor_sources.get(spec.name))
         for item in chosen:
             node = EvalItem.from_parent(
                 self,

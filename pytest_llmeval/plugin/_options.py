@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_llmeval.gate import POLICIES, FloorRule, parse_floor_rule
 from pytest_llmeval.model import SettingsError
 
 if TYPE_CHECKING:
@@ -133,6 +134,28 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         None,
     ),
     (
+        "--llm-floors-from",
+        "llm_floors_from",
+        "make the floors of the tasks that run from a reference run directory (its "
+        "metrics_summary.json), by --llm-floor-rule; --llm-floor on the command line still wins",
+        None,
+    ),
+    (
+        "--llm-floor-rule",
+        "llm_floor_rule",
+        "how --llm-floors-from makes a floor: lcb (the lower end of the reference's 95 percent "
+        "interval, default) or margin:N (the reference score minus N points)",
+        "lcb",
+    ),
+    (
+        "--llm-floor-policy",
+        "llm_floor_policy",
+        "what fails a floor given the score's 95 percent interval: point (the score is below the "
+        "floor, default), strict (the interval's lower end does not clear it), lenient (the "
+        "interval's upper end is below it)",
+        "point",
+    ),
+    (
         "--llm-failures",
         "llm_failures",
         "after the run, classify failed items per task and show N sampled ones (seeded)",
@@ -242,6 +265,17 @@ def add_options(parser: pytest.Parser) -> None:
     )
     parser.addini("llm_strict", help="wrong answers fail their test", type="bool", default=False)
     group.addoption(
+        "--llm-plan",
+        dest="llm_plan",
+        action="store_true",
+        default=None,
+        help="after the run, print per task the items a floor gate and a paired baseline gate "
+        "need to catch a 2- and a 5-point drop (80%% power), and write plan.json",
+    )
+    parser.addini(
+        "llm_plan", help="print the item budget after the run", type="bool", default=False
+    )
+    group.addoption(
         "--llm-catalog",
         dest="llm_catalog",
         action="store_true",
@@ -343,16 +377,26 @@ def _choice(config: pytest.Config, name: str, options: tuple[str, ...]) -> str:
     return value
 
 
-def _floors(config: pytest.Config) -> tuple[dict[str, float], dict[str, str]]:
-    """The floor overrides, and where each came from (``--llm-floor`` or the ini file)."""
+INI_FLOORS = "llm_floors (ini)"
+CLI_FLOOR = "--llm-floor"
+
+
+def _floors(config: pytest.Config) -> tuple[dict[str, float], dict[str, dict[str, str]]]:
+    """The floor overrides (``--llm-floor`` after the ini's ``llm_floors``) and, per task,
+    where its floor was given and the entry's note (the text after ``#``, which the floors
+    command fills with the floor's provenance)."""
     floors: dict[str, float] = {}
-    origins: dict[str, str] = {}
-    entries = [("llm_floors (ini)", e) for e in config.getini("llm_floors")]
-    entries += [("--llm-floor", e) for e in config.getoption("llm_floor") or []]
+    sources: dict[str, dict[str, str]] = {}
+    entries = [(INI_FLOORS, e) for e in config.getini("llm_floors")]
+    entries += [(CLI_FLOOR, e) for e in config.getoption("llm_floor") or []]
     for where, entry in entries:
-        task, sep, value = str(entry).partition("=")
+        text = str(entry).strip()
+        if not text or text.startswith("#"):  # a comment line of the ini value
+            continue
+        value, _, note = text.partition("#")
+        task, sep, score = value.partition("=")
         try:
-            floor = float(value)
+            floor = float(score)
         except ValueError:
             floor = float("nan")
         if not sep or not task.strip() or not 0.0 <= floor <= 1.0:
@@ -360,8 +404,21 @@ def _floors(config: pytest.Config) -> tuple[dict[str, float], dict[str, str]]:
                 f"{where}: expected TASK=SCORE with SCORE in [0, 1], got {entry!r}"
             )
         floors[task.strip()] = floor
-        origins[task.strip()] = where
-    return floors, origins
+        sources[task.strip()] = {"from": where, **({"note": note.strip()} if note.strip() else {})}
+    return floors, sources
+
+
+def _floor_rule(config: pytest.Config) -> FloorRule:
+    value = _raw(config, "llm_floor_rule") or "lcb"
+    try:
+        return parse_floor_rule(str(value))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--llm-floor-rule (ini llm_floor_rule): {exc}") from None
+
+
+def _flag(config: pytest.Config, name: str) -> bool:
+    value = config.getoption(name)
+    return bool(value if value is not None else config.getini(name))
 
 
 def _data_dirs(config: pytest.Config) -> list[Path]:
@@ -530,8 +587,6 @@ class Options:
     floors: dict[str, float]
     strict: bool
     show: str
-    # Where each floor override came from: "--llm-floor" or "llm_floors (ini)".
-    floor_origins: dict[str, str] = field(default_factory=dict)
     repeat: int = 1
     check_determinism: int = 0
     resume: bool = True
@@ -561,6 +616,12 @@ class Options:
     add_bos: str = "auto"
     strip_thinking: bool = False
     thinking_markers: tuple[str, str] = ("<think>", "</think>")
+    # Per floor override: where it was given (CLI_FLOOR or INI_FLOORS) and its # note.
+    floor_sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    floors_from: Path | None = None
+    floor_rule: FloorRule = field(default_factory=lambda: FloorRule("lcb"))
+    floor_policy: str = "point"
+    plan: bool = False
 
     def chat_settings(self) -> ChatSettings:
         """How prompts reach a chat model in this run (the task runner's settings)."""
@@ -609,7 +670,7 @@ class Options:
         strip_thinking = config.getoption("llm_strip_thinking")
         backend = _text(config, "llm_backend") or "hf"
         system_prompt = _raw(config, "llm_system_prompt")
-        floors, floor_origins = _floors(config)
+        floors, floor_sources = _floors(config)
         model = _raw(config, "llm_model") or None
         options = cls(
             model=str(model) if model else None,
@@ -622,7 +683,11 @@ class Options:
             output=Path(output).expanduser() if output else config.rootpath / ".llmeval" / "runs",
             data_dirs=tuple(_data_dirs(config)),
             floors=floors,
-            floor_origins=floor_origins,
+            floor_sources=floor_sources,
+            floors_from=_path(config, "llm_floors_from"),
+            floor_rule=_floor_rule(config),
+            floor_policy=_choice(config, "llm_floor_policy", POLICIES),
+            plan=_flag(config, "llm_plan"),
             strict=bool(strict if strict is not None else config.getini("llm_strict")),
             show=_choice(config, "llm_show", ("auto", "all", "wrong", "none")),
             repeat=_int(config, "llm_repeat", 1) or 1,

@@ -21,6 +21,7 @@ import pytest
 
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import FailureReport, ItemResult, TaskRunner, analyse_failures
+from pytest_llmeval.gate import interval_verdict, policy_fails
 from pytest_llmeval.record import (
     CONFIG,
     MARKDOWN,
@@ -34,9 +35,10 @@ from pytest_llmeval.scorer import Estimate, accuracy
 from pytest_llmeval.task import TaskSpec
 
 from ._evaluator import Evaluator
-from ._options import Options
+from ._options import CLI_FLOOR, Options
 
 if TYPE_CHECKING:
+    from pytest_llmeval.gate import FloorRule, ReferenceRun, TaskPlan
     from pytest_llmeval.record import Comparison
 
 
@@ -103,10 +105,75 @@ def _no_score(tally: TaskTally) -> str:
     return f"no item was scored, so no score holds its floor {tally.floor}"
 
 
-def task_meta(spec: TaskSpec, total_items: int) -> dict[str, Any]:
+def _read_reference(path: Path | None) -> ReferenceRun | None:
+    """The reference run of ``--llm-floors-from``, read at start-up (before any model loads);
+    a directory without a finished run's summary is a usage error naming the path."""
+    if path is None:
+        return None
+    from pytest_llmeval._errors import LlmEvalError
+    from pytest_llmeval.gate import ReferenceRun
+
+    try:
+        return ReferenceRun(path, needed_by="--llm-floors-from")
+    except LlmEvalError as exc:
+        raise pytest.UsageError(f"--llm-floors-from (ini llm_floors_from): {exc}") from None
+
+
+LIMIT_DROP = 0.05
+
+
+def limit_warning(
+    task: str,
+    results: list[dict[str, Any]],
+    *,
+    floor: bool,
+    paired: bool,
+    rule: FloorRule,
+    policy: str,
+    churn: float | None,
+    reference: tuple[float, str] | None = None,
+) -> str | None:
+    """A warning when the gates of a task cannot catch a 5-point drop (80% power) at the
+    number of items that ran; None when they can, or when the scores are not 0/1.
+
+    The budget is planned at ``reference`` (a score and what it is, e.g. the score of the
+    reference run the floor came from: more items than a ``--llm-limit`` run, and a score
+    of 0 on 10 items would plan nothing), else at this run's own score."""
+    from pytest_llmeval.gate import floor_need, paired_need
+
+    scores = [float(r.get("score", 0.0)) for r in results]
+    n = len(scores)
+    if not n or any(s not in (0.0, 1.0) for s in scores):
+        return None
+    p0, at = math.fsum(scores) / n, "this run's score"
+    if reference is not None and 0.0 <= reference[0] <= 1.0:
+        p0, at = reference
+    parts = []
+    if floor:
+        need = floor_need(p0, LIMIT_DROP, rule, policy)
+        if need.items is not None and need.items > n:
+            parts.append(f"a floor gate ({rule.name}, policy {policy}) needs {need.items}")
+    if paired:
+        assumed = "pure drop" if not churn else f"{100 * churn:.1f}% churn as observed"
+        need = paired_need(p0, LIMIT_DROP, churn or 0.0, assumed)
+        if need.items is not None and need.items > n:
+            parts.append(f"a paired baseline gate needs {need.items} ({assumed})")
+    if not parts:
+        return None
+    return (
+        f"{task}: {n} items cannot decide a {100 * LIMIT_DROP:g}-point drop: "
+        + " and ".join(parts)
+        + f" for 80% power at {100 * p0:.1f}% ({at}; --llm-plan, docs/GATES.md)"
+    )
+
+
+def task_meta(
+    spec: TaskSpec, total_items: int, floor_source: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What the controller needs to know of a task; travels in every item report."""
     return {
         "floor": spec.floor,
+        "floor_source": floor_source,
         "metric": spec.metric,
         "total_items": total_items,
         "source": spec.source,
@@ -143,6 +210,8 @@ class TaskTally:
     recall_cues: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
     config: dict[str, Any] = field(default_factory=dict)
+    # Where the floor came from (the spec, an option, a reference run with its rule).
+    floor_source: dict[str, Any] | None = None
 
     def estimate(self) -> Estimate:
         return accuracy([r["score"] for r in self.results.values()])
@@ -168,11 +237,16 @@ class Verdict:
     repeats: tuple[float, ...]
     floor: float | None
     seconds: float
-    status: str  # pass | FAIL | error | incomplete | no floor | skipped
+    # pass | FAIL | undecided (the floor against the 95% interval) | error | incomplete |
+    # no floor | skipped
+    status: str
+    policy: str = "point"
+    floor_fails: bool = False  # the floor fails the run under the policy
+    floor_source: dict[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
-        return self.status in ("FAIL", "error", "incomplete")
+        return self.status in ("error", "incomplete") or self.floor_fails
 
     @property
     def spread(self) -> float:
@@ -190,6 +264,9 @@ class Verdict:
             "floor": self.floor,
             "status": self.status,
             "seconds": self.seconds,
+            "policy": self.policy,
+            "failed": self.failed,
+            "floor_source": self.floor_source,
         }
 
 
@@ -229,6 +306,14 @@ class LlmEvalSession:
         self.environments: dict[str, dict[str, Any]] = {}
         self.interrupted: str | None = None
         self.done_nodeids: set[str] = set()  # benchmark items that ran (or were skipped)
+        # floors: where each registered task's floor came from, and the tasks whose floor
+        # --llm-floors-from could not make (an error only if the task is selected)
+        self.floor_sources: dict[str, dict[str, Any]] = {}
+        self.floor_errors: dict[str, str] = {}
+        self.reference = _read_reference(self.options.floors_from)
+        self.floor_block: str | None = None
+        self.plans: list[TaskPlan] = []
+        self.limit_warnings: list[str] = []
         self.agreement, self.agreement_sha256 = _read_agreement(self.options.agreement)
         if self.options.baseline_fail and not self.is_worker:
             from pytest_llmeval.record import parse_gate
@@ -241,8 +326,7 @@ class LlmEvalSession:
     # ---------------------------------------------------------------- collection
 
     def register_task(self, spec: TaskSpec) -> TaskSpec:
-        if spec.name in self.options.floors:
-            spec = replace(spec, floor=self.options.floors[spec.name])
+        spec = self._apply_floor(spec)
         existing = self.specs.get(spec.name)
         if existing is not None and existing.source != spec.source:
             raise pytest.UsageError(
@@ -252,6 +336,31 @@ class LlmEvalSession:
         self.runners[spec.name] = TaskRunner(
             spec, self.options.data_dirs, self.options.chat_settings()
         )
+        return spec
+
+    def _apply_floor(self, spec: TaskSpec) -> TaskSpec:
+        """The task's floor: ``--llm-floor`` on the command line, else ``--llm-floors-from``,
+        else the ini's ``llm_floors``, else the spec's; its source is kept for the records."""
+        name = spec.name
+        given = self.options.floor_sources.get(name)
+        if given is not None and given["from"] == CLI_FLOOR:
+            self.floor_sources[name] = dict(given)
+            return replace(spec, floor=self.options.floors[name])
+        if self.reference is not None:
+            from pytest_llmeval._errors import LlmEvalError
+
+            try:
+                made = self.reference.floor(name, self.options.floor_rule)
+            except LlmEvalError as exc:
+                self.floor_errors[name] = str(exc)
+            else:
+                self.floor_sources[name] = made.to_dict()
+                return replace(spec, floor=made.floor)
+        if given is not None:
+            self.floor_sources[name] = dict(given)
+            return replace(spec, floor=self.options.floors[name])
+        if spec.floor is not None:
+            self.floor_sources[name] = {"from": "spec", "path": spec.source}
         return spec
 
     def catalog_rows(self) -> list[dict[str, str]]:
@@ -290,6 +399,15 @@ class LlmEvalSession:
             # An item with a problem found at collection fails alone: never in a batch.
             if item.problem is None:
                 self.selected.setdefault(item.task, []).append(item)
+        missing = [self.floor_errors[t] for t in sorted(self.selected) if t in self.floor_errors]
+        if missing:  # before any item runs, so before a model loads
+            message = "--llm-floors-from (ini llm_floors_from): " + "; ".join(missing)
+            if not self.is_worker:
+                raise pytest.UsageError(message)
+            # An xdist worker cannot end the run with a usage error (xdist reports it as an
+            # internal error without the message): every item fails at setup instead, with
+            # the message, and no model is loaded.
+            self.floor_block = message
 
     def check_collection(self, items: list[SelectedItem]) -> None:
         """After collection (``items``: the benchmark items selected): floors and
@@ -299,7 +417,9 @@ class LlmEvalSession:
         are project-wide; exclusion lists are often shared between tasks)."""
         unknown = sorted(set(self.options.floors) - set(self.specs))
         tasks = ", ".join(sorted(self.specs)) or "none"
-        given = [t for t in unknown if self.options.floor_origins.get(t) == "--llm-floor"]
+        given = [
+            t for t in unknown if self.options.floor_sources.get(t, {}).get("from") == CLI_FLOOR
+        ]
         if given:
             message = (
                 f"--llm-floor: no task named {', '.join(repr(t) for t in given)} was "
@@ -423,6 +543,7 @@ class LlmEvalSession:
                 name=task,
                 metric=str(meta["metric"]),
                 floor=meta["floor"],
+                floor_source=meta.get("floor_source"),
                 total_items=int(meta["total_items"]),
                 source=str(meta.get("source", "")),
                 saturation=str(meta.get("saturation") or ""),
@@ -620,7 +741,11 @@ class LlmEvalSession:
             elif tally.floor is None:
                 status = "no floor"
             else:
-                status = "pass" if score >= tally.floor else "FAIL"
+                decided = interval_verdict(est.ci_low, est.ci_high, tally.floor)
+                status = "FAIL" if decided == "fail" else decided
+            floor_fails = status in ("pass", "FAIL", "undecided") and policy_fails(
+                self.options.floor_policy, score, est.ci_low, est.ci_high, float(tally.floor or 0)
+            )
             verdicts.append(
                 Verdict(
                     task=name,
@@ -634,6 +759,9 @@ class LlmEvalSession:
                     floor=tally.floor,
                     seconds=tally.seconds,
                     status=status,
+                    policy=self.options.floor_policy,
+                    floor_fails=floor_fails,
+                    floor_source=tally.floor_source,
                 )
             )
         self.verdicts = verdicts
@@ -678,6 +806,10 @@ class LlmEvalSession:
                 "config_hash": self.tallies[v.task].config.get("config_hash"),
                 "prompt_hash": self.tallies[v.task].config.get("prompt_hash"),
             }
+            if v.floor is not None:
+                entry["floor_source"] = v.floor_source
+                entry["policy"] = v.policy
+                entry["failed"] = v.failed
             cues = self.tallies[v.task].recall_cues
             if cues:
                 entry["recall_cues"] = {"n": len(cues), "items": dict(sorted(cues.items()))}
@@ -696,6 +828,7 @@ class LlmEvalSession:
             summary[v.task] = entry
         self._compare_with_baseline()
         self._analyse_failures()
+        self._plan()
         write_json_atomic(self.run.path / SUMMARY, summary)
         from pytest_llmeval.record import append_github_step_summary, markdown_summary
 
@@ -705,6 +838,7 @@ class LlmEvalSession:
             self.environment or None,
             self.comparison,
             task_configs={t: tally.config for t, tally in self.tallies.items()},
+            notes=self.limit_warnings,
         )
         (self.run.path / MARKDOWN).write_text(markdown, encoding="utf-8")
         append_github_step_summary(markdown, os.environ)
@@ -730,6 +864,72 @@ class LlmEvalSession:
         except Exception as exc:  # any bug in the report must leave the run as it is
             self.report_error = f"{type(exc).__name__}: {exc}"
             self.run.log(f"report.html not written: {self.report_error}")
+
+    def _plan(self) -> None:
+        """``--llm-plan``: the item budget of each task (``plan.json``); with ``--llm-limit``
+        and a gate, a warning for each task whose gate cannot catch a 5-point drop at the
+        size that ran."""
+        gated = {
+            v.task
+            for v in self.verdicts
+            if v.floor is not None or (self.options.baseline_fail and self.comparison)
+        }
+        if not self.options.plan and not (self.options.limit is not None and gated):
+            return
+        from pytest_llmeval.gate import PlanSettings, parse_floor_rule, plan_task
+
+        churn: dict[str, float] = {}
+        if self.comparison is not None:
+            for t in self.comparison.tasks:
+                if t.n_shared:
+                    churn[t.task] = (len(t.regressed) + len(t.improved)) / t.n_shared
+        summary_of = {v.task: {"metric": v.metric, "total_items": v.total} for v in self.verdicts}
+        base = self.options.baseline.name if self.options.baseline else ""
+        if self.options.plan:
+            settings = PlanSettings(rule=self.options.floor_rule, policy=self.options.floor_policy)
+            self.plans = [
+                plan_task(
+                    v.task,
+                    self.tallies[v.task].results,
+                    summary_of[v.task],
+                    settings,
+                    churn=churn.get(v.task),
+                    churn_source=f"items that differ between this run and {base}"
+                    if v.task in churn
+                    else None,
+                )
+                for v in self.verdicts
+                if v.n and v.status != "skipped"
+            ]
+            assert self.run is not None
+            write_json_atomic(
+                self.run.path / "plan.json",
+                {"settings": settings.to_dict(), "tasks": [p.to_dict() for p in self.plans]},
+            )
+        if self.options.limit is None:
+            return
+        for v in self.verdicts:
+            if v.task not in gated or not v.n:
+                continue
+            source = v.floor_source or {}
+            rule = self.options.floor_rule
+            reference = None
+            if source.get("from") == "reference run":
+                rule = parse_floor_rule(str(source.get("rule", "lcb")))
+                if isinstance(source.get("score"), (int, float)):
+                    reference = (float(source["score"]), f"the score of {source.get('run')}")
+            warning = limit_warning(
+                v.task,
+                list(self.tallies[v.task].results.values()),
+                floor=v.floor is not None,
+                paired=bool(self.options.baseline_fail and self.comparison),
+                rule=rule,
+                policy=self.options.floor_policy,
+                churn=churn.get(v.task),
+                reference=reference,
+            )
+            if warning:
+                self.limit_warnings.append(warning)
 
     def _analyse_failures(self) -> None:
         if self.options.failures <= 0 or self.run is None:

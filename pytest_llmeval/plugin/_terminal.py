@@ -10,7 +10,7 @@ import pytest
 from pytest_llmeval.record import prompt_lines
 
 from ._collect import describe
-from ._session import LlmEvalSession
+from ._session import LlmEvalSession, Verdict
 
 AUTO_SHOW_MAX_ITEMS = 5
 ERRORS_SHOWN = 5
@@ -36,7 +36,15 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
         partial = partial or v.n + len(session.tallies[v.task].not_fitting) < v.total
         ci = f"[{_pct(v.estimate.ci_low).strip()},{_pct(v.estimate.ci_high).strip()}]"
         floor = "-" if v.floor is None else _pct(v.floor)
-        markup = {"red": True} if v.failed else {"green": True} if v.status == "pass" else {}
+        markup = (
+            {"red": True}
+            if v.failed
+            else {"green": True}
+            if v.status == "pass"
+            else {"yellow": True}
+            if v.status == "undecided"
+            else {}
+        )
         tr.write_line(
             f"{v.task:<16} {items:>11} {v.metric:<11} {_pct(v.score):>6} {ci:>13} "
             f"{floor:>6} {v.status:<10} {v.seconds:7.1f}s",
@@ -53,6 +61,7 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             "partial: scores cover only the selected items (--llm-limit or -k), not whole tasks",
             yellow=True,
         )
+    write_floors(session, tr)
     for line in prompt_lines({v.task: session.tallies[v.task].config for v in verdicts}):
         tr.write_line(f"prompts: {line}")
     if session.options.exclude is not None:
@@ -91,9 +100,15 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
                 yellow=True,
             )
     for v in verdicts:
-        if v.status == "FAIL":
+        if v.floor is not None and v.status in ("FAIL", "undecided") and v.floor_fails:
             tr.write_line(
-                f"FAIL {v.task}: {v.metric} {v.score:.4f} is below its floor {v.floor}",
+                f"FAIL {v.task}: {v.metric} {v.score:.4f} "
+                + (
+                    f"is below its floor {v.floor}"
+                    if v.score < v.floor
+                    else f"does not clear its floor {v.floor} with confidence"
+                )
+                + f" ({verdict_reason(v)}; policy {v.policy})",
                 red=True,
             )
         elif v.status == "error":
@@ -121,6 +136,8 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             )
     for line in stable_vs_fresh(session):
         tr.write_line(line, yellow=True)
+    for line in session.limit_warnings:
+        tr.write_line(f"WARNING {line}", yellow=True)
     if session.comparison is not None:
         from pytest_llmeval.record import format_comparison
 
@@ -130,6 +147,15 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     for failure in session.gate_failures:
         tr.write_line(f"BASELINE GATE ({session.options.baseline_fail}): {failure}", red=True)
     write_failures(session, tr)
+    if session.plans:
+        from pytest_llmeval.gate import PlanSettings, format_plan
+
+        tr.write_sep("-", "llmeval item budget (plan.json)")
+        settings = PlanSettings(
+            rule=session.options.floor_rule, policy=session.options.floor_policy
+        )
+        for line in format_plan(session.plans, settings):
+            tr.write_line(line)
     if session.run is not None:
         stopped = f" (interrupted: {session.interrupted}; resumable)" if session.interrupted else ""
         tr.write_line(f"run record: {session.run.path}{stopped}")
@@ -148,6 +174,42 @@ def write_warnings(session: LlmEvalSession, tr: Any) -> None:
     """Floors and exclusions that matched nothing (found at collection)."""
     for line in session.notes.get("warnings", []):
         tr.write_line(f"WARNING {line}", yellow=True)
+
+
+def verdict_reason(v: Verdict) -> str:
+    """Why a task has its verdict: its 95% interval against the floor."""
+    assert v.floor is not None
+    ci = f"[{_pct(v.estimate.ci_low).strip()}, {_pct(v.estimate.ci_high).strip()}]"
+    floor = _pct(v.floor).strip()
+    if v.status == "pass":
+        return f"pass: the 95% interval {ci} clears {floor}"
+    if v.status == "FAIL":
+        return f"fail: the 95% interval {ci} lies below {floor}"
+    return f"undecided: {floor} lies inside the 95% interval {ci}"
+
+
+def write_floors(session: LlmEvalSession, tr: Any) -> None:
+    """One line per task with a floor: its verdict against the interval and where it came
+    from (the rule and the reference run, an option, the spec)."""
+    from pytest_llmeval.gate import POLICY_TEXT
+    from pytest_llmeval.record import floor_source_text
+
+    floored = [v for v in session.verdicts if v.floor is not None and v.status != "skipped"]
+    if not floored:
+        return
+    policy = session.options.floor_policy
+    tr.write_line(f"floors (policy {policy}: {POLICY_TEXT[policy]}):")
+    for v in floored:
+        if v.status in ("pass", "FAIL", "undecided"):
+            outcome = verdict_reason(v)
+            if v.status == "undecided":
+                outcome += ": fails" if v.floor_fails else ": passes"
+        else:
+            outcome = v.status
+        tr.write_line(
+            f"  {v.task}: {outcome}; floor {floor_source_text(v.floor_source)}",
+            **({"red": True} if v.failed else {}),
+        )
 
 
 def write_details(session: LlmEvalSession, tr: Any) -> None:

@@ -36,6 +36,7 @@ from pytest_llmeval.record._rundir import (
 )
 from pytest_llmeval.record._summary import (
     append_github_step_summary,
+    floor_source_text,
     markdown_summary,
     prompt_lines,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "drift_fingerprint",
     "environment_record",
     "file_sha256",
+    "floor_source_text",
     "format_comparison",
     "gate_failures",
     "git_info",

@@ -6,6 +6,16 @@
     interval, floor, verdict), else print the differing items and exit 1.
 ``python -m pytest_llmeval.record compare RUN BASELINE [--fail EXPR]``
     the baseline comparison of ``--llm-baseline``, for runs that already exist.
+``python -m pytest_llmeval.record floors RUN [--rule lcb|margin:N | --margin N] [--write FILE]``
+    floors from a reference run, as ``llm_floors`` entries with their provenance; with
+    ``--write``, into ``pyproject.toml`` / ``pytest.ini`` / ``tox.ini`` / ``setup.cfg``.
+``python -m pytest_llmeval.record plan RUN [--baseline RUN2 | --churn X] [--drops 2,5]``
+    the item budget: per task, the items a floor gate and a paired gate need to catch each
+    drop, and how long that many took per item in RUN.
+``python -m pytest_llmeval.record simulate RUN [--baseline RUN2 | --churn X] [--items N]``
+    plant drops in copies of RUN's item records at the planned sizes (or at ``--items``) and
+    count how often each gate catches them (and how often it fails without a drop).
+    See docs/GATES.md.
 ``python -m pytest_llmeval.record report RUN [--baseline RUN] [--out FILE]``
     (re)build the run's ``report.html`` from its records alone (any run directory, also
     one written before the report existed, or an interrupted one).
@@ -14,6 +24,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -21,7 +32,20 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmeval._errors import LlmEvalError
+from pytest_llmeval.gate import (
+    DROPS,
+    FloorRule,
+    PlanSettings,
+    ReferenceRun,
+    check_policy,
+    format_plan,
+    parse_floor_rule,
+    plan_task,
+    simulate,
+    write_floors,
+)
 from pytest_llmeval.record._compare import (
+    RunRecord,
     compare_runs,
     format_comparison,
     gate_failures,
@@ -111,6 +135,177 @@ def _summary(metrics: Any) -> dict[str, Any]:
     return strip_timing(metrics) if isinstance(metrics, Mapping) else {}
 
 
+def _points(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) / 100 for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected points, e.g. 2,5; got {text!r}") from None
+    if not values or not all(0 < v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"drops must be in (0, 100) points, got {text!r}")
+    return values
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 1), got {text!r}")
+    return value
+
+
+def _rule(args: argparse.Namespace) -> FloorRule:
+    text = f"margin:{args.margin}" if args.margin is not None else args.rule
+    return parse_floor_rule(text)
+
+
+def _floors(args: argparse.Namespace) -> int:
+    reference = ReferenceRun(Path(args.run), needed_by="floors")
+    tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else None
+    floors = reference.floors(_rule(args), tasks)
+    for floor in floors:
+        print(floor.ini_entry())
+    if args.write:
+        write_floors(Path(args.write), floors)
+        print(f"wrote {len(floors)} floor(s) into {args.write} (llm_floors)")
+    return 0
+
+
+def _churn(args: argparse.Namespace, run: RunRecord) -> tuple[dict[str, float], str | None]:
+    """Per task, the share of shared items two runs disagree on (--baseline), or --churn."""
+    if args.baseline:
+        comparison = compare_runs(run, load_run(Path(args.baseline)))
+        churn = {
+            t.task: (len(t.regressed) + len(t.improved)) / t.n_shared
+            for t in comparison.tasks
+            if t.n_shared
+        }
+        return (
+            churn,
+            f"items that differ between {Path(args.run).name} and {Path(args.baseline).name}",
+        )
+    if args.churn is not None:
+        return dict.fromkeys(run.items, args.churn), "assumed: --churn"
+    return {}, None
+
+
+def _settings(args: argparse.Namespace) -> PlanSettings:
+    return PlanSettings(
+        drops=args.drops,
+        power=args.power,
+        alpha=args.alpha,
+        rule=_rule(args),
+        policy=check_policy(args.policy),
+    )
+
+
+def _plan(args: argparse.Namespace) -> int:
+    run = load_run(Path(args.run))
+    settings = _settings(args)
+    churn, source = _churn(args, run)
+    tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else sorted(run.items)
+    plans = []
+    for task in tasks:
+        if task not in run.items:
+            raise LlmEvalError(f"{args.run}: no item records of task {task!r}")
+        plans.append(
+            plan_task(
+                task,
+                run.items[task],
+                run.metrics.get(task),
+                settings,
+                churn=churn.get(task),
+                churn_source=source if task in churn else None,
+            )
+        )
+    for line in format_plan(plans, settings):
+        print(line)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "run": args.run,
+                    "settings": settings.to_dict(),
+                    "tasks": [p.to_dict() for p in plans],
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    run = load_run(Path(args.run))
+    settings = _settings(args)
+    churn, source = _churn(args, run)
+    tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else sorted(run.items)
+    results: list[dict[str, Any]] = []
+    print(
+        f"planted drops in copies of {Path(args.run).name}'s item records; {args.draws} draws "
+        f"per row (seed {args.seed}); churn: {source or 'none (a pure drop)'}"
+    )
+    print(
+        f"{'task':<10} {'drop':>5} {'gate':<20} {'churn':>6} {'items':>6} {'promised':>9} "
+        f"{'caught':>7} {'+-':>4}  false alarms (promised)"
+    )
+    for task in tasks:
+        items = run.items.get(task)
+        if not items:
+            raise LlmEvalError(f"{args.run}: no item records of task {task!r}")
+        plan = plan_task(task, items, run.metrics.get(task), settings, churn=churn.get(task))
+        pool = [bool(r.get("correct")) for r in items.values()]
+        rows: list[tuple[str, int, float, float]] = []  # gate, items, drop, churn
+        if args.items is not None:  # every gate at one size (a CI run's --llm-limit)
+            for drop in settings.drops:
+                flips = churn.get(task) or 0.0
+                rows += [("floor-fresh", args.items, drop, 0.0)]
+                rows += [("floor-same", args.items, drop, c) for c in sorted({0.0, flips})]
+                rows += [("paired", args.items, drop, c) for c in sorted({0.0, flips})]
+        else:  # each gate at the count the plan gives it
+            for need in plan.needs:
+                if need.items is None:
+                    continue
+                if need.gate == "paired":
+                    rows.append(("paired", need.items, need.drop, need.discordance or 0.0))
+                    continue
+                rows.append(("floor-fresh", need.items, need.drop, 0.0))
+                rows.append(("floor-same", need.items, need.drop, 0.0))
+                if churn.get(task):
+                    rows.append(("floor-same", need.items, need.drop, churn[task]))
+        for kind, n, drop, flips in rows:
+            sim = simulate(
+                pool,
+                kind,
+                n,
+                drop,
+                churn=flips,
+                draws=args.draws,
+                seed=args.seed,
+                rule=settings.rule,
+                policy=settings.policy,
+                alpha=settings.alpha,
+                task=task,
+            )
+            promised = "-" if sim.promised_power is None else f"{100 * sim.promised_power:.1f}%"
+            alarm = (
+                ""
+                if sim.promised_false_alarms is None
+                else f" ({100 * sim.promised_false_alarms:.1f}%)"
+            )
+            print(
+                f"{task:<10} {100 * drop:>3g}pt {sim.gate:<20} {100 * flips:>5.1f}% {n:>6} "
+                f"{promised:>9} {100 * sim.detected:>6.1f}% {100 * sim.stderr:>4.1f}  "
+                f"{100 * sim.false_alarms:.1f}%{alarm}"
+            )
+            results.append({"task": task, **sim.to_dict()})
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_llmeval.record",
@@ -131,6 +326,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp_.add_argument("run")
     cmp_.add_argument("baseline")
     cmp_.add_argument("--fail", default=None, help="gate expression, e.g. drop:2:sig,config")
+    floors = sub.add_parser("floors", help="floors from a reference run, as llm_floors entries")
+    floors.add_argument("run")
+    plan = sub.add_parser("plan", help="the items a gate needs to catch a drop")
+    plan.add_argument("run")
+    simulate = sub.add_parser("simulate", help="plant drops and count how often gates catch them")
+    simulate.add_argument("run")
+    for command in (floors, plan, simulate):
+        command.add_argument(
+            "--rule",
+            default="lcb",
+            help="how a floor is made: lcb (the lower end of the reference's 95%% interval, "
+            "default) or margin:N (the reference score minus N points)",
+        )
+        command.add_argument("--margin", type=float, default=None, help="same as --rule margin:N")
+        command.add_argument("--tasks", default=None, help="comma-separated tasks (default: all)")
+    floors.add_argument(
+        "--write",
+        default=None,
+        metavar="FILE",
+        help="write the entries into FILE (pyproject.toml, pytest.ini, tox.ini or setup.cfg)",
+    )
+    for command in (plan, simulate):
+        command.add_argument("--baseline", default=None, help="a second run: its churn per task")
+        command.add_argument(
+            "--churn", type=_share, default=None, help="assumed share of items a change flips"
+        )
+        command.add_argument("--drops", type=_points, default=DROPS, help="points (default 2,5)")
+        command.add_argument("--power", type=float, default=0.8, help="default 0.8")
+        command.add_argument(
+            "--alpha",
+            type=float,
+            default=0.05,
+            help="two-sided level (default 0.05: the 95%% intervals and the sig gate's)",
+        )
+        command.add_argument(
+            "--policy", default="point", help="floor policy: point (default), strict, lenient"
+        )
+        command.add_argument("--json", default=None, metavar="FILE", help="also write JSON")
+    simulate.add_argument("--draws", type=int, default=2000, help="draws per row (2000)")
+    simulate.add_argument(
+        "--items",
+        type=int,
+        default=None,
+        metavar="N",
+        help="simulate every gate at N items (e.g. your CI's --llm-limit) instead of at the "
+        "planned counts",
+    )
+    simulate.add_argument("--seed", type=int, default=0, help="seed (0)")
     rep = sub.add_parser("report", help="build a run's report.html from its records")
     rep.add_argument("run")
     rep.add_argument("--baseline", default=None, help="a baseline run directory to compare with")
@@ -144,6 +387,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "diff":
             return _diff(args.run_a, args.run_b, args.tol)
+        if args.command == "floors":
+            return _floors(args)
+        if args.command == "plan":
+            return _plan(args)
+        if args.command == "simulate":
+            return _simulate(args)
         if args.command == "report":
             path = write_report(
                 Path(args.run),

@@ -52,6 +52,7 @@ from pytest_llmeval.record._report_charts import (
     strip_svg,
 )
 from pytest_llmeval.record._rundir import run_state
+from pytest_llmeval.record._summary import floor_source_text
 from pytest_llmeval.scorer import accuracy, paired_difference
 
 REPORT = "report.html"
@@ -89,9 +90,17 @@ class TaskRow:
     recall_cues: int = 0
     errors: int = 0  # items that could not be evaluated (not scored)
     truncated: int = 0  # items scored on a prompt cut to fit the window
+    # A floor's verdict against the interval: the policy that decides what an undecided
+    # verdict does, whether the task failed the run (metrics_summary.json's ``failed``;
+    # None in records written before it existed) and where the floor came from.
+    policy: str | None = None
+    recorded_failed: bool | None = None
+    floor_source: str | None = None
 
     @property
     def failed(self) -> bool:
+        if self.recorded_failed is not None:
+            return self.recorded_failed
         return self.verdict in ("FAIL", "error", "incomplete")
 
 
@@ -334,6 +343,15 @@ def task_rows(run: RunRecord) -> list[TaskRow]:
                     recall_cues=_int(_get(summary, "recall_cues", "n")) or 0,
                     errors=_int(_get(summary, "errors", "n")) or 0,
                     truncated=_int(_get(summary, "truncated", "n")) or 0,
+                    policy=str(summary["policy"]) if summary.get("policy") else None,
+                    recorded_failed=(
+                        bool(summary["failed"]) if isinstance(summary.get("failed"), bool) else None
+                    ),
+                    floor_source=(
+                        floor_source_text(summary.get("floor_source"))
+                        if summary.get("floor") is not None and "floor_source" in summary
+                        else None
+                    ),
                 )
             )
             continue

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_llmeval.gate import POLICY_TEXT
+
 from ._compare import Comparison, format_diff, format_p
 
 FAILED_STATUSES = ("FAIL", "error", "incomplete")
@@ -35,12 +37,38 @@ def _cell(value: Any) -> str:
     return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def _status(status: str) -> str:
+def _status(row: Mapping[str, Any]) -> str:
+    status = str(row.get("status", ""))
+    if status == "undecided":
+        policy = row.get("policy", "point")
+        if row.get("failed"):
+            return f"❌ undecided (fails under {policy})"
+        return f"❔ undecided (passes under {policy})"
     if status == "pass":
         return "✅ pass"
     if status in FAILED_STATUSES:
         return f"❌ {status}"
     return status
+
+
+def floor_source_text(source: Mapping[str, Any] | None) -> str:
+    """Where a floor came from, in one line (the rule and the reference run's numbers)."""
+    if not source:
+        return "source not recorded"
+    where = source.get("from")
+    if where == "reference run":
+        sha = source.get("model_sha256")
+        ci = source.get("ci95") or [math.nan, math.nan]
+        return (
+            f"rule {source.get('rule')} from run {source.get('run')} "
+            f"(model {source.get('model') or '?'}, sha256 {str(sha)[:12] if sha else 'n/a'}, "
+            f"{source.get('items')} items, {source.get('metric')} {_pct(source.get('score'))} "
+            f"[{_pct(ci[0])}, {_pct(ci[1])}])"
+        )
+    if where == "spec":
+        return f"from the task spec {source.get('path', '')}".rstrip()
+    note = source.get("note")
+    return f"from {where}" + (f": {note}" if note else "")
 
 
 def _seconds(value: Any) -> str:
@@ -60,7 +88,7 @@ def _verdict_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         lines.append(
             f"| {_cell(row.get('task', '?'))} | {row.get('n', '?')}/{row.get('total', '?')} "
             f"| {_cell(row.get('metric', ''))} | {_pct(row.get('score'))} | {ci} "
-            f"| {'-' if floor is None else _pct(floor)} | {_status(str(row.get('status', '')))} "
+            f"| {'-' if floor is None else _pct(floor)} | {_status(row)} "
             f"| {_seconds(row.get('seconds'))} |"
         )
     return lines
@@ -79,6 +107,25 @@ def _partial_note(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "> **Partial**: scores cover only the selected items (`--llm-limit` or `-k`), not "
         f"whole tasks: {', '.join(partial)}.",
     ]
+
+
+def _floors_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    floored = [r for r in rows if r.get("floor") is not None and r.get("status") != "skipped"]
+    if not floored:
+        return []
+    policy = str(floored[0].get("policy", "point"))
+    lines = [
+        "",
+        f"**Floors** (policy `{policy}`: {POLICY_TEXT.get(policy, policy)}; verdict: the "
+        "floor against the score's 95% interval):",
+        "",
+    ]
+    for row in floored:
+        lines.append(
+            f"- {_cell(row.get('task', '?'))}: floor {_pct(row.get('floor'))}, "
+            f"{_cell(floor_source_text(row.get('floor_source')))}"
+        )
+    return lines
 
 
 def _get(mapping: Any, *keys: str) -> Any:
@@ -260,6 +307,7 @@ def markdown_summary(
     *,
     max_items: int = MAX_FLIPPED_IDS,
     task_configs: Mapping[str, Mapping[str, Any]] | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The run as Markdown: verdict table, partial note, how prompts were presented (from
     ``task_configs``, see :func:`prompt_lines`), environment line and the comparison.
@@ -270,7 +318,10 @@ def markdown_summary(
     lines = [f"## {title}", ""]
     if verdict_rows:
         lines += _verdict_table(verdict_rows)
+        lines += _floors_section(verdict_rows)
         lines += _partial_note(verdict_rows)
+        if notes:
+            lines += ["", *(f"> ⚠️ {_cell(note)}" for note in notes)]
     else:
         lines.append("No tasks ran.")
     prompts = prompt_lines(task_configs or {})

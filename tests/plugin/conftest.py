@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +69,22 @@ def _write_project(
 def write_project():  # type: ignore[no-untyped-def]
     """Write two tiny tasks (generative ``arith``, multiple-choice ``colors``) with their data."""
     return _write_project
+
+
+@pytest.fixture(scope="session")
+def weak_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the tiny model with every weight noised (seed 99, standard deviation 0.5):
+    a deliberately worse model (it loses colors items the tiny model gets right)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = tmp_path_factory.mktemp("weak-model") / "weak-model"
+    shutil.copytree(tiny_model_dir, target)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    torch.manual_seed(99)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(target)
+    return target

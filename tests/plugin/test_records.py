@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -208,24 +207,8 @@ def test_environment_snapshot_fails_on_drift_naming_the_field(
     changed.stdout.fnmatch_lines(["*tasks.colors.prompt_hash*->*"])
 
 
-def _weaken(model: Path, target: Path) -> Path:
-    """A copy of the tiny model with its output layer scrambled (a deliberately worse model)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    shutil.copytree(model, target)
-    m = AutoModelForCausalLM.from_pretrained(model)
-    torch.manual_seed(99)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.5)
-    m.save_pretrained(target)
-    AutoTokenizer.from_pretrained(model).save_pretrained(target)
-    return target
-
-
 def test_baseline_comparison(
-    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+    pytester: pytest.Pytester, tiny_model_dir: Path, weak_model_dir: Path, write_project
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
     assert pytester.runpytest(*_args(tiny_model_dir, "--llm-output=base", "-k", "colors")).ret == 0
@@ -261,9 +244,8 @@ def test_baseline_comparison(
     spec.write_text(original)
 
     # A weakened model: flipped items are listed.
-    weak = _weaken(tiny_model_dir, pytester.path / "weak-model")
     worse = pytester.runpytest(
-        f"--llm-model={weak}",
+        f"--llm-model={weak_model_dir}",
         "--llm-data-dir=.",
         "-p",
         "no:cacheprovider",

@@ -225,6 +225,43 @@ def test_task_rows_come_from_the_summary(run: Path) -> None:
     assert row.seconds == 3.25
 
 
+def test_undecided_verdicts_show_the_policy_outcome_and_the_floor_source(tmp_path: Path) -> None:
+    source = {
+        "from": "reference run",
+        "rule": "margin:5",
+        "run": "20261201-092052_smollm2-135m_0b3a9f8",
+        "model": "smollm2-135m",
+        "model_sha256": "cd" * 32,
+        "items": 600,
+        "metric": "acc",
+        "score": 0.3,
+        "ci95": [0.26, 0.34],
+    }
+    undecided = {"verdict": "undecided", "policy": "strict", "floor_source": source}
+    records = [gen("arith-0000", True), gen("arith-0001", False, output=" 5")]
+    path = write_run(
+        tmp_path / "runs" / "20261201-100000_tiny_0123456",
+        {"strict": records, "point": records, "old": records},
+        {
+            # the floor inside the interval: fails under strict, passes under point
+            "strict": summary(2, 0.5, failed=True, **undecided),
+            "point": summary(2, 0.5, failed=False, **{**undecided, "policy": "point"}),
+            # a record written before verdicts had a policy: the verdict decides
+            "old": summary(2, 0.5, verdict="FAIL"),
+        },
+        config(),
+    )
+    rows = {r.name: r for r in task_rows(load_run(path))}
+    assert rows["strict"].failed and not rows["point"].failed and rows["old"].failed
+    assert rows["strict"].floor_source is not None
+    assert "rule margin:5 from run 20261201-092052" in rows["strict"].floor_source
+    assert rows["old"].floor_source is None and rows["old"].policy is None
+    page = render_report(prepare_report(path))
+    assert page.count('class="verdict v-undecided"') == 2
+    assert "fails under policy strict" in page and "passes under policy point" in page
+    assert page.count('class="floor-source"') == 2
+
+
 def test_interrupted_run_rows_are_computed_from_items_without_a_verdict(tmp_path: Path) -> None:
     overflow = gen(
         "arith-0003",
