@@ -641,8 +641,10 @@ def test_livecodebench_undecodable_tests_name_the_item_and_field(tmp_path: Path)
     )
     row["private_test_cases"] = "%%% not an encoding"
     (folder / "test5.jsonl").write_text(json.dumps(row) + "\n")
-    with pytest.raises(SpecError, match=r"execution.tests\[1\].*fix101_a.*neither JSON"):
-        _lcb_run(LCB_SOLUTIONS, [tmp_path])
+    # the item's own error (issue 13: a problem of one item fails that item alone)
+    [result] = _lcb_run(LCB_SOLUTIONS, [tmp_path])
+    assert result.error is not None and not result.correct
+    assert re.search(r"execution.tests\[1\].*fix101_a.*neither JSON", result.error), result.error
 
 
 # --------------------------------------------------------------------------- LongBench

@@ -153,7 +153,11 @@ def test_floors_from_a_run_without_what_is_needed_fails_before_any_model_loads(
     write_project,  # type: ignore[no-untyped-def]
 ) -> None:
     write_project(pytester)
-    no_model = ["--llm-model=/no/such/model", "--llm-data-dir=.", "-p", "no:cacheprovider"]
+    # a model directory that passes the option check but could never load: any load would
+    # end the run with "cannot load the model", not with the floors' usage error
+    broken = pytester.mkdir("broken-model")
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    no_model = [f"--llm-model={broken}", "--llm-data-dir=.", "-p", "no:cacheprovider"]
     missing = pytester.runpytest(*no_model, "--llm-floors-from=nowhere")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
     missing.stderr.fnmatch_lines(["*--llm-floors-from (ini llm_floors_from): nowhere: not a dir*"])
@@ -258,8 +262,10 @@ def test_floors_from_under_xdist(
     assert isinstance(source, dict) and source["run"] == reference.name
     # a selected task the reference lacks: each item fails at setup with the message (a
     # worker cannot end the run with a usage error), and no model is loaded
+    broken = pytester.mkdir("broken-model")  # passes the option check, could never load
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
     bad = pytester.runpytest_subprocess(
-        "--llm-model=/no/such/model",
+        f"--llm-model={broken}",
         "--llm-data-dir=.",
         "-p",
         "no:cacheprovider",
@@ -269,7 +275,7 @@ def test_floors_from_under_xdist(
     )
     assert bad.ret == 1
     bad.stdout.fnmatch_lines(["*--llm-floors-from (ini llm_floors_from): *no task 'arith'*"])
-    assert "no such directory" not in bad.stdout.str()
+    assert "cannot load the model" not in bad.stdout.str()
 
 
 def test_limit_warning_names_each_gate_and_its_item_count() -> None:

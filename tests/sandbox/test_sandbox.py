@@ -470,16 +470,24 @@ TAMPERING: dict[str, tuple[str, str, bool]] = {
         True,
     ),
     "token hunt in the done hook, from a signal handler": (
+        # The handler does not re-enter itself (on an idle machine the 50 us timer fires
+        # again inside it: RecursionError) and ignores any OSError (outside the sandbox fd 5
+        # may be another pipe's read end): either would kill the naive control run.
         "import os, signal, sys\n"
+        "_busy = []\n"
         "def _hunt(signum, frame):\n"
+        "    if _busy:\n"
+        "        return\n"
+        "    _busy.append(1)\n"
         "    while frame is not None:\n"
         "        try:\n"
         "            for const in frame.f_code.co_consts:\n"
         "                if isinstance(const, bytes) and const.startswith(b'ok '):\n"
         "                    os.write(5, const)\n"
-        "        except PermissionError:\n"
+        "        except OSError:\n"
         "            pass\n"
         "        frame = frame.f_back\n"
+        "    _busy.pop()\n"
         "signal.signal(signal.SIGALRM, _hunt)\n"
         "signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)\n"
         "for _ in range(20000):\n"
