@@ -239,7 +239,10 @@ class TaskFile(pytest.File):
         skip, as before."""
         meta = None
         if spec.floor is not None or suffix != "data":
-            meta = {**task_meta(spec, 0), "task": spec.name}
+            meta = {
+                **task_meta(spec, 0, get_session(self.config).floor_sources.get(spec.name)),
+                "task": spec.name,
+            }
         node = MissingDataItem.from_parent(
             self, name=f"{spec.name}-{suffix}", reason=reason, floor=spec.floor, meta=meta
         )
