@@ -23,7 +23,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytest_llmeval._errors import ModelError
-from pytest_llmeval.contamination._rewrite import option_orders, permute_options, rewrite_numbers
+from pytest_llmeval.contamination._rewrite import (
+    permute_options,
+    rewrite_numbers,
+    shuffled_orders,
+)
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import TaskRunner
 from pytest_llmeval.model import Backend, LoglikelihoodRequest
@@ -146,9 +150,8 @@ def membership_probe(
             if rw is not None:
                 doc = {**item.doc, probes.question: rw.question, probes.solution: rw.solution}
         elif probes.options and probes.gold:
-            gold = int(item.doc[probes.gold])
-            orders = option_orders(
-                len(item.doc[probes.options]), gold, 1, seed=seed, item_id=item.id
+            orders = shuffled_orders(
+                item.doc, probes.options, probes.gold, 1, seed=seed, item_id=item.id
             )
             doc = permute_options(item.doc, probes.options, probes.gold, orders[0])
         if doc is None:

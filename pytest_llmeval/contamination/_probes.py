@@ -24,10 +24,11 @@ from typing import Any
 
 from pytest_llmeval._errors import SpecError
 from pytest_llmeval.contamination._rewrite import (
-    option_orders,
+    OptionFields,
     permute_options,
     rewrite_entities,
     rewrite_numbers,
+    shuffled_orders,
 )
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import ItemResult, TaskRunner
@@ -129,6 +130,8 @@ def _mean(values: Sequence[float]) -> float:
 
 def _probe_field(runner: TaskRunner, name: str) -> str:
     value = getattr(runner.spec.probes, name)
+    if isinstance(value, tuple):
+        return ",".join(value)
     if value is None:
         raise SpecError(
             runner.spec.source,
@@ -136,6 +139,15 @@ def _probe_field(runner: TaskRunner, name: str) -> str:
             "is required by this probe (the document field it rewrites)",
         )
     return str(value)
+
+
+def option_fields(runner: TaskRunner) -> tuple[OptionFields, str]:
+    """The spec's option field(s) and gold field, or a SpecError naming the missing one."""
+    _probe_field(runner, "options")
+    gold = _probe_field(runner, "gold")
+    options = runner.spec.probes.options
+    assert options is not None
+    return options, gold
 
 
 def _variant(item: Item, doc: dict[str, Any], tag: str) -> Item:
@@ -151,15 +163,14 @@ def option_shuffle_probe(
     """Ask each multiple-choice item with its options in ``k`` other orders (the gold option
     always moved). An item is consistent when the model picks the same option text in every
     order; its detail records the orders and the chosen original option per order."""
-    options_field = _probe_field(runner, "options")
-    gold_field = _probe_field(runner, "gold")
+    options_field, gold_field = option_fields(runner)
     canonical = runner.run(items, backend)
     variants: list[Item] = []
     orders: dict[str, list[tuple[int, ...]]] = {}
     for item in items:
-        n_options = len(item.doc[options_field])
-        gold = int(item.doc[gold_field])
-        orders[item.id] = option_orders(n_options, gold, k, seed=seed, item_id=item.id)
+        orders[item.id] = shuffled_orders(
+            item.doc, options_field, gold_field, k, seed=seed, item_id=item.id
+        )
         for j, order in enumerate(orders[item.id]):
             doc = permute_options(item.doc, options_field, gold_field, order)
             variants.append(_variant(item, doc, f"order{j}"))
@@ -257,17 +268,16 @@ def canonical_order_test(
     """Score the question text (the item's own template, options included) in its canonical
     option order and in ``k`` other orders, each as a continuation of the task's description
     and few-shot block; see the module docstring for the test."""
-    options_field = _probe_field(runner, "options")
-    gold_field = _probe_field(runner, "gold")
+    options_field, gold_field = option_fields(runner)
     requests: list[LoglikelihoodRequest] = []
     counts = []
     for item in items:
         prepared = runner.prepare(item)
         context = prepared.prompt[: prepared.shared_prefix]  # up to the question
-        n_options = len(item.doc[options_field])
-        gold = int(item.doc[gold_field])
         # Any orders but the published one do; the gold-moving ones are distinct and seeded.
-        shuffles = option_orders(n_options, gold, k, seed=seed, item_id=f"{item.id}#order-test")
+        shuffles = shuffled_orders(
+            item.doc, options_field, gold_field, k, seed=seed, item_id=f"{item.id}#order-test"
+        )
         texts = [prepared.question]
         for order in shuffles:
             doc = permute_options(item.doc, options_field, gold_field, order)

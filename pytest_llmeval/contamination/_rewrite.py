@@ -56,22 +56,64 @@ def option_orders(
     return orders
 
 
+OptionFields = str | Sequence[str]
+
+
+def option_texts(doc: Doc, options: OptionFields) -> list[str]:
+    """An item's option texts: one list field (``choices``) or one field per option
+    (C-Eval's ``A``, ``B``, ``C``, ``D`` columns)."""
+    if isinstance(options, str):
+        return [str(o) for o in doc[options]]
+    return [str(doc[name]) for name in options]
+
+
+def gold_index(doc: Doc, gold_field: str, n_options: int) -> int:
+    """The right option's index: an integer, its string (CSV), or a letter ``A``, ``B``, ..."""
+    raw = doc[gold_field]
+    text = str(raw).strip()
+    if text.isdigit():
+        index = int(text)
+    elif len(text) == 1 and text.isalpha():
+        index = ord(text.upper()) - ord("A")
+    else:
+        raise ValueError(f"{gold_field}={raw!r} is neither an option index nor a letter")
+    if not 0 <= index < n_options:
+        raise ValueError(f"{gold_field}={raw!r} is out of range for {n_options} options")
+    return index
+
+
 def permute_options(
-    doc: Doc, options_field: str, gold_field: str, order: Sequence[int]
+    doc: Doc, options: OptionFields, gold_field: str, order: Sequence[int]
 ) -> dict[str, Any]:
-    """The document with its options in ``order`` and the gold index following its option
-    (kept as a string when the data had a string, as CSV files do)."""
-    options = list(doc[options_field])
-    if sorted(order) != list(range(len(options))):
-        raise ValueError(f"{list(order)} is not an order of {len(options)} options")
+    """The document with its options in ``order`` and the gold following its option, written
+    back in the form the data had (an int, a digit string as CSV files have, or a letter)."""
+    texts = option_texts(doc, options)
+    if sorted(order) != list(range(len(texts))):
+        raise ValueError(f"{list(order)} is not an order of {len(texts)} options")
     raw_gold = doc[gold_field]
-    gold = int(raw_gold)
+    gold = gold_index(doc, gold_field, len(texts))
     new_gold = list(order).index(gold)
-    return {
-        **doc,
-        options_field: [options[i] for i in order],
-        gold_field: str(new_gold) if isinstance(raw_gold, str) else new_gold,
-    }
+    out = dict(doc)
+    if isinstance(options, str):
+        out[options] = [doc[options][i] for i in order]
+    else:
+        for position, name in enumerate(options):
+            out[name] = doc[options[order[position]]]
+    if isinstance(raw_gold, str) and not raw_gold.strip().isdigit():
+        out[gold_field] = chr(ord("A") + new_gold)
+    else:
+        out[gold_field] = str(new_gold) if isinstance(raw_gold, str) else new_gold
+    return out
+
+
+def shuffled_orders(
+    doc: Doc, options: OptionFields, gold_field: str, k: int, *, seed: int, item_id: str
+) -> list[tuple[int, ...]]:
+    """``k`` seeded orders of a document's options that move its gold option
+    (:func:`option_orders` for the document's option count and gold index)."""
+    n_options = len(option_texts(doc, options))
+    gold = gold_index(doc, gold_field, n_options)
+    return option_orders(n_options, gold, k, seed=seed, item_id=item_id)
 
 
 # --------------------------------------------------------------------------- numbers

@@ -32,35 +32,27 @@ from __future__ import annotations
 
 import argparse
 import random
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from pytest_llmeval import _json as strict_json
-from pytest_llmeval.contamination._cues import guided_completion_probe, scan_output
-from pytest_llmeval.contamination._membership import item_text, membership_scores
+from pytest_llmeval._errors import SpecError
+from pytest_llmeval.contamination._membership import MembershipScore, item_text, membership_scores
 from pytest_llmeval.contamination._probes import canonical_order_test
-from pytest_llmeval.contamination._rewrite import option_orders, permute_options
+from pytest_llmeval.contamination._rewrite import (
+    gold_index,
+    option_texts,
+    permute_options,
+    rewrite_numbers,
+    shuffled_orders,
+)
 from pytest_llmeval.dataset import Item, first_n, load_items
 from pytest_llmeval.eval import TaskRunner, true_probability_mass
 from pytest_llmeval.model import Backend, ModelSettings, load_backend, resolve_model_path
-from pytest_llmeval.scorer import auroc, binomial_upper_tail, mcnemar_exact
 from pytest_llmeval.task import load_task_spec
-
-SCORES = (
-    "gold_prob_drop",
-    "order_margin",
-    "min_k",
-    "min_k_plus_plus",
-    "mean_logprob",
-    "completion_rouge_l",
-    "guided_gain",
-    "recall_cues",
-)
 
 
 @dataclass(frozen=True)
@@ -73,8 +65,8 @@ class Setup:
     lr: float
     seed: int
     order_k: int
+    perturbations: int = 3
     fewshot: int = 0
-    benchmark_name: str = "MMLU"
 
 
 def fine_tune(model_path: Path, texts: Sequence[str], out: Path, setup: Setup) -> dict[str, Any]:
@@ -120,186 +112,171 @@ def _gold_probs(
     return probs, correct
 
 
-def item_scores(
-    runner: TaskRunner, items: Sequence[Item], backend: Backend, setup: Setup
-) -> dict[str, list[Any]]:
-    """Every item-level score of the module docstring, per item (higher = more suspicious),
-    and the per-item outcomes the task-level probes are computed from."""
+def plant_texts(runner: TaskRunner, items: Sequence[Item]) -> list[str]:
+    """What the contaminated model is trained on: a worked-solution task's published record
+    (question and full solution, as web copies of GSM8K carry it), else the item's text as
+    the benchmark publishes it (question, options in their order, answer)."""
     probes = runner.spec.probes
-    assert probes.options is not None and probes.gold is not None
-    shuffled = []
-    for item in items:
-        gold = int(item.doc[probes.gold])
-        moved = option_orders(
-            len(item.doc[probes.options]), gold, 1, seed=setup.seed, item_id=item.id
-        )[0]
-        doc = permute_options(item.doc, probes.options, probes.gold, moved)
-        shuffled.append(Item(id=f"{item.id}~order0", index=item.index, doc=doc, subset=item.subset))
-    canonical_p, canonical_ok = _gold_probs(runner, items, backend)
-    shuffled_p, shuffled_ok = _gold_probs(runner, shuffled, backend)
-    order = canonical_order_test(runner, items, backend, k=setup.order_k, seed=setup.seed)
-    texts = [(item.id, item_text(runner, item)) for item in items]
-    membership = membership_scores(texts, backend)
-    guided = guided_completion_probe(
-        runner, items, backend, benchmark=setup.benchmark_name, split="test"
-    )
-    return {
-        "completion_rouge_l": [g.unguided_rouge_l for g in guided.items],
-        "guided_gain": [g.guided_rouge_l - g.unguided_rouge_l for g in guided.items],
-        "recall_cues": [
-            len(scan_output(g.guided_output)) + len(scan_output(g.unguided_output))
-            for g in guided.items
-        ],
-        "gold_prob_drop": [a - b for a, b in zip(canonical_p, shuffled_p, strict=True)],
-        "order_margin": [
-            c - sum(s) / len(s)
-            for c, s in zip(order.canonical_logprobs, order.shuffled_logprobs, strict=True)
-        ],
-        "min_k": [m.min_k for m in membership],
-        "min_k_plus_plus": [m.min_k_plus_plus for m in membership],
-        "mean_logprob": [m.mean_logprob for m in membership],
-        "canonical_correct": canonical_ok,
-        "shuffled_correct": shuffled_ok,
-        "order_first": [
-            all(c > x for x in s)
-            for c, s in zip(order.canonical_logprobs, order.shuffled_logprobs, strict=True)
-        ],
-    }
+    if probes.question and probes.solution:
+        return [f"{item.doc[probes.question]}\n{item.doc[probes.solution]}" for item in items]
+    return [item_text(runner, item) for item in items]
 
 
-def task_verdicts(
-    scores: dict[str, list[Any]], in_half: dict[str, list[bool]], setup: Setup
-) -> dict[str, dict[str, Any]]:
-    """The task-level probes (option shuffling's McNemar test, the canonical-order binomial
-    test) on each half, from the per-item outcomes."""
-    out: dict[str, dict[str, Any]] = {}
-    for half, mask in in_half.items():
-        pairs = [
-            (a, b)
-            for a, b, m in zip(
-                scores["canonical_correct"], scores["shuffled_correct"], mask, strict=True
-            )
-            if m
-        ]
-        firsts = [f for f, m in zip(scores["order_first"], mask, strict=True) if m]
-        n = len(pairs)
-        out[half] = {
-            "accuracy": sum(a for a, _ in pairs) / n if n else float("nan"),
-            "shuffled_accuracy": sum(b for _, b in pairs) / n if n else float("nan"),
-            "shuffle_p": mcnemar_exact(
-                sum(1 for a, b in pairs if a and not b), sum(1 for a, b in pairs if b and not a)
-            ),
-            "order_first": f"{sum(firsts)}/{len(firsts)}",
-            "order_p": binomial_upper_tail(
-                sum(firsts), len(firsts), Fraction(1, setup.order_k + 1)
-            ),
-        }
-    return out
-
-
-def run(setup: Setup, out: Path) -> dict[str, Any]:
+def _runner(setup: Setup) -> TaskRunner:
     spec = load_task_spec(setup.task)
     if setup.fewshot != spec.fewshot.k:
-        # Zero-shot by default: prompts 5x shorter, so both models are probed in minutes on
-        # a CPU; the planted texts are the zero-shot item texts either way.
+        # Zero-shot by default: prompts 5x shorter, so models are probed in minutes on a
+        # CPU; the planted texts are the zero-shot item texts either way.
         spec = replace(spec, fewshot=replace(spec.fewshot, k=setup.fewshot))
-    runner = TaskRunner(spec, setup.data_dirs)
-    items = first_n(load_items(spec, setup.data_dirs), setup.items)
-    rng = random.Random(setup.seed)
+    return TaskRunner(spec, setup.data_dirs)
+
+
+def split_halves(items: Sequence[Item], seed: int) -> set[str]:
+    """The planted half: a seeded random half of ``items``."""
+    rng = random.Random(seed)
     shuffled = list(items)
     rng.shuffle(shuffled)
-    planted = {item.id for item in shuffled[: len(items) // 2]}
-    halves = {
-        "contaminated": [i for i in items if i.id in planted],
-        "clean": [i for i in items if i.id not in planted],
-    }
-    labels = [item.id in planted for item in items]
-    half_ids = {h: {i.id for i in v} for h, v in halves.items()}
-    results: dict[str, Any] = {
-        "task": spec.name,
-        "items": len(items),
+    return {item.id for item in shuffled[: len(items) // 2]}
+
+
+def plant(setup: Setup, model_out: Path) -> dict[str, Any]:
+    """Fine-tune the model on the planted half of the first ``setup.items`` items and save
+    it in ``model_out`` with ``planted.json`` (the items, the planted ids, the training)."""
+    runner = _runner(setup)
+    items = first_n(load_items(runner.spec, setup.data_dirs), setup.items)
+    planted = split_halves(items, setup.seed)
+    chosen = [i for i in items if i.id in planted]
+    training = fine_tune(
+        resolve_model_path(setup.model), plant_texts(runner, chosen), model_out, setup
+    )
+    record = {
+        "task": runner.spec.name,
+        "task_file": str(setup.task),
+        "items": [i.id for i in items],
         "planted": sorted(planted),
+        "training": training,
         "setup": {k: str(v) for k, v in setup.__dict__.items()},
-        "models": {},
     }
-    model_path = resolve_model_path(setup.model)
-    with tempfile.TemporaryDirectory(prefix="llmeval-planted-") as tmp:
-        training = fine_tune(
-            model_path, [item_text(runner, i) for i in halves["contaminated"]], Path(tmp), setup
-        )
-        results["training"] = training
-        for name, path in (("original", setup.model), ("contaminated", tmp)):
-            backend = load_backend(ModelSettings(model=str(path), batch_size=8, seed=setup.seed))
-            scores = item_scores(runner, items, backend, setup)
-            results["models"][name] = {
-                "auroc": {
-                    s: auroc(
-                        [v for v, lab in zip(scores[s], labels, strict=True) if lab],
-                        [v for v, lab in zip(scores[s], labels, strict=True) if not lab],
-                    )
-                    for s in SCORES
-                },
-                "verdicts": task_verdicts(
-                    scores, {h: [i.id in ids for i in items] for h, ids in half_ids.items()}, setup
-                ),
-                "scores": scores,
-            }
-            del backend
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(strict_json.dumps(results, indent=1))
-    (out / "results.md").write_text(markdown(results))
-    return results
+    (model_out / "planted.json").write_text(strict_json.dumps(record, indent=1))
+    return record
 
 
-def markdown(results: dict[str, Any]) -> str:
-    lines = [
-        f"# Planted contamination: {results['task']}, {results['items']} items, half planted",
-        "",
-        f"Fine-tuning on the planted half: {results['training']['seconds']} s, mean loss per "
-        "epoch " + ", ".join(f"{x:.3f}" for x in results["training"]["epoch_losses"]) + ".",
-        "",
-        "AUROC of each item-level score for telling planted items from clean ones "
-        "(0.5 = no separation):",
-        "",
-        "| score | original model | contaminated model |",
-        "| --- | --- | --- |",
-    ]
-    models = results["models"]
-    for s in SCORES:
-        before, after = models["original"]["auroc"][s], models["contaminated"]["auroc"][s]
-        lines.append(f"| {s} | {before:.3f} | {after:.3f} |")
-    lines += [
-        "",
-        "Task-level probes per half (accuracy in published / shuffled order, McNemar p of "
-        "option shuffling; canonical order most likely / items and its binomial p):",
-        "",
-        "| model | half | accuracy | shuffled | shuffle p | order first | order p |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for name, model in models.items():
-        for half, v in model["verdicts"].items():
-            lines.append(
-                f"| {name} | {half} | {v['accuracy']:.2f} | {v['shuffled_accuracy']:.2f} | "
-                f"{v['shuffle_p']:.2g} | {v['order_first']} | {v['order_p']:.2g} |"
+def _scores(score: MembershipScore) -> dict[str, float]:
+    return {
+        "min_k": score.min_k,
+        "min_k_plus_plus": score.min_k_plus_plus,
+        "mean_logprob": score.mean_logprob,
+        "n_tokens": score.n_tokens,
+    }
+
+
+def measure_items(
+    runner: TaskRunner, items: Sequence[Item], backend: Backend, setup: Setup
+) -> list[dict[str, Any]]:
+    """The raw per-item measurements every verdict of :mod:`._verdicts` is computed from.
+
+    Multiple choice: the option texts and gold; the canonical-order log-likelihoods
+    (published order and ``order_k`` shuffles); right/wrong and the gold option's
+    probability as published and in one gold-moving order; Min-K%, Min-K%++ and the mean
+    log-probability of the item text as published and in ``perturbations`` other option
+    orders. Worked-solution tasks: the membership scores as published and for up to
+    ``perturbations`` number rewrites (seeds ``seed``, ``seed + 1``, ...)."""
+    probes = runner.spec.probes
+    records: list[dict[str, Any]] = [{"id": i.id, "subset": i.subset} for i in items]
+    published = [(i.id, item_text(runner, i)) for i in items]
+    perturbed: list[tuple[int, str, str]] = []  # (record index, variant id, text)
+    if probes.options is not None and probes.gold is not None:
+        options, gold_field = probes.options, probes.gold
+        for rec, item in zip(records, items, strict=True):
+            rec["options"] = option_texts(item.doc, options)
+            rec["gold"] = gold_index(item.doc, gold_field, len(rec["options"]))
+            orders = shuffled_orders(
+                item.doc,
+                options,
+                gold_field,
+                setup.perturbations,
+                seed=setup.seed,
+                item_id=f"{item.id}#membership",
             )
-    return "\n".join(lines) + "\n"
+            for j, order in enumerate(orders):
+                doc = permute_options(item.doc, options, gold_field, order)
+                variant = Item(f"{item.id}~m{j}", item.index, doc, item.subset)
+                perturbed.append((records.index(rec), variant.id, item_text(runner, variant)))
+        order_test = canonical_order_test(runner, items, backend, k=setup.order_k, seed=setup.seed)
+        moved = []
+        for item in items:
+            first = shuffled_orders(
+                item.doc, options, gold_field, 1, seed=setup.seed, item_id=item.id
+            )[0]
+            doc = permute_options(item.doc, options, gold_field, first)
+            moved.append(Item(f"{item.id}~order0", item.index, doc, item.subset))
+        canonical_p, canonical_ok = _gold_probs(runner, items, backend)
+        shuffled_p, shuffled_ok = _gold_probs(runner, moved, backend)
+        for n, rec in enumerate(records):
+            rec["order"] = {
+                "canonical": order_test.canonical_logprobs[n],
+                "shuffled": list(order_test.shuffled_logprobs[n]),
+            }
+            rec["answer"] = {
+                "published": {"correct": canonical_ok[n], "gold_prob": canonical_p[n]},
+                "shuffled": {"correct": shuffled_ok[n], "gold_prob": shuffled_p[n]},
+            }
+    elif probes.question and probes.solution:
+        for n, item in enumerate(items):
+            seen: set[str] = set()
+            for j in range(setup.perturbations):
+                rw = rewrite_numbers(
+                    str(item.doc[probes.question]),
+                    str(item.doc[probes.solution]),
+                    seed=setup.seed + j,
+                    item_id=item.id,
+                )
+                if rw is None or rw.question in seen:
+                    continue
+                seen.add(rw.question)
+                doc = {**item.doc, probes.question: rw.question, probes.solution: rw.solution}
+                variant = Item(f"{item.id}~m{j}", item.index, doc, item.subset)
+                perturbed.append((n, variant.id, item_text(runner, variant)))
+    else:
+        raise SpecError(
+            runner.spec.source, "contamination", "names no options/gold nor question/solution"
+        )
+    scored = membership_scores(published, backend)
+    for rec, score in zip(records, scored, strict=True):
+        rec["membership"] = {"published": _scores(score), "perturbed": []}
+    variant_scores = membership_scores([(v, t) for _, v, t in perturbed], backend)
+    for (n, _, _), score in zip(perturbed, variant_scores, strict=True):
+        records[n]["membership"]["perturbed"].append(_scores(score))
+    return records
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_llmeval.contamination.experiment")
-    parser.add_argument("--task", type=Path, default=Path("benchmarks/mmlu.yaml"))
-    parser.add_argument("--data-dir", type=Path, action="append", default=None)
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--items", type=int, default=100)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--order-k", type=int, default=3)
-    parser.add_argument("--fewshot", type=int, default=0, help="shots in the probe prompts")
-    parser.add_argument("--benchmark-name", default="MMLU", help="named in guided completion")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    setup = Setup(
+def measure(setup: Setup, model: str, out: Path, *, batch_size: int = 8) -> dict[str, Any]:
+    """Measure the first ``setup.items`` items of the task with ``model``; write ``out``."""
+    runner = _runner(setup)
+    items = first_n(load_items(runner.spec, setup.data_dirs), setup.items)
+    backend = load_backend(ModelSettings(model=model, batch_size=batch_size, seed=setup.seed))
+    started = time.perf_counter()
+    records = measure_items(runner, items, backend, setup)
+    result = {
+        "task": runner.spec.name,
+        "task_file": str(setup.task),
+        "model": model,
+        "model_info": {k: v for k, v in backend.info().items() if _plain(v)},
+        "setup": {k: str(v) for k, v in setup.__dict__.items()},
+        "seconds": round(time.perf_counter() - started, 1),
+        "items": records,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(strict_json.dumps(result, indent=1))
+    return result
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def _setup(args: argparse.Namespace) -> Setup:
+    return Setup(
         task=args.task,
         data_dirs=tuple(args.data_dir or [Path("../shared/benchmarks")]),
         model=args.model,
@@ -308,11 +285,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         lr=args.lr,
         seed=args.seed,
         order_k=args.order_k,
+        perturbations=args.perturbations,
         fewshot=args.fewshot,
-        benchmark_name=args.benchmark_name,
     )
-    results = run(setup, args.out)
-    print(markdown(results))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_llmeval.contamination.experiment")
+    commands = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--task", type=Path, default=Path("benchmarks/mmlu.yaml"))
+    common.add_argument("--data-dir", type=Path, action="append", default=None)
+    common.add_argument("--model", default="smollm2-135m")
+    common.add_argument("--items", type=int, default=100)
+    common.add_argument("--epochs", type=int, default=3)
+    common.add_argument("--lr", type=float, default=1e-4)
+    common.add_argument("--seed", type=int, default=1234)
+    common.add_argument("--order-k", type=int, default=3)
+    common.add_argument("--perturbations", type=int, default=3)
+    common.add_argument("--fewshot", type=int, default=0, help="shots in the probe prompts")
+    p_plant = commands.add_parser("plant", parents=[common], help="fine-tune on a planted half")
+    p_plant.add_argument("--model-out", type=Path, required=True)
+    p_measure = commands.add_parser("measure", parents=[common], help="raw per-item scores")
+    p_measure.add_argument("--out", type=Path, required=True)
+    p_measure.add_argument("--batch-size", type=int, default=8)
+    args = parser.parse_args(argv)
+    setup = _setup(args)
+    if args.command == "plant":
+        args.model_out.mkdir(parents=True, exist_ok=True)
+        record = plant(setup, args.model_out)
+        print(strict_json.dumps(record["training"]))
+    elif args.command == "measure":
+        result = measure(setup, args.model, args.out, batch_size=args.batch_size)
+        print(f"{result['task']}: {len(result['items'])} items in {result['seconds']} s")
     return 0
 
 

@@ -262,7 +262,7 @@ class ProbeSpec:
     a final ``#### 72`` (number rewrites; entity rewrites use ``question`` too).
     """
 
-    options: str | None = None
+    options: str | tuple[str, ...] | None = None  # a list field, or one field per option
     gold: str | None = None
     question: str | None = None
     solution: str | None = None
@@ -645,8 +645,15 @@ def _probes(top: _Reader) -> ProbeSpec:
     if sub is None:
         return ProbeSpec()
     sub.unknown_keys(("options", "gold", "question", "solution"))
+    options: str | tuple[str, ...] | None
+    if isinstance(sub.data.get("options"), list):  # one field per option (C-Eval)
+        options = sub.str_list("options")
+        if len(options) < 2:
+            raise sub.fail("options", f"needs at least two option fields, got {list(options)}")
+    else:
+        options = sub.str_("options")
     spec = ProbeSpec(
-        options=sub.str_("options"),
+        options=options,
         gold=sub.str_("gold"),
         question=sub.str_("question"),
         solution=sub.str_("solution"),
