@@ -18,7 +18,7 @@ familiar).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -166,3 +166,93 @@ def membership_probe(
         published=tuple(membership_scores(published, backend, fraction=fraction)),
         rewritten=tuple(membership_scores(rewritten, backend, fraction=fraction)),
     )
+
+
+@dataclass(frozen=True)
+class ItemMembership:
+    """An item's membership scores as published and for each of its rewrites."""
+
+    item_id: str
+    published: MembershipScore
+    perturbed: tuple[MembershipScore, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "item_id": self.item_id,
+            "published": asdict(self.published),
+            "perturbed": [asdict(s) for s in self.perturbed],
+        }
+
+    @classmethod
+    def from_dict(cls, item_id: str, data: Mapping[str, Any]) -> ItemMembership:
+        def score(d: Mapping[str, Any], name: str) -> MembershipScore:
+            return MembershipScore(
+                item_id=name,
+                n_tokens=int(d["n_tokens"]),
+                min_k=float(d["min_k"]),
+                min_k_plus_plus=float(d["min_k_plus_plus"]),
+                mean_logprob=float(d["mean_logprob"]),
+            )
+
+        return cls(
+            item_id=item_id,
+            published=score(data["published"], item_id),
+            perturbed=tuple(score(d, f"{item_id}~m{j}") for j, d in enumerate(data["perturbed"])),
+        )
+
+
+def rewritten_docs(
+    runner: TaskRunner, item: Item, count: int, *, seed: int
+) -> list[dict[str, Any]]:
+    """Up to ``count`` distinct rewrites of an item that no one published: number rewrites
+    (seeds ``seed``, ``seed + 1``, ...) when the spec names a question and a worked
+    solution, else gold-moving option orders (seeded by the item id)."""
+    probes = runner.spec.probes
+    docs: list[dict[str, Any]] = []
+    if probes.question and probes.solution:
+        seen: set[str] = set()
+        for j in range(count):
+            rw = rewrite_numbers(
+                str(item.doc[probes.question]),
+                str(item.doc[probes.solution]),
+                seed=seed + j,
+                item_id=item.id,
+            )
+            if rw is None or rw.question in seen:
+                continue
+            seen.add(rw.question)
+            docs.append({**item.doc, probes.question: rw.question, probes.solution: rw.solution})
+    elif probes.options and probes.gold:
+        orders = shuffled_orders(
+            item.doc, probes.options, probes.gold, count, seed=seed, item_id=f"{item.id}#membership"
+        )
+        docs = [permute_options(item.doc, probes.options, probes.gold, o) for o in orders]
+    return docs
+
+
+def membership_records(
+    runner: TaskRunner,
+    items: Sequence[Item],
+    backend: Backend,
+    *,
+    perturbations: int = 3,
+    seed: int = 1234,
+    fraction: float = 0.2,
+) -> list[ItemMembership]:
+    """Min-K%, Min-K%++ and the mean log-probability of every item's text as published and
+    of up to ``perturbations`` rewrites of it (:func:`rewritten_docs`)."""
+    published = [(i.id, item_text(runner, i)) for i in items]
+    variants: list[tuple[int, str, str]] = []
+    for n, item in enumerate(items):
+        for j, doc in enumerate(rewritten_docs(runner, item, perturbations, seed=seed)):
+            variant = Item(id=f"{item.id}~m{j}", index=item.index, doc=doc, subset=item.subset)
+            variants.append((n, variant.id, item_text(runner, variant)))
+    scored = membership_scores(published, backend, fraction=fraction)
+    rewritten = membership_scores([(v, t) for _, v, t in variants], backend, fraction=fraction)
+    per_item: list[list[MembershipScore]] = [[] for _ in items]
+    for (n, _, _), score in zip(variants, rewritten, strict=True):
+        per_item[n].append(score)
+    return [
+        ItemMembership(item_id=i.id, published=s, perturbed=tuple(p))
+        for i, s, p in zip(items, scored, per_item, strict=True)
+    ]

@@ -31,27 +31,38 @@ Writes ``results.json`` and ``results.md`` into ``--out``. Needs torch and trans
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import SpecError
-from pytest_llmeval.contamination._membership import MembershipScore, item_text, membership_scores
-from pytest_llmeval.contamination._probes import canonical_order_test
+from pytest_llmeval.contamination._membership import (
+    ItemMembership,
+    item_text,
+    membership_records,
+)
+from pytest_llmeval.contamination._probes import OrderTestReport, canonical_order_test
 from pytest_llmeval.contamination._rewrite import (
     gold_index,
     option_texts,
     permute_options,
-    rewrite_numbers,
     shuffled_orders,
+)
+from pytest_llmeval.contamination._verdicts import (
+    Verdict,
+    mcnemar_greater,
+    membership_flags,
+    order_verdict,
 )
 from pytest_llmeval.dataset import Item, first_n, load_items
 from pytest_llmeval.eval import TaskRunner, true_probability_mass
 from pytest_llmeval.model import Backend, ModelSettings, load_backend, resolve_model_path
+from pytest_llmeval.scorer import auroc, wilson_interval
 from pytest_llmeval.task import load_task_spec
 
 
@@ -161,15 +172,6 @@ def plant(setup: Setup, model_out: Path) -> dict[str, Any]:
     return record
 
 
-def _scores(score: MembershipScore) -> dict[str, float]:
-    return {
-        "min_k": score.min_k,
-        "min_k_plus_plus": score.min_k_plus_plus,
-        "mean_logprob": score.mean_logprob,
-        "n_tokens": score.n_tokens,
-    }
-
-
 def measure_items(
     runner: TaskRunner, items: Sequence[Item], backend: Backend, setup: Setup
 ) -> list[dict[str, Any]]:
@@ -177,31 +179,16 @@ def measure_items(
 
     Multiple choice: the option texts and gold; the canonical-order log-likelihoods
     (published order and ``order_k`` shuffles); right/wrong and the gold option's
-    probability as published and in one gold-moving order; Min-K%, Min-K%++ and the mean
-    log-probability of the item text as published and in ``perturbations`` other option
-    orders. Worked-solution tasks: the membership scores as published and for up to
-    ``perturbations`` number rewrites (seeds ``seed``, ``seed + 1``, ...)."""
+    probability as published and in one gold-moving order. Every task: Min-K%, Min-K%++
+    and the mean log-probability of the item text as published and for up to
+    ``perturbations`` rewrites (:func:`~._membership.rewritten_docs`)."""
     probes = runner.spec.probes
     records: list[dict[str, Any]] = [{"id": i.id, "subset": i.subset} for i in items]
-    published = [(i.id, item_text(runner, i)) for i in items]
-    perturbed: list[tuple[int, str, str]] = []  # (record index, variant id, text)
     if probes.options is not None and probes.gold is not None:
         options, gold_field = probes.options, probes.gold
         for rec, item in zip(records, items, strict=True):
             rec["options"] = option_texts(item.doc, options)
             rec["gold"] = gold_index(item.doc, gold_field, len(rec["options"]))
-            orders = shuffled_orders(
-                item.doc,
-                options,
-                gold_field,
-                setup.perturbations,
-                seed=setup.seed,
-                item_id=f"{item.id}#membership",
-            )
-            for j, order in enumerate(orders):
-                doc = permute_options(item.doc, options, gold_field, order)
-                variant = Item(f"{item.id}~m{j}", item.index, doc, item.subset)
-                perturbed.append((records.index(rec), variant.id, item_text(runner, variant)))
         order_test = canonical_order_test(runner, items, backend, k=setup.order_k, seed=setup.seed)
         moved = []
         for item in items:
@@ -221,32 +208,16 @@ def measure_items(
                 "published": {"correct": canonical_ok[n], "gold_prob": canonical_p[n]},
                 "shuffled": {"correct": shuffled_ok[n], "gold_prob": shuffled_p[n]},
             }
-    elif probes.question and probes.solution:
-        for n, item in enumerate(items):
-            seen: set[str] = set()
-            for j in range(setup.perturbations):
-                rw = rewrite_numbers(
-                    str(item.doc[probes.question]),
-                    str(item.doc[probes.solution]),
-                    seed=setup.seed + j,
-                    item_id=item.id,
-                )
-                if rw is None or rw.question in seen:
-                    continue
-                seen.add(rw.question)
-                doc = {**item.doc, probes.question: rw.question, probes.solution: rw.solution}
-                variant = Item(f"{item.id}~m{j}", item.index, doc, item.subset)
-                perturbed.append((n, variant.id, item_text(runner, variant)))
-    else:
+    elif not (probes.question and probes.solution):
         raise SpecError(
             runner.spec.source, "contamination", "names no options/gold nor question/solution"
         )
-    scored = membership_scores(published, backend)
-    for rec, score in zip(records, scored, strict=True):
-        rec["membership"] = {"published": _scores(score), "perturbed": []}
-    variant_scores = membership_scores([(v, t) for _, v, t in perturbed], backend)
-    for (n, _, _), score in zip(perturbed, variant_scores, strict=True):
-        records[n]["membership"]["perturbed"].append(_scores(score))
+    memberships = membership_records(
+        runner, items, backend, perturbations=setup.perturbations, seed=setup.seed
+    )
+    for rec, m in zip(records, memberships, strict=True):
+        data = m.to_dict()
+        rec["membership"] = {"published": data["published"], "perturbed": data["perturbed"]}
     return records
 
 
@@ -273,6 +244,347 @@ def measure(setup: Setup, model: str, out: Path, *, batch_size: int = 8) -> dict
 
 def _plain(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
+
+
+# --------------------------------------------------------------------------- analysis
+
+REFERENCE = "untouched"  # the raw files of the model every other model is compared with
+ALPHA = 0.01  # the probes' default level (--llm-probe-alpha)
+FLAG_FPR = 0.05  # the membership flags' target false-positive rate
+AUROC_SCORES = ("min_k", "min_k_plus_plus", "mean_logprob")
+
+
+def order_report(task: str, records: Sequence[Mapping[str, Any]]) -> OrderTestReport:
+    """The canonical-order report of raw records (:func:`measure_items`)."""
+    k = len(records[0]["order"]["shuffled"]) if records else 3
+    return OrderTestReport(
+        task=task,
+        seed=0,
+        k=k,
+        canonical_logprobs=tuple(float(r["order"]["canonical"]) for r in records),
+        shuffled_logprobs=tuple(tuple(float(x) for x in r["order"]["shuffled"]) for r in records),
+        item_ids=tuple(r["id"] for r in records),
+    )
+
+
+def memberships(records: Sequence[Mapping[str, Any]]) -> list[ItemMembership]:
+    return [ItemMembership.from_dict(r["id"], r["membership"]) for r in records]
+
+
+def verdicts(
+    task: str,
+    records: Sequence[Mapping[str, Any]],
+    reference: Sequence[Mapping[str, Any]] | None,
+    *,
+    alpha: float = ALPHA,
+) -> dict[str, Verdict]:
+    """Every task-level verdict on ``records`` (a subset of items), with and without the
+    reference model's records of the same items."""
+    out: dict[str, Verdict] = {}
+    if records and "order" in records[0]:
+        b = sum(
+            1
+            for r in records
+            if r["answer"]["published"]["correct"] and not r["answer"]["shuffled"]["correct"]
+        )
+        c = sum(
+            1
+            for r in records
+            if r["answer"]["shuffled"]["correct"] and not r["answer"]["published"]["correct"]
+        )
+        out["option_shuffle"] = Verdict(
+            probe="option_shuffle",
+            task=task,
+            null="the same items with their options moved",
+            test="one-sided exact McNemar",
+            n=len(records),
+            p_value=mcnemar_greater(b, c),
+            alpha=alpha,
+            summary=f"b={b} right only as published, c={c} right only shuffled",
+        )
+        report = order_report(task, records)
+        options = {r["id"]: r["options"] for r in records}
+        everything = {i: ["x"] for i in report.item_ids}  # no item excluded: the old test
+        out["canonical_order_unfiltered"] = order_verdict(report, everything, alpha)
+        out["canonical_order"] = order_verdict(report, options, alpha)
+        if reference is not None:
+            out["canonical_order_vs_reference"] = order_verdict(
+                report, options, alpha, reference=order_report(task, reference)
+            )
+    mine = memberships(records)
+    for score in ("min_k_plus_plus", "mean_logprob"):
+        out[f"membership_{score}_rewrites"] = membership_flags(task, mine, score=score).verdict(
+            alpha
+        )
+        if reference is not None:
+            out[f"membership_{score}_vs_reference"] = membership_flags(
+                task, mine, reference=memberships(reference), score=score
+            ).verdict(alpha)
+    return out
+
+
+def _aurocs(
+    task: str,
+    records: Sequence[Mapping[str, Any]],
+    reference: Sequence[Mapping[str, Any]] | None,
+    planted: set[str],
+) -> dict[str, float]:
+    """AUROC of planted against clean items for every item-level score."""
+
+    def split(values: Mapping[str, float]) -> float:
+        pos = [v for i, v in values.items() if i in planted]
+        neg = [v for i, v in values.items() if i not in planted]
+        return auroc(pos, neg) if pos and neg else float("nan")
+
+    mine = memberships(records)
+    out = {s: split({m.item_id: getattr(m.published, s) for m in mine}) for s in AUROC_SCORES}
+    for s in AUROC_SCORES:
+        out[f"{s}_vs_rewrites"] = split(membership_flags(task, mine, score=s).values)
+        if reference is not None:
+            ref = memberships(reference)
+            out[f"{s}_vs_reference"] = split(
+                membership_flags(task, mine, reference=ref, score=s).values
+            )
+    if records and "order" in records[0]:
+        rep = order_report(task, records)
+        out["order_margin"] = split(
+            {
+                i: c - sum(x) / len(x)
+                for i, c, x in zip(
+                    rep.item_ids, rep.canonical_logprobs, rep.shuffled_logprobs, strict=True
+                )
+            }
+        )
+    return out
+
+
+def _flag_quality(
+    task: str,
+    records: Sequence[Mapping[str, Any]],
+    reference: Sequence[Mapping[str, Any]] | None,
+    planted: set[str],
+) -> dict[str, dict[str, float]]:
+    """Precision and recall of the membership flags (target FPR :data:`FLAG_FPR`) on the
+    experiment's items, and the false-positive rate among its clean items."""
+    out = {}
+    mine = memberships(records)
+    ref = memberships(reference) if reference is not None else None
+    for mode in ("rewrites", "reference"):
+        if mode == "reference" and ref is None:
+            continue
+        for score in ("min_k_plus_plus", "mean_logprob"):
+            rep = membership_flags(
+                task,
+                mine,
+                reference=ref if mode == "reference" else None,
+                score=score,
+                fpr=FLAG_FPR,
+            )
+            flagged = set(rep.flagged)
+            hits = len(flagged & planted)
+            clean = [i for i in rep.values if i not in planted]
+            out[f"{score}_vs_{mode}"] = {
+                "flagged": len(flagged),
+                "precision": hits / len(flagged) if flagged else float("nan"),
+                "recall": hits / len(planted & set(rep.values)) if planted else float("nan"),
+                "clean_fpr": sum(1 for i in clean if i in flagged) / len(clean)
+                if clean
+                else float("nan"),
+                "control_fpr": rep.control_fpr,
+            }
+    return out
+
+
+def fire_rates(
+    task: str,
+    records: Sequence[Mapping[str, Any]],
+    reference: Sequence[Mapping[str, Any]] | None,
+    *,
+    size: int,
+    draws: int,
+    seed: int,
+    alpha: float = ALPHA,
+) -> dict[str, dict[str, Any]]:
+    """How often each verdict fires on random ``size``-item draws from ``records``: the
+    false-positive rate when every item is clean, the power when every item is planted."""
+    rng = random.Random(seed)
+    by_id = {r["id"]: r for r in reference} if reference is not None else None
+    fired: dict[str, int] = {}
+    size = min(size, len(records))
+    for _ in range(draws):
+        chosen = rng.sample(list(records), size)
+        ref = [by_id[r["id"]] for r in chosen] if by_id is not None else None
+        for name, v in verdicts(task, chosen, ref, alpha=alpha).items():
+            fired[name] = fired.get(name, 0) + int(v.fired)
+    return {
+        name: {"rate": k / draws, "interval": list(wilson_interval(k, draws)), "size": size}
+        for name, k in fired.items()
+    }
+
+
+def analyse(raw: Path, models: Path, *, draws: int = 500, seed: int = 1234) -> dict[str, Any]:
+    """Read ``<model>-<task>.json`` raw files (:func:`measure`) and the planted models'
+    ``planted.json`` (:func:`plant`, in ``models/<model>/``); the model named
+    :data:`REFERENCE` is the untouched one every other model is compared with."""
+    files = sorted(raw.glob("*-*.json"))
+    data = {f.stem: json.loads(f.read_text()) for f in files}
+    plants = {
+        d.name: json.loads((d / "planted.json").read_text())
+        for d in sorted(models.iterdir())
+        if (d / "planted.json").is_file()
+    }
+    out: dict[str, Any] = {"planted": {}, "pools": {}, "training": {}}
+    for name, plant_record in plants.items():
+        out["training"][name] = {
+            "task": plant_record["task"],
+            **plant_record["training"],
+            "planted": len(plant_record["planted"]),
+        }
+    for stem, result in data.items():
+        model, task = stem.split("-", 1)
+        records = result["items"]
+        ref_result = data.get(f"{REFERENCE}-{task}") if model != REFERENCE else None
+        ref_by_id = {r["id"]: r for r in ref_result["items"]} if ref_result else None
+
+        def ref_of(
+            rs: Sequence[Mapping[str, Any]], by_id: Mapping[str, Any] | None = ref_by_id
+        ) -> list[Mapping[str, Any]] | None:
+            return [by_id[r["id"]] for r in rs] if by_id is not None else None
+
+        plant_record = plants.get(model)
+        planted = (
+            set(plant_record["planted"]) if plant_record and plant_record["task"] == task else set()
+        )
+        clean = [r for r in records if r["id"] not in planted]
+        out["pools"][stem] = {
+            "model": model,
+            "task": task,
+            "clean_items": len(clean),
+            "fpr": fire_rates(task, clean, ref_of(clean), size=50, draws=draws, seed=seed),
+        }
+        experiment_model = plant_record["task"] == task if plant_record else model == REFERENCE
+        for planter, rec in plants.items():
+            if rec["task"] != task or not experiment_model or model not in (planter, REFERENCE):
+                continue
+            ids = set(rec["items"])
+            planted_ids = set(rec["planted"])
+            exp = [r for r in records if r["id"] in ids]
+            halves = {
+                "planted": [r for r in exp if r["id"] in planted_ids],
+                "clean": [r for r in exp if r["id"] not in planted_ids],
+            }
+            role = "contaminated" if model == planter else "original"
+            entry = out["planted"].setdefault(planter, {"task": task, "models": {}})
+            entry["models"][role] = {
+                "aurocs": _aurocs(task, exp, ref_of(exp), planted_ids),
+                "flags": _flag_quality(task, exp, ref_of(exp), planted_ids),
+                "halves": {
+                    h: {k: v.to_dict() for k, v in verdicts(task, rs, ref_of(rs)).items()}
+                    for h, rs in halves.items()
+                },
+                "power_25": fire_rates(
+                    task,
+                    halves["planted"],
+                    ref_of(halves["planted"]),
+                    size=25,
+                    draws=draws,
+                    seed=seed,
+                ),
+            }
+    return out
+
+
+def _fmt_p(v: Mapping[str, Any]) -> str:
+    return f"{'**FIRES**' if v['fired'] else 'pass'} (p={v['p_value']:.2g})"
+
+
+def markdown(results: Mapping[str, Any]) -> str:
+    """The experiment's tables (docs/contamination-experiment/results.md)."""
+    lines = ["# Planted contamination: verdicts, their power and their false alarms", ""]
+    for name, t in results["training"].items():
+        lines.append(
+            f"- `{name}`: fine-tuned on {t['planted']} {t['task']} items, {t['seconds']} s, "
+            "mean loss per epoch " + ", ".join(f"{x:.3f}" for x in t["epoch_losses"])
+        )
+    for planter, entry in results["planted"].items():
+        lines += ["", f"## {planter}: {entry['task']}, planted half against clean half", ""]
+        models = entry["models"]
+        names = sorted({k for m in models.values() for k in m["aurocs"]})
+        lines += ["Item-level AUROC, planted vs clean items:", ""]
+        lines += ["| score | original model | contaminated model |", "| --- | --- | --- |"]
+        for s in names:
+            cells = [
+                f"{models[r]['aurocs'][s]:.3f}" if s in models.get(r, {}).get("aurocs", {}) else "-"
+                for r in ("original", "contaminated")
+            ]
+            lines.append(f"| {s} | {cells[0]} | {cells[1]} |")
+        lines += ["", f"Verdicts per half (alpha {ALPHA}):", ""]
+        verdict_names = sorted(
+            {k for m in models.values() for h in m["halves"].values() for k in h}
+        )
+        lines += [
+            "| verdict | "
+            + " | ".join(f"{r} / {h}" for r in models for h in ("planted", "clean"))
+            + " |",
+            "| --- |" + " --- |" * (2 * len(models)),
+        ]
+        for v in verdict_names:
+            cells = [
+                _fmt_p(models[r]["halves"][h][v]) if v in models[r]["halves"][h] else "-"
+                for r in models
+                for h in ("planted", "clean")
+            ]
+            lines.append(f"| {v} | " + " | ".join(cells) + " |")
+        if "contaminated" in models:
+            lines += ["", "Power on draws of 25 planted items (contaminated model):", ""]
+            lines += ["| verdict | fires |", "| --- | --- |"]
+            for v, r in sorted(models["contaminated"]["power_25"].items()):
+                lines.append(f"| {v} | {100 * r['rate']:.1f}% |")
+            lines += [
+                "",
+                f"Membership flags at a {100 * FLAG_FPR:.0f}% target false-positive rate "
+                "on the experiment's items (contaminated model):",
+                "",
+            ]
+            lines += [
+                "| flags | flagged | precision | recall | FPR on clean items | FPR on controls |",
+                "| --- | --- | --- | --- | --- | --- |",
+            ]
+            for k, q in models["contaminated"]["flags"].items():
+                lines.append(
+                    f"| {k} | {q['flagged']} | {q['precision']:.2f} | {q['recall']:.2f} | "
+                    f"{100 * q['clean_fpr']:.1f}% | {100 * q['control_fpr']:.1f}% |"
+                )
+    lines += ["", f"## False alarms on clean items (draws of 50, alpha {ALPHA})", ""]
+    pools = results["pools"]
+    verdict_names = sorted({k for p in pools.values() for k in p["fpr"]})
+    lines += [
+        "| verdict | "
+        + " | ".join(f"{p['model']} / {p['task']} ({p['clean_items']})" for p in pools.values())
+        + " |",
+        "| --- |" + " --- |" * len(pools),
+    ]
+    for v in verdict_names:
+        cells = [
+            f"{100 * p['fpr'][v]['rate']:.1f}%" if v in p["fpr"] else "-" for p in pools.values()
+        ]
+        lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run(setup: Setup, out: Path, *, batch_size: int = 8, draws: int = 200) -> dict[str, Any]:
+    """The whole experiment on one task: plant, measure the original and the contaminated
+    model, analyse; writes ``results.json`` and ``results.md`` into ``out``."""
+    plant_dir = out / "models" / "contaminated"
+    plant_dir.mkdir(parents=True, exist_ok=True)
+    record = plant(setup, plant_dir)
+    task = record["task"]
+    measure(setup, setup.model, out / "raw" / f"{REFERENCE}-{task}.json", batch_size=batch_size)
+    measure(setup, str(plant_dir), out / "raw" / f"contaminated-{task}.json", batch_size=batch_size)
+    results = analyse(out / "raw", out / "models", draws=draws, seed=setup.seed)
+    (out / "results.json").write_text(strict_json.dumps(results, indent=1))
+    (out / "results.md").write_text(markdown(results))
+    return results
 
 
 def _setup(args: argparse.Namespace) -> Setup:
@@ -309,6 +621,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_measure = commands.add_parser("measure", parents=[common], help="raw per-item scores")
     p_measure.add_argument("--out", type=Path, required=True)
     p_measure.add_argument("--batch-size", type=int, default=8)
+    p_analyse = commands.add_parser("analyse", parents=[common], help="verdicts and tables")
+    p_analyse.add_argument("--raw", type=Path, required=True, help="<model>-<task>.json files")
+    p_analyse.add_argument("--models", type=Path, required=True, help="<model>/planted.json")
+    p_analyse.add_argument("--draws", type=int, default=500)
+    p_analyse.add_argument("--out", type=Path, required=True)
+    p_run = commands.add_parser("run", parents=[common], help="plant, measure and analyse")
+    p_run.add_argument("--out", type=Path, required=True)
+    p_run.add_argument("--batch-size", type=int, default=8)
+    p_run.add_argument("--draws", type=int, default=200)
     args = parser.parse_args(argv)
     setup = _setup(args)
     if args.command == "plant":
@@ -318,6 +639,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "measure":
         result = measure(setup, args.model, args.out, batch_size=args.batch_size)
         print(f"{result['task']}: {len(result['items'])} items in {result['seconds']} s")
+    elif args.command == "analyse":
+        results = analyse(args.raw, args.models, draws=args.draws, seed=args.seed)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(strict_json.dumps(results, indent=1))
+        (args.out / "results.md").write_text(markdown(results))
+        print(markdown(results))
+    else:
+        results = run(setup, args.out, batch_size=args.batch_size, draws=args.draws)
+        print(markdown(results))
     return 0
 
 

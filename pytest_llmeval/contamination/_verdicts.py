@@ -1,0 +1,485 @@
+"""Contamination verdicts that hold on clean models: every test against a null that fits.
+
+A verdict says "this model may have seen these items"; it is only worth printing if it
+stays silent on models that did not. Two nulls are used, and a verdict is never given
+without one of them:
+
+- **a reference model** (``--llm-reference-model``): any local model that is clean for the
+  items (the base model before fine-tuning, an older checkpoint, a model of the same
+  family). The model under test and the reference answer the same items; a verdict needs
+  the model under test to differ from the reference in the direction contamination
+  predicts, item by item (one-sided exact McNemar on paired binary outcomes, the sign test
+  on paired differences). Whatever the benchmark's own quirks do to a clean model (options
+  published in a non-random order, familiar phrasing), they do to the reference too.
+- **the item's own rewrites**, where no reference is given: for the canonical-order test
+  only items whose options are exchangeable (:func:`exchangeability`: no numbers, no
+  options that refer to other options, no fixed grids or ordered scales, no duplicates);
+  for membership scores the item as published against the same item rewritten, with a
+  threshold read off the rewrites, which no model can have seen in that form.
+
+Item-level flags (:func:`membership_flags`) come with a threshold chosen for a stated
+false-positive rate on known-clean controls, the estimated false-positive rate, and a
+task-level test on the paired differences; :func:`handling` turns flagged items into an
+exclusion list and the scores on all, clean and flagged items, and applies the policy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from pytest_llmeval.contamination._membership import ItemMembership
+from pytest_llmeval.contamination._probes import OrderTestReport
+from pytest_llmeval.scorer import binomial_upper_tail, wilson_interval
+
+# --------------------------------------------------------------------------- exchangeability
+
+_NUMBER = re.compile(r"\d")
+_REFERS = re.compile(
+    r"\b(all|none|both|neither|any)\b(\s+of)?(\s+the)?\s+(above|below|these|those|options|"
+    r"answers|choices|statements)\b|^\W*(both|neither|all|none)\b\W*$|^\W*(both|neither)\b.*"
+    r"\b(and|nor)\b|\b[A-Ea-e]\)?\s+(and|or|&)\s+\(?[A-Ea-e]\b|\b(option|answer|choice)s?\s+"
+    r"\(?[A-Ea-e1-5]\b",
+    re.IGNORECASE,
+)
+_ROMAN = re.compile(r"^\W*(?:\b(?:I|II|III|IV|V|VI)\b[\s,;&]*(?:and|or|only)?[\s,;&]*)+\W*$")
+_GRID_WORDS = {"true", "false", "wrong", "not wrong", "yes", "no", "correct", "incorrect"}
+_SCALE_WORDS = {
+    "never", "rarely", "seldom", "sometimes", "often", "usually", "always",
+    "increase", "increases", "increased", "decrease", "decreases", "decreased",
+    "unchanged", "same", "constant", "higher", "lower", "more", "less", "fewer",
+    "low", "medium", "moderate", "high", "agree", "disagree", "neutral",
+    "none", "some", "most", "all", "small", "large", "larger", "smaller",
+}  # fmt: skip
+
+EXCHANGEABILITY_RULES: dict[str, str] = {
+    "numeric": "half or more of the options hold a number (datasets list them ascending)",
+    "refers_to_options": "an option refers to other options (all/none of the above, "
+    "both/neither, 'A and C', roman-numeral statement sets)",
+    "fixed_grid": "the options are a fixed grid of True/False, Wrong/Not wrong combinations",
+    "ordered_scale": "short options on an ordered scale (never...always, increase/decrease)",
+    "duplicate_options": "two options have the same text",
+}
+
+
+def exchangeability(options: Sequence[str]) -> str | None:
+    """Why the published order of ``options`` may not be a random one (a key of
+    :data:`EXCHANGEABILITY_RULES`), or None when nothing suggests an order.
+
+    The canonical-order test assumes that a clean model finds every order of an item's
+    options equally likely; datasets break it when they list numbers ascending, put "all
+    of the above" last or write option grids in a fixed order, and a clean model prefers
+    the published order on those items. Without a reference model the test keeps only the
+    items no rule excludes."""
+    texts = [str(o).strip() for o in options]
+    norm = [re.sub(r"[^\w\s]", " ", t.lower()).split() for t in texts]
+    if len({" ".join(n) for n in norm}) < len(texts):
+        return "duplicate_options"
+    if sum(1 for t in texts if _NUMBER.search(t)) * 2 >= len(texts):
+        return "numeric"
+    if any(_REFERS.search(t) or _ROMAN.match(t) for t in texts):
+        return "refers_to_options"
+    parts = [[p.strip(" .").lower() for p in t.split(",")] for t in texts]
+    if all(len(p) >= 2 and all(x in _GRID_WORDS for x in p) for p in parts):
+        return "fixed_grid"
+    if all(0 < len(n) <= 3 and any(w in _SCALE_WORDS for w in n) for n in norm):
+        return "ordered_scale"
+    return None
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A task-level verdict: the test, its null, its numbers, and whether it fired."""
+
+    probe: str
+    task: str
+    null: str  # "reference model <name>" or what the no-reference null is
+    test: str  # the statistical test
+    n: int
+    p_value: float
+    alpha: float
+    summary: str  # the numbers in words
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def fired(self) -> bool:
+        return self.n > 0 and self.p_value < self.alpha
+
+    def message(self) -> str:
+        verdict = "possible contamination" if self.fired else "no sign of contamination"
+        return (
+            f"{self.task} {self.probe}: {verdict}: {self.summary} ({self.test} against "
+            f"{self.null}, p={self.p_value:.2g}, alpha={self.alpha})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "probe": self.probe,
+            "task": self.task,
+            "null": self.null,
+            "test": self.test,
+            "n": self.n,
+            "p_value": self.p_value,
+            "alpha": self.alpha,
+            "fired": self.fired,
+            "summary": self.summary,
+            "message": self.message(),
+            "detail": dict(self.detail),
+        }
+
+
+def mcnemar_greater(b: int, c: int) -> float:
+    """One-sided exact McNemar: P(X >= b) for X ~ Bin(b + c, 1/2) (1.0 without discordant
+    pairs): the model under test is right (or positive) where the reference is not more
+    often than the reverse."""
+    return binomial_upper_tail(b, b + c, Fraction(1, 2)) if b + c else 1.0
+
+
+def _first(report: OrderTestReport) -> dict[str, bool]:
+    return {
+        item: all(c > x for x in s)
+        for item, c, s in zip(
+            report.item_ids, report.canonical_logprobs, report.shuffled_logprobs, strict=True
+        )
+    }
+
+
+def order_verdict(
+    report: OrderTestReport,
+    options: Mapping[str, Sequence[str]],
+    alpha: float,
+    *,
+    reference: OrderTestReport | None = None,
+    reference_name: str = "the reference model",
+) -> Verdict:
+    """The canonical-order test against a null that fits.
+
+    With ``reference`` (the same items, orders and prompts under a clean model): per item,
+    is the published order the most likely one under each model; one-sided exact McNemar on
+    the pairs where they disagree (b: the model under test prefers the published order and
+    the reference does not). Without: only exchangeable items (:func:`exchangeability`),
+    one-sided exact binomial test of the count of published-first items against
+    ``1 / (k + 1)``."""
+    test_first = _first(report)
+    if reference is not None:
+        ref_first = _first(reference)
+        shared = [i for i in report.item_ids if i in ref_first]
+        b = sum(1 for i in shared if test_first[i] and not ref_first[i])
+        c = sum(1 for i in shared if ref_first[i] and not test_first[i])
+        n_test = sum(test_first[i] for i in shared)
+        n_ref = sum(ref_first[i] for i in shared)
+        return Verdict(
+            probe="canonical_order",
+            task=report.task,
+            null=reference_name,
+            test="one-sided exact McNemar, paired by item",
+            n=len(shared),
+            p_value=mcnemar_greater(b, c),
+            alpha=alpha,
+            summary=(
+                f"the published option order is the most likely of {report.k + 1} for "
+                f"{n_test} of {len(shared)} items under the model and {n_ref} under the "
+                f"reference (b={b} only under the model, c={c} only under the reference)"
+            ),
+            detail={"b": b, "c": c, "model_first": n_test, "reference_first": n_ref},
+        )
+    excluded: dict[str, str] = {}
+    for item in report.item_ids:
+        rule = exchangeability(options[item])
+        if rule is not None:
+            excluded[item] = rule
+    kept = [i for i in report.item_ids if i not in excluded]
+    first = sum(test_first[i] for i in kept)
+    by_rule: dict[str, int] = {}
+    for rule in excluded.values():
+        by_rule[rule] = by_rule.get(rule, 0) + 1
+    p_value = binomial_upper_tail(first, len(kept), Fraction(1, report.k + 1)) if kept else 1.0
+    return Verdict(
+        probe="canonical_order",
+        task=report.task,
+        null=f"exchangeable option orders ({len(kept)} of {report.n} items kept)",
+        test="one-sided exact binomial",
+        n=len(kept),
+        p_value=p_value,
+        alpha=alpha,
+        summary=(
+            f"the published option order is the most likely of {report.k + 1} for {first} "
+            f"of {len(kept)} items with exchangeable options (chance "
+            f"{len(kept) / (report.k + 1):.1f})"
+            if kept
+            else "no item has exchangeable options: no verdict"
+        ),
+        detail={"first": first, "kept": kept, "excluded": excluded, "excluded_by_rule": by_rule},
+    )
+
+
+# --------------------------------------------------------------------------- membership flags
+
+MEMBERSHIP_SCORES = ("min_k_plus_plus", "min_k", "mean_logprob")
+
+
+@dataclass(frozen=True)
+class FlagReport:
+    """Item-level membership flags and the task-level test on them.
+
+    ``values``: per item, the calibrated score (higher: more familiar to the model than
+    the null predicts); ``controls``: the same score of known-clean controls (rewrites,
+    which no model saw in that form), whose ``1 - fpr`` quantile is the ``threshold``.
+    ``control_fpr``: the share of controls above it (the estimated false-positive rate).
+    The task-level test: the sign test of items against their own control, one-sided."""
+
+    task: str
+    score: str
+    mode: str  # "reference" or "rewrites"
+    null: str
+    fpr: float
+    threshold: float
+    values: Mapping[str, float]
+    controls: tuple[float, ...]
+    paired_positive: int
+    paired_n: int
+
+    @property
+    def flagged(self) -> list[str]:
+        return [i for i, v in self.values.items() if v > self.threshold]
+
+    @property
+    def control_fpr(self) -> float:
+        if not self.controls:
+            return float("nan")
+        return sum(1 for v in self.controls if v > self.threshold) / len(self.controls)
+
+    @property
+    def p_value(self) -> float:
+        return (
+            binomial_upper_tail(self.paired_positive, self.paired_n, Fraction(1, 2))
+            if self.paired_n
+            else 1.0
+        )
+
+    def verdict(self, alpha: float) -> Verdict:
+        flagged = self.flagged
+        expected = self.fpr * len(self.values)
+        return Verdict(
+            probe=f"membership_{self.score}",
+            task=self.task,
+            null=self.null,
+            test="one-sided exact sign test, item against its own control",
+            n=self.paired_n,
+            p_value=self.p_value,
+            alpha=alpha,
+            summary=(
+                f"{self.paired_positive} of {self.paired_n} items score higher than their "
+                f"control; {len(flagged)} of {len(self.values)} items flagged at a threshold "
+                f"with an estimated false-positive rate of {100 * self.control_fpr:.1f}% "
+                f"({expected:.1f} expected by chance)"
+            ),
+            detail={
+                "flagged": flagged,
+                "threshold": self.threshold,
+                "target_fpr": self.fpr,
+                "control_fpr": self.control_fpr,
+                "controls": len(self.controls),
+            },
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "score": self.score,
+            "mode": self.mode,
+            "null": self.null,
+            "target_fpr": self.fpr,
+            "threshold": self.threshold,
+            "control_fpr": self.control_fpr,
+            "controls": list(self.controls),
+            "paired_positive": self.paired_positive,
+            "paired_n": self.paired_n,
+            "p_value": self.p_value,
+            "flagged": self.flagged,
+            "values": dict(self.values),
+        }
+
+
+def _upper_quantile(values: Sequence[float], fpr: float) -> float:
+    """The smallest threshold with at most ``fpr`` of ``values`` strictly above it."""
+    ordered = sorted(values)
+    allowed = math.floor(fpr * len(ordered))
+    return ordered[len(ordered) - 1 - allowed] if ordered else math.inf
+
+
+def membership_flags(
+    task: str,
+    model: Sequence[ItemMembership],
+    *,
+    reference: Sequence[ItemMembership] | None = None,
+    reference_name: str = "the reference model",
+    score: str = "min_k_plus_plus",
+    fpr: float = 0.05,
+) -> FlagReport:
+    """Calibrated membership flags for the items of ``model`` (scored as published and as
+    rewritten, :func:`~._membership.membership_records`).
+
+    With ``reference`` (the same texts under a clean model): an item's value is its score
+    under the model minus under the reference; the controls are the rewrites' values
+    computed the same way. Without: an item's value is its score minus the mean score of
+    its rewrites after the first; the first rewrite, compared with the same mean, is its
+    control (so an item and its control differ only in which text was published).
+    Items without rewrites are left out."""
+    if score not in MEMBERSHIP_SCORES:
+        raise ValueError(f"unknown score {score!r}; known: {', '.join(MEMBERSHIP_SCORES)}")
+    values: dict[str, float] = {}
+    controls: list[float] = []
+    positive = total = 0
+    ref = {r.item_id: r for r in reference} if reference is not None else None
+
+    def get(s: Any) -> float:
+        return float(getattr(s, score))
+
+    for rec in model:
+        if not rec.perturbed:
+            continue
+        if ref is not None:
+            other = ref.get(rec.item_id)
+            if other is None or len(other.perturbed) != len(rec.perturbed):
+                continue
+            value = get(rec.published) - get(other.published)
+            mine = [get(a) - get(b) for a, b in zip(rec.perturbed, other.perturbed, strict=True)]
+            control = sum(mine) / len(mine)
+            controls.extend(mine)
+        else:
+            if len(rec.perturbed) < 2:
+                continue
+            base = sum(get(s) for s in rec.perturbed[1:]) / (len(rec.perturbed) - 1)
+            value = get(rec.published) - base
+            control = get(rec.perturbed[0]) - base
+            controls.append(control)
+        if math.isnan(value) or math.isnan(control):
+            continue
+        values[rec.item_id] = value
+        if value != control:
+            total += 1
+            positive += value > control
+    null = (
+        f"{reference_name} on the same texts"
+        if ref is not None
+        else "the items' own rewrites (published text against rewritten text)"
+    )
+    return FlagReport(
+        task=task,
+        score=score,
+        mode="reference" if ref is not None else "rewrites",
+        null=null,
+        fpr=fpr,
+        threshold=_upper_quantile(controls, fpr),
+        values=values,
+        controls=tuple(controls),
+        paired_positive=positive,
+        paired_n=total,
+    )
+
+
+# --------------------------------------------------------------------------- handling
+
+POLICY_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class SubsetScore:
+    name: str
+    n: int
+    correct: int
+
+    @property
+    def score(self) -> float:
+        return self.correct / self.n if self.n else float("nan")
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.correct, self.n)
+
+    def describe(self) -> str:
+        if not self.n:
+            return f"{self.name}: no items"
+        low, high = self.interval
+        return (
+            f"{self.name} {100 * self.score:.1f}% [{100 * low:.1f}, {100 * high:.1f}] "
+            f"({self.correct}/{self.n})"
+        )
+
+
+@dataclass(frozen=True)
+class Handling:
+    """What to do about flagged items: the scores on all, clean and flagged items, the
+    exclusion list and the policy applied."""
+
+    task: str
+    flagged: tuple[str, ...]
+    scores: tuple[SubsetScore, ...]
+    policy: str
+    successor: str | None
+
+    def exclusion_list(self, header: Sequence[str] = ()) -> str:
+        """The flagged ids in ``--llm-exclude`` format."""
+        lines = [f"# {line}" for line in header] + list(self.flagged)
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "flagged": list(self.flagged),
+            "scores": {
+                s.name: {"n": s.n, "correct": s.correct, "score": s.score, "interval": s.interval}
+                for s in self.scores
+            },
+            "policy": self.policy,
+            "successor": self.successor,
+        }
+
+
+def handling(
+    task: str,
+    correct: Mapping[str, bool],
+    flagged: Sequence[str],
+    *,
+    verdict_fired: bool,
+    successor: str | None = None,
+) -> Handling:
+    """Scores on all, clean and flagged items and the policy: with a task-level verdict,
+    under 1% of the items flagged: exclude them (``--llm-exclude``) and report the clean
+    score; more: replace the benchmark (its successor from the catalog when it names
+    one). Without a verdict the flags are what the threshold's false-positive rate
+    predicts on clean data and nothing is excluded."""
+    flagged_set = [i for i in flagged if i in correct]
+    clean = [i for i in correct if i not in set(flagged_set)]
+    scores = (
+        SubsetScore("all", len(correct), sum(correct.values())),
+        SubsetScore("clean", len(clean), sum(correct[i] for i in clean)),
+        SubsetScore("flagged", len(flagged_set), sum(correct[i] for i in flagged_set)),
+    )
+    share = len(flagged_set) / len(correct) if correct else 0.0
+    if not verdict_fired:
+        policy = (
+            "no task-level verdict: the flags are within what the threshold's false-positive "
+            "rate predicts on clean items; nothing to exclude"
+        )
+    elif share < POLICY_SHARE:
+        policy = (
+            f"{100 * share:.1f}% of the items flagged (under {100 * POLICY_SHARE:.0f}%): "
+            "exclude them with --llm-exclude and report the clean score next to the full one"
+        )
+    else:
+        better = f" (the catalog names {successor})" if successor else ""
+        policy = (
+            f"{100 * share:.1f}% of the items flagged ({100 * POLICY_SHARE:.0f}% or more): "
+            f"replace the benchmark with a fresher one{better}; the clean score is reported "
+            "for comparison only"
+        )
+    return Handling(task, tuple(flagged_set), scores, policy, successor)
