@@ -7,6 +7,8 @@ benchmark's n-grams (``llmeval-contamination scan``, see ``docs/CONTAMINATION.md
 - probes (``_probes``, ``_rewrite``): option shuffling, the canonical-order test, number
   rewrites, with paired statistics;
 - membership scores (``_membership``): Min-K%, Min-K%++ against rewritten references;
+- verdicts (``_verdicts``): every task-level test against a null that fits (a reference
+  model, exchangeable items, the items' own rewrites), calibrated item flags, handling;
 - behavioural cues (``_cues``): recall cues in generations, guided completion;
 - the n-gram scan (``_ngram``, ``_corpus``, ``_scan``): normalisation, hashing, sharded
   corpus streaming, local processes or Dask;
@@ -36,11 +38,14 @@ from pytest_llmeval.contamination._cues import (
     scan_output,
 )
 from pytest_llmeval.contamination._membership import (
+    ItemMembership,
     MembershipReport,
     MembershipScore,
     membership_probe,
+    membership_records,
     membership_scores,
     min_k,
+    rewritten_docs,
 )
 from pytest_llmeval.contamination._ngram import (
     DEFAULT_N,
@@ -64,6 +69,7 @@ from pytest_llmeval.contamination._probes import (
     canonical_order_test,
     entity_rewrite_probe,
     number_rewrite_probe,
+    option_fields,
     option_shuffle_probe,
 )
 from pytest_llmeval.contamination._rewrite import (
@@ -74,20 +80,38 @@ from pytest_llmeval.contamination._rewrite import (
     NumberRewrite,
     calculations,
     evaluate,
+    gold_index,
     option_orders,
+    option_texts,
     permute_options,
     recheck,
     rewrite_entities,
     rewrite_numbers,
+    shuffled_orders,
 )
 from pytest_llmeval.contamination._scan import DEFAULT_THRESHOLD, load_benchmark
+from pytest_llmeval.contamination._verdicts import (
+    EXCHANGEABILITY_RULES,
+    MEMBERSHIP_SCORES,
+    FlagReport,
+    Handling,
+    SubsetScore,
+    Verdict,
+    exchangeability,
+    handling,
+    mcnemar_greater,
+    membership_flags,
+    order_verdict,
+)
 
 __all__ = [
     "BENCHMARK_NAMES",
     "CITIES",
     "DEFAULT_N",
     "DEFAULT_THRESHOLD",
+    "EXCHANGEABILITY_RULES",
     "FIRST_NAMES",
+    "MEMBERSHIP_SCORES",
     "BenchmarkIndex",
     "CalculationError",
     "Cue",
@@ -96,9 +120,12 @@ __all__ = [
     "Documents",
     "EntityRewrite",
     "FileRange",
+    "FlagReport",
     "GuidedReport",
+    "Handling",
     "HubShard",
     "ItemHits",
+    "ItemMembership",
     "ItemReport",
     "Location",
     "MembershipReport",
@@ -111,33 +138,46 @@ __all__ = [
     "ScanReport",
     "Shard",
     "ShardResult",
+    "SubsetScore",
+    "Verdict",
     "behavioural_cues",
     "calculations",
     "canonical_order_test",
     "entity_rewrite_probe",
     "evaluate",
+    "exchangeability",
+    "gold_index",
     "guided_completion_probe",
+    "handling",
     "iter_documents",
     "load_benchmark",
     "longest_shared_run",
+    "mcnemar_greater",
+    "membership_flags",
     "membership_probe",
+    "membership_records",
     "membership_scores",
     "merge",
     "min_k",
     "ngram_hash",
     "normalize",
     "number_rewrite_probe",
+    "option_fields",
     "option_orders",
     "option_shuffle_probe",
+    "option_texts",
+    "order_verdict",
     "permute_options",
     "plan_shards",
     "recheck",
     "resolve_corpus",
     "rewrite_entities",
     "rewrite_numbers",
+    "rewritten_docs",
     "rouge_l",
     "scan_local",
     "scan_output",
     "scan_shard",
     "scan_with_dask",
+    "shuffled_orders",
 ]

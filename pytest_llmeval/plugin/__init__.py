@@ -24,6 +24,7 @@ from ._terminal import (
     report_teststatus,
     write_catalog,
     write_details,
+    write_probes,
     write_summary,
     write_warnings,
 )
@@ -140,6 +141,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         write_catalog(llm, terminalreporter)
     write_details(llm, terminalreporter)
     write_summary(llm, terminalreporter)
+    write_probes(llm, terminalreporter)
     write_warnings(llm, terminalreporter)
 
 

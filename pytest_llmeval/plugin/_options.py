@@ -188,6 +188,21 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "0.01",
     ),
     (
+        "--llm-reference-model",
+        "llm_reference_model",
+        "contamination probes: a model that is clean for the benchmarks (the base model "
+        "before fine-tuning, an older checkpoint); verdicts compare the model with it item by "
+        "item (a local HF directory or 'smollm2-135m'; recorded with its SHA256)",
+        None,
+    ),
+    (
+        "--llm-probe-fpr",
+        "llm_probe_fpr",
+        "contamination probes: target false-positive rate of the item-level membership flags "
+        "on known-clean controls (default 0.05)",
+        "0.05",
+    ),
+    (
         "--llm-run-dir",
         "llm_run_dir",
         "write into this run directory (combine one-task-per-process runs into one record)",
@@ -445,16 +460,15 @@ def _data_dirs(config: pytest.Config) -> list[Path]:
     return [d.resolve() if d.exists() else d for d in dirs]
 
 
-def _alpha(config: pytest.Config) -> float:
-    value = _raw(config, "llm_probe_alpha")
+def _alpha(config: pytest.Config, ini: str = "llm_probe_alpha", default: float = 0.01) -> float:
+    value = _raw(config, ini)
     try:
-        alpha = float(value) if value not in (None, "") else 0.01
+        alpha = float(value) if value not in (None, "") else default
     except (TypeError, ValueError):
         alpha = -1.0
     if not 0 < alpha < 1:
-        raise pytest.UsageError(
-            f"--llm-probe-alpha (ini llm_probe_alpha): expected a level in (0, 1), got {value!r}"
-        )
+        flag = "--" + ini.replace("_", "-")
+        raise pytest.UsageError(f"{flag} (ini {ini}): expected a level in (0, 1), got {value!r}")
     return alpha
 
 
@@ -543,13 +557,14 @@ def _baseline(config: pytest.Config) -> Path | None:
     return path
 
 
-def _model(config: pytest.Config, backend: str) -> str | None:
-    """``--llm-model``: for the hf backend a known name or a model directory, checked now
-    (the weights themselves are read when the first item needs them)."""
-    value = _raw(config, "llm_model")
+def _model(config: pytest.Config, backend: str, ini: str = "llm_model") -> str | None:
+    """``--llm-model`` (or ``--llm-reference-model``): for the hf backend a known name or a
+    model directory, checked now (the weights are read when the first item needs them)."""
+    value = _raw(config, ini)
     if not value:
         return None
     model = str(value)
+    flag = "--" + ini.replace("_", "-")
     if backend != "hf":
         return model  # the name the server serves the model under
     from pytest_llmeval.model import EMBEDDED
@@ -561,13 +576,13 @@ def _model(config: pytest.Config, backend: str) -> str | None:
         known = ", ".join(sorted(EMBEDDED))
         what = "is a file, not a model directory" if path.exists() else "no such directory"
         raise pytest.UsageError(
-            f"--llm-model={model}: {what}, and not a known model name ({known}). Hub ids "
+            f"{flag}={model}: {what}, and not a known model name ({known}). Hub ids "
             "are not fetched at run time: download the model first (huggingface-cli "
             "download ID --local-dir DIR) and pass DIR."
         )
     if not (path / "config.json").is_file():
         raise pytest.UsageError(
-            f"--llm-model={model}: {path} has no config.json (not a Hugging Face model directory)"
+            f"{flag}={model}: {path} has no config.json (not a Hugging Face model directory)"
         )
     return model
 
@@ -599,6 +614,8 @@ class Options:
     exclude: Path | None = None
     probe_items: int = 50
     probe_alpha: float = 0.01
+    probe_fpr: float = 0.05
+    reference_model: str | None = None
     backend: str = "hf"
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
@@ -702,6 +719,8 @@ class Options:
             exclude=_path(config, "llm_exclude"),
             probe_items=_int(config, "llm_probe_items", 1) or 50,
             probe_alpha=_alpha(config),
+            probe_fpr=_alpha(config, "llm_probe_fpr", 0.05),
+            reference_model=str(_raw(config, "llm_reference_model") or "") or None,
             backend=backend,
             base_url=_base_url(config, backend),
             api_key_env=str(_raw(config, "llm_api_key_env") or "OPENAI_API_KEY"),
@@ -733,6 +752,7 @@ class Options:
         # written.
         if options.model is not None:
             _model(config, backend)
+            _model(config, backend, "llm_reference_model")
             _writable_dir(config, "llm_output", options.output)
             if options.run_dir is not None:
                 _writable_dir(config, "llm_run_dir", options.run_dir)

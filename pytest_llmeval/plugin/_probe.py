@@ -1,7 +1,13 @@
-"""The ``llm_probe`` fixture: contamination probes as tests, with a verdict per task."""
+"""The ``llm_probe`` fixture: contamination probes as tests, with a verdict per task.
+
+Every verdict is computed against a null that fits the data (``contamination._verdicts``):
+the reference model (``--llm-reference-model``) when one is given, else the items' own
+rewrites, and for the canonical-order test only items whose options are exchangeable.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -10,58 +16,128 @@ from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import LlmEvalError
 
 if TYPE_CHECKING:
-    from pytest_llmeval.contamination import OrderTestReport, PairedReport
+    from pytest_llmeval.contamination import Handling, Verdict
+    from pytest_llmeval.dataset import Item
+    from pytest_llmeval.eval import TaskRunner
 
     from ._session import LlmEvalSession
 
-PROBES = ("option_shuffle", "canonical_order", "number_rewrite", "entity_rewrite")
+PROBES = (
+    "option_shuffle",
+    "canonical_order",
+    "number_rewrite",
+    "entity_rewrite",
+    "membership",
+    "ts_guessing",
+    "circular",
+)
 
 
-def verdict(report: PairedReport | OrderTestReport, alpha: float) -> str | None:
-    """Why ``report`` points at contamination at level ``alpha``, or None.
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """A probe's report (its ``to_dict()`` is written to the run directory), its verdict
+    and, for membership flags, what to do about the flagged items."""
 
-    A paired probe flags a task when the canonical form is answered better than its
-    rewrites and McNemar's exact test rejects equal accuracy (p < alpha); the order test
-    flags it when the canonical option order is the most likely one significantly more
-    often than chance.
-    """
-    from pytest_llmeval.contamination import OrderTestReport
+    task: str
+    probe: str
+    report: Any
+    verdict: Verdict | None
+    handling: Handling | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    if isinstance(report, OrderTestReport):
-        if report.n and report.p_value < alpha:
-            return (
-                f"{report.task}: the published option order is the most likely of "
-                f"{report.k + 1} orders for {report.canonical_first} of {report.n} items "
-                f"(chance: {report.n / (report.k + 1):.1f}; p={report.p_value:.2g} < {alpha}): "
-                "the model may have seen the items with their options"
-            )
-        return None
-    if report.n and report.drop > 0 and report.p_value < alpha:
-        return (
-            f"{report.task}: {report.probe.replace('_', ' ')} drops accuracy from "
-            f"{100 * report.canonical_accuracy:.1f}% to {100 * report.rewritten_accuracy:.1f}% "
-            f"on {report.n} items (McNemar b={report.b}, c={report.c}, "
-            f"p={report.p_value:.2g} < {alpha}); {100 * report.only_canonical:.0f}% of the "
-            "items are solved only as published: possible contamination. Exclude the flagged "
-            "items (--llm-exclude) if they are few and concentrated, else replace the "
-            "benchmark (see --llm-catalog for fresher ones)"
-        )
-    return None
+    def to_dict(self, alpha: float) -> dict[str, Any]:
+        data = dict(self.report.to_dict()) if hasattr(self.report, "to_dict") else {}
+        data.update({"probe": self.probe, "task": self.task, "alpha": alpha, **self.extra})
+        if self.verdict is not None:
+            data["verdict"] = self.verdict.to_dict()
+            data["p_value"] = self.verdict.p_value
+            data["n"] = self.verdict.n
+        if self.handling is not None:
+            data["handling"] = self.handling.to_dict()
+        return data
+
+
+def paired_verdict(report: Any, alpha: float) -> Verdict:
+    """Option shuffling, number and entity rewrites: the published form answered better
+    than its rewrite, one-sided exact McNemar on the discordant pairs."""
+    from pytest_llmeval.contamination import Verdict, mcnemar_greater
+
+    return Verdict(
+        probe=report.probe,
+        task=report.task,
+        null="the same items rewritten",
+        test="one-sided exact McNemar",
+        n=report.n,
+        p_value=mcnemar_greater(report.b, report.c),
+        alpha=alpha,
+        summary=(
+            f"accuracy {100 * report.canonical_accuracy:.1f}% as published, "
+            f"{100 * report.rewritten_accuracy:.1f}% rewritten on {report.n} items "
+            f"(b={report.b} right only as published, c={report.c} only rewritten)"
+        ),
+    )
 
 
 class ProbeRunner:
     """Runs a probe on a collected task's first ``--llm-probe-items`` items (after
-    ``--llm-exclude``) with the session's model, records the report in the run directory and
-    checks it against ``--llm-probe-alpha``."""
+    ``--llm-exclude``) with the session's model (and the reference model when given),
+    records the report in the run directory and checks its verdict."""
 
     def __init__(self, session: LlmEvalSession, backend: Any) -> None:
         self.session = session
         self.backend = backend
+        self._reference: Any = None
+        self._reference_record: dict[str, Any] | None = None
+        self._correct: dict[str, dict[str, bool]] = {}  # task -> item id -> right as published
+
+    # ------------------------------------------------------------------ reference model
+
+    def reference(self) -> Any | None:
+        """The reference backend (loaded once), or None without ``--llm-reference-model``."""
+        name = self.session.options.reference_model
+        if name is None:
+            return None
+        if self._reference is None:
+            from dataclasses import replace
+
+            from pytest_llmeval.model import load_backend
+
+            settings = replace(self.session.options.model_settings(), model=name)
+            try:
+                self._reference = load_backend(settings)
+            except LlmEvalError as exc:
+                pytest.fail(f"--llm-reference-model={name}: {exc}", pytrace=False)
+            self._reference_record = self._describe_reference(name)
+        return self._reference
+
+    def _describe_reference(self, name: str) -> dict[str, Any]:
+        from pathlib import Path
+
+        from pytest_llmeval.record import HashCache, model_fingerprint
+
+        info = dict(self._reference.info())
+        path = info.get("model_path")
+        record: dict[str, Any] = {"model": name, "model_path": path}
+        if path and Path(str(path)).is_dir():
+            cache = HashCache()
+            record["sha256"] = model_fingerprint(Path(str(path)), cache)["sha256"]
+            cache.save()
+        else:
+            record["sha256"] = None
+            record["sha256_reason"] = "not a local model directory (served model)"
+        return record
+
+    def _reference_name(self) -> str:
+        rec = self._reference_record or {}
+        digest = rec.get("sha256")
+        short = f" (sha256 {digest[:12]})" if digest else ""
+        return f"reference model {rec.get('model')}{short}"
+
+    # ------------------------------------------------------------------ running
 
     def run(
         self, task: str, probe: str, *, n: int | None = None, k: int | None = None
-    ) -> PairedReport | OrderTestReport:
-        from pytest_llmeval import contamination
+    ) -> ProbeOutcome:
         from pytest_llmeval.dataset import first_n, load_items
 
         if probe not in PROBES:
@@ -76,30 +152,171 @@ class ProbeRunner:
             pytest.skip(str(exc))
         items = [i for i in items if i.id not in self.session.excluded]
         chosen = first_n(items, n or opts.probe_items)
-        seed = opts.seed
-        report: PairedReport | OrderTestReport
-        if probe == "option_shuffle":
-            report = contamination.option_shuffle_probe(
-                runner, chosen, self.backend, k=k or 1, seed=seed
-            )
-        elif probe == "canonical_order":
-            report = contamination.canonical_order_test(
-                runner, chosen, self.backend, k=k or 3, seed=seed
-            )
-        elif probe == "number_rewrite":
-            report = contamination.number_rewrite_probe(runner, chosen, self.backend, seed=seed)
-        else:
-            report = contamination.entity_rewrite_probe(runner, chosen, self.backend, seed=seed)
+        outcome = getattr(self, f"_{probe}")(runner, chosen, k)
         if not self.session.is_worker:
             folder = self.session.run_dir().path / "contamination"
             folder.mkdir(exist_ok=True)
-            (folder / f"{task}-{probe}.json").write_text(
-                strict_json.dumps({**report.to_dict(), "alpha": opts.probe_alpha}, indent=1)
-            )
-        return report
+            extra = {"reference": self._reference_record} if self._reference_record else {}
+            data = {**outcome.to_dict(opts.probe_alpha), **extra}
+            (folder / f"{task}-{probe}.json").write_text(strict_json.dumps(data, indent=1))
+            if outcome.handling is not None and outcome.handling.flagged:
+                (folder / f"{task}-flagged.txt").write_text(
+                    outcome.handling.exclusion_list(
+                        (
+                            f"{task}: items flagged by {probe} ({outcome.report.score}, "
+                            f"{outcome.report.null})",
+                            f"target false-positive rate {outcome.report.fpr}; use with "
+                            "--llm-exclude",
+                        )
+                    )
+                )
+        return outcome
 
-    def check(self, report: PairedReport | OrderTestReport) -> None:
-        """Fail the calling test with the verdict when the report flags contamination."""
-        reason = verdict(report, self.session.options.probe_alpha)
-        if reason is not None:
-            pytest.fail(reason, pytrace=False)
+    def _published_correct(self, runner: TaskRunner, items: list[Item]) -> dict[str, bool]:
+        """Right/wrong of each item as published (cached per task: probes share them)."""
+        known = self._correct.setdefault(runner.spec.name, {})
+        missing = [i for i in items if i.id not in known]
+        if missing:
+            for r in runner.run(missing, self.backend):
+                known[r.item_id] = bool(r.correct)
+        return {i.id: known[i.id] for i in items}
+
+    def _option_shuffle(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
+        from pytest_llmeval.contamination import option_shuffle_probe
+
+        report = option_shuffle_probe(
+            runner, items, self.backend, k=k or 1, seed=self.session.options.seed
+        )
+        self._correct.setdefault(runner.spec.name, {}).update(
+            {i.item_id: i.canonical_correct for i in report.items}
+        )
+        verdict = paired_verdict(report, self.session.options.probe_alpha)
+        return ProbeOutcome(runner.spec.name, "option_shuffle", report, verdict)
+
+    def _canonical_order(
+        self, runner: TaskRunner, items: list[Item], k: int | None
+    ) -> ProbeOutcome:
+        from pytest_llmeval.contamination import (
+            canonical_order_test,
+            option_fields,
+            option_texts,
+            order_verdict,
+        )
+
+        seed = self.session.options.seed
+        report = canonical_order_test(runner, items, self.backend, k=k or 3, seed=seed)
+        ref_backend = self.reference()
+        ref_report = (
+            canonical_order_test(runner, items, ref_backend, k=k or 3, seed=seed)
+            if ref_backend is not None
+            else None
+        )
+        fields, _ = option_fields(runner)
+        options = {i.id: option_texts(i.doc, fields) for i in items}
+        verdict = order_verdict(
+            report,
+            options,
+            self.session.options.probe_alpha,
+            reference=ref_report,
+            reference_name=self._reference_name(),
+        )
+        extra = {"reference_report": ref_report.to_dict()} if ref_report is not None else {}
+        return ProbeOutcome(runner.spec.name, "canonical_order", report, verdict, extra=extra)
+
+    def _number_rewrite(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
+        from pytest_llmeval.contamination import number_rewrite_probe
+
+        report = number_rewrite_probe(runner, items, self.backend, seed=self.session.options.seed)
+        self._correct.setdefault(runner.spec.name, {}).update(
+            {i.item_id: i.canonical_correct for i in report.items}
+        )
+        verdict = paired_verdict(report, self.session.options.probe_alpha)
+        return ProbeOutcome(runner.spec.name, "number_rewrite", report, verdict)
+
+    def _entity_rewrite(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
+        from pytest_llmeval.contamination import entity_rewrite_probe
+
+        report = entity_rewrite_probe(runner, items, self.backend, seed=self.session.options.seed)
+        verdict = paired_verdict(report, self.session.options.probe_alpha)
+        return ProbeOutcome(runner.spec.name, "entity_rewrite", report, verdict)
+
+    def _membership(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
+        from pytest_llmeval.contamination import handling, membership_flags, membership_records
+
+        opts = self.session.options
+        mine = membership_records(runner, items, self.backend, perturbations=k or 3, seed=opts.seed)
+        ref_backend = self.reference()
+        ref = (
+            membership_records(runner, items, ref_backend, perturbations=k or 3, seed=opts.seed)
+            if ref_backend is not None
+            else None
+        )
+        flags = membership_flags(
+            runner.spec.name,
+            mine,
+            reference=ref,
+            reference_name=self._reference_name(),
+            fpr=opts.probe_fpr,
+        )
+        verdict = flags.verdict(opts.probe_alpha)
+        correct = self._published_correct(runner, items)
+        plan = handling(
+            runner.spec.name,
+            correct,
+            flags.flagged,
+            verdict_fired=verdict.fired,
+            successor=runner.spec.catalog.successor,
+        )
+        return ProbeOutcome(runner.spec.name, "membership", flags, verdict, plan)
+
+    def _ts_guessing(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
+        from pytest_llmeval.contamination import guessing_probe, guessing_vs_reference
+
+        seed = self.session.options.seed
+        report = guessing_probe(runner, items, self.backend, seed=seed)
+        ref_backend = self.reference()
+        if ref_backend is None:
+            pytest.skip(
+                f"{runner.spec.name} ts_guessing: exact-match rate "
+                f"{100 * report.rate:.1f}% on {report.n} items; no verdict without "
+                "--llm-reference-model (free-text guessing has no honest chance level)"
+            )
+        ref = guessing_probe(runner, items, ref_backend, seed=seed)
+        verdict = guessing_vs_reference(
+            report, ref, self.session.options.probe_alpha, reference_name=self._reference_name()
+        )
+        extra = {"reference_report": ref.to_dict()}
+        return ProbeOutcome(runner.spec.name, "ts_guessing", report, verdict, extra=extra)
+
+    def _circular(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
+        from pytest_llmeval.contamination import circular_probe, circular_verdict
+
+        report = circular_probe(runner, items, self.backend)
+        ref_backend = self.reference()
+        ref = circular_probe(runner, items, ref_backend) if ref_backend is not None else None
+        verdict = circular_verdict(
+            report,
+            self.session.options.probe_alpha,
+            reference=ref,
+            reference_name=self._reference_name(),
+        )
+        return ProbeOutcome(runner.spec.name, "circular", report, verdict)
+
+    # ------------------------------------------------------------------ verdict
+
+    def check(self, outcome: ProbeOutcome) -> None:
+        """Fail the calling test with the verdict when it fires (with the scores on all,
+        clean and flagged items and the policy for membership flags)."""
+        self.session.probe_verdicts.append(outcome)
+        if outcome.verdict is None or not outcome.verdict.fired:
+            return
+        lines = [outcome.verdict.message()]
+        if outcome.handling is not None:
+            lines.append("scores: " + "; ".join(s.describe() for s in outcome.handling.scores))
+            lines.append(f"handling: {outcome.handling.policy}")
+            if outcome.handling.flagged:
+                lines.append(
+                    f"flagged items: contamination/{outcome.task}-flagged.txt in the run "
+                    "directory (--llm-exclude format)"
+                )
+        pytest.fail("\n".join(lines), pytrace=False)

@@ -287,6 +287,7 @@ class LlmEvalSession:
         self.environment: dict[str, Any] = {}
         self.run: RunDir | None = None
         self.verdicts: list[Verdict] = []
+        self.probe_verdicts: list[Any] = []  # the llm_probe fixture's ProbeOutcomes
         self.comparison: Comparison | None = None
         self.gate_failures: list[str] = []
         self.resumed_from: set[str] = set()

@@ -20,6 +20,22 @@ def _pct(x: float) -> str:
     return "  n/a" if math.isnan(x) else f"{100 * x:5.1f}"
 
 
+def write_probes(session: LlmEvalSession, tr: Any) -> None:
+    """One line per contamination verdict (fired or not, with its null), and for
+    membership flags the scores on all, clean and flagged items and the policy."""
+    outcomes = [o for o in session.probe_verdicts if o.verdict is not None]
+    if not outcomes:
+        return
+    tr.write_sep("=", "llmeval contamination probes")
+    for o in outcomes:
+        markup = {"red": True} if o.verdict.fired else {"green": True}
+        tr.write_line(o.verdict.message(), **markup)
+        if o.handling is not None and (o.verdict.fired or o.handling.flagged):
+            scores = "; ".join(s.describe() for s in o.handling.scores)
+            tr.write_line(f"    scores: {scores}")
+            tr.write_line(f"    handling: {o.handling.policy}")
+
+
 def write_summary(session: LlmEvalSession, tr: Any) -> None:
     verdicts = session.verdicts
     if not verdicts:

@@ -156,6 +156,12 @@ class ProbeRow:
     mean_margin: float = math.nan
     skipped: int = 0
     items: list[dict[str, Any]] = field(default_factory=list)
+    # The fixture's verdict in words and its null, and for membership flags the scores on
+    # all, clean and flagged items and the handling policy.
+    summary: str = ""
+    null: str = ""
+    scores: list[str] = field(default_factory=list)
+    policy: str = ""
 
     @property
     def canonical_first_share(self) -> float:
@@ -510,7 +516,13 @@ def comparison_view(
 def probe_flagged(report: Mapping[str, Any], alpha: float) -> bool:
     """The verdict rule of the ``llm_probe`` fixture (``plugin/_probe.py``) on a report's
     JSON: a paired probe flags a task when the published form is answered better and the
-    exact McNemar p is below alpha; the order test when its binomial p is below alpha."""
+    exact McNemar p is below alpha; the order test when its binomial p is below alpha.
+    Reports that carry the fixture's own verdict (``verdict.fired``) are taken at their
+    word: the null behind it (a reference model, exchangeable items) is not in the JSON's
+    top-level numbers."""
+    verdict = report.get("verdict")
+    if isinstance(verdict, Mapping) and "fired" in verdict:
+        return bool(verdict["fired"])
     n = _int(report.get("n")) or 0
     p = _num(report.get("p_value"))
     if not n or math.isnan(p) or p >= alpha:
@@ -542,6 +554,20 @@ def probe_rows(run_path: Path) -> list[ProbeRow]:
             alpha=alpha,
             flagged=probe_flagged(data, alpha),
         )
+        verdict = data.get("verdict")
+        if isinstance(verdict, Mapping):
+            row.summary = str(verdict.get("summary", ""))
+            row.null = f"{verdict.get('test', '')} against {verdict.get('null', '')}"
+        plan = data.get("handling")
+        if isinstance(plan, Mapping):
+            row.policy = str(plan.get("policy", ""))
+            for name, sc in (plan.get("scores") or {}).items():
+                if isinstance(sc, Mapping) and sc.get("n"):
+                    low, high = (sc.get("interval") or [math.nan, math.nan])[:2]
+                    row.scores.append(
+                        f"{name} {100 * _num(sc.get('score')):.1f}% "
+                        f"[{100 * _num(low):.1f}, {100 * _num(high):.1f}] (n={sc.get('n')})"
+                    )
         if order:
             row.canonical_first = _int(data.get("canonical_first")) or 0
             row.expected_by_chance = _num(data.get("expected_by_chance"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmeval.contamination.experiment import SCORES, Setup, main, run
+from pytest_llmeval.contamination.experiment import Setup, main, run
 
 pytest.importorskip("torch")
 
@@ -48,18 +48,31 @@ def test_experiment_runs_end_to_end_and_memorises(tmp_path: Path, tiny_model_dir
         seed=3,
         order_k=2,
     )
-    results = run(setup, tmp_path / "out")
-    assert len(results["planted"]) == 4
-    losses = results["training"]["epoch_losses"]
+    results = run(setup, tmp_path / "out", batch_size=4, draws=20)
+    training = results["training"]["contaminated"]
+    assert training["planted"] == 4
+    losses = training["epoch_losses"]
     assert losses[-1] < losses[0] / 2  # it did learn the planted items
-    for model in ("original", "contaminated"):
-        assert set(results["models"][model]["auroc"]) == set(SCORES)
-        assert set(results["models"][model]["verdicts"]) == {"contaminated", "clean"}
-    # Trained on them, the contaminated model finds the planted texts more likely.
-    assert results["models"]["contaminated"]["auroc"]["mean_logprob"] == 1.0
-    assert results["models"]["contaminated"]["auroc"]["min_k"] >= 0.75
+    models = results["planted"]["contaminated"]["models"]
+    assert set(models) == {"original", "contaminated"}
+    for model in models.values():
+        assert set(model["halves"]) == {"planted", "clean"}
+        assert {"canonical_order", "membership_min_k_plus_plus_rewrites"} <= set(
+            model["halves"]["planted"]
+        )
+    # Trained on them, the contaminated model finds the planted texts more likely, and
+    # more so than the original model does (the calibrated score).
+    aurocs = models["contaminated"]["aurocs"]
+    assert aurocs["mean_logprob"] == 1.0
+    assert aurocs["mean_logprob_vs_reference"] == 1.0
+    assert aurocs["min_k"] >= 0.75
+    # Every clean pool has its false-alarm rates, the contaminated model's with the
+    # reference-paired verdicts.
+    pools = results["pools"]
+    assert set(pools) == {"untouched-quiz", "contaminated-quiz"}
+    assert "canonical_order_vs_reference" in pools["contaminated-quiz"]["fpr"]
     text = (tmp_path / "out" / "results.md").read_text()
-    assert "| min_k_plus_plus |" in text and "| contaminated | clean |" in text
+    assert "| min_k_plus_plus |" in text and "False alarms on clean items" in text
 
 
 @pytest.mark.slow
@@ -69,6 +82,7 @@ def test_planted_contamination_on_the_default_model(
     assert (
         main(
             [
+                "run",
                 "--items=20",
                 "--epochs=2",
                 f"--data-dir={shared_benchmarks}",
@@ -79,4 +93,5 @@ def test_planted_contamination_on_the_default_model(
         == 0
     )
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["models"]["contaminated"]["auroc"]["mean_logprob"] > 0.7
+    aurocs = results["planted"]["contaminated"]["models"]["contaminated"]["aurocs"]
+    assert aurocs["mean_logprob"] > 0.7

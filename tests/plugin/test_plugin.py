@@ -388,9 +388,18 @@ pytestmark = pytest.mark.contamination
 
 
 def test_probe(llm_probe):
-    report = llm_probe.run("quiz", "option_shuffle")
-    assert report.n == 4
-    llm_probe.check(report)
+    outcome = llm_probe.run("quiz", "option_shuffle")
+    assert outcome.report.n == 4
+    llm_probe.check(outcome)
+
+
+@pytest.mark.parametrize("probe", ["canonical_order", "membership"])
+def test_probe_against_the_reference(llm_probe, probe):
+    outcome = llm_probe.run("quiz", probe)
+    # The reference is the model itself: nothing can differ, no verdict.
+    assert outcome.verdict is not None and not outcome.verdict.fired
+    assert outcome.verdict.null.startswith("reference model")
+    llm_probe.check(outcome)
 
 
 def test_unknown_task_is_skipped(llm_probe):
@@ -410,13 +419,34 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     # A basename no other test module has (in-process runs share sys.modules).
     (pytester.path / "test_llm_probe_project.py").write_text(PROBE_TEST)
     result = pytester.runpytest(
-        *_args(tiny_model_dir, "-m", "contamination", "--llm-probe-items=4", "--llm-output=out")
+        *_args(
+            tiny_model_dir,
+            "-m",
+            "contamination",
+            "--llm-probe-items=4",
+            "--llm-output=out",
+            f"--llm-reference-model={tiny_model_dir}",
+        )
     )
-    result.assert_outcomes(passed=1, skipped=1, deselected=6)
+    result.assert_outcomes(passed=3, skipped=1, deselected=6)
+    result.stdout.fnmatch_lines(
+        ["*llmeval contamination probes*", "*quiz canonical_order: no sign*"]
+    )
     run = next((pytester.path / "out").iterdir())
     report = json.loads((run / "contamination" / "quiz-option_shuffle.json").read_text())
     assert (report["probe"], report["n"], report["alpha"]) == ("option_shuffle", 4, 0.01)
     assert len(report["items"]) == 4
+    assert report["verdict"]["fired"] is False
+    order = json.loads((run / "contamination" / "quiz-canonical_order.json").read_text())
+    assert len(order["reference"]["sha256"]) == 64  # the reference model, by its digest
+    assert order["reference_report"]["n"] == 4
+    member = json.loads((run / "contamination" / "quiz-membership.json").read_text())
+    assert member["mode"] == "reference" and member["handling"]["scores"]["all"]["n"] == 4
+    missing = pytester.runpytest(
+        *_args(tiny_model_dir, "-m", "contamination", "--llm-reference-model=/no/such/model")
+    )
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*--llm-reference-model=/no/such/model: no such directory*"])
     bad = pytester.runpytest(*_args(tiny_model_dir, "-m", "contamination", "--llm-probe-alpha=2"))
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
 

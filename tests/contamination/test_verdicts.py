@@ -1,0 +1,152 @@
+"""Contamination verdicts against nulls that fit (``contamination._verdicts``)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from pytest_llmeval.contamination import (
+    ItemMembership,
+    MembershipScore,
+    OrderTestReport,
+    exchangeability,
+    handling,
+    mcnemar_greater,
+    membership_flags,
+    order_verdict,
+)
+from pytest_llmeval.scorer import binomial_upper_tail
+
+
+@pytest.mark.parametrize(
+    ("options", "rule"),
+    [
+        (["10%", "20%", "40%", "80%"], "numeric"),
+        (
+            ["about 10 seconds.", "about 30 seconds.", "about 1 minute.", "about 4 minutes."],
+            "numeric",
+        ),
+        (["red", "blue", "All of the above", "green"], "refers_to_options"),
+        (["red", "blue", "none of these", "green"], "refers_to_options"),
+        (["Both A and B", "Neither", "cat", "dog"], "refers_to_options"),
+        (["I only", "II only", "I and II", "I, II and III"], "refers_to_options"),
+        (["True, True", "False, False", "True, False", "False, True"], "fixed_grid"),
+        (
+            ["Wrong, Wrong", "Wrong, Not wrong", "Not wrong, Wrong", "Not wrong, Not wrong"],
+            "fixed_grid",
+        ),
+        (["never", "sometimes", "often", "always"], "ordered_scale"),
+        (["increase", "decrease", "remain the same", "it depends"], None),
+        (
+            ["Employee rights", "Employee rights", "Employer duties", "Employee duties"],
+            "duplicate_options",
+        ),
+        (["amnion", "chorion", "allantois", "yolk sac"], None),
+        (
+            ["Homeostatic regulation", "Goal-setting", "Expectancy-value", "Hierarchy of needs"],
+            None,
+        ),
+        (["The Wagner Act", "The Espionage Act", "The Alien Act of 1798", "A treaty"], None),
+    ],
+)
+def test_exchangeability_rules(options: list[str], rule: str | None) -> None:
+    assert exchangeability(options) == rule
+
+
+def _order(first: list[bool], task: str = "t") -> OrderTestReport:
+    ids = tuple(f"{task}-{i}" for i in range(len(first)))
+    return OrderTestReport(
+        task,
+        1,
+        3,
+        tuple(0.0 for _ in first),
+        tuple(((-1.0,) * 3 if f else (1.0, -1.0, -1.0)) for f in first),
+        ids,
+    )
+
+
+def test_order_verdict_against_a_reference_is_paired_mcnemar() -> None:
+    model = _order([True] * 30 + [False] * 10)
+    # The reference also prefers the published order on 12 items (a non-random order):
+    # b = 18 items only the model prefers it, c = 0.
+    reference = _order([True] * 12 + [False] * 28)
+    v = order_verdict(model, {}, 0.01, reference=reference, reference_name="ref")
+    assert (v.n, v.detail["b"], v.detail["c"]) == (40, 18, 0)
+    assert v.p_value == pytest.approx(0.5**18)
+    assert v.fired and "b=18" in v.message() and "ref" in v.message()
+    # A clean model that shares the reference's preferences: no verdict.
+    same = order_verdict(reference, {}, 0.01, reference=reference)
+    assert not same.fired and same.p_value == 1.0
+
+
+def test_order_verdict_without_reference_keeps_exchangeable_items_only() -> None:
+    report = _order([True] * 20 + [False] * 20)
+    numeric = ["1", "2", "3", "4"]
+    words = ["cat", "dog", "cow", "hen"]
+    # The published-first items all have numeric options: excluded, no verdict.
+    options = {f"t-{i}": numeric if i < 20 else words for i in range(40)}
+    v = order_verdict(report, options, 0.01)
+    assert v.n == 20 and v.detail["first"] == 0 and not v.fired
+    assert v.detail["excluded_by_rule"] == {"numeric": 20}
+    assert "20 of 40 items kept" in v.null
+    everything = order_verdict(report, {f"t-{i}": words for i in range(40)}, 0.01)
+    assert everything.fired
+    assert everything.p_value == pytest.approx(binomial_upper_tail(20, 40, Fraction(1, 4)))
+    none_kept = order_verdict(report, {f"t-{i}": numeric for i in range(40)}, 0.01)
+    assert none_kept.n == 0 and not none_kept.fired and "no verdict" in none_kept.summary
+
+
+def _score(value: float, name: str = "x") -> MembershipScore:
+    return MembershipScore(name, 10, value, value, value)
+
+
+def _mem(item: str, published: float, rewrites: list[float]) -> ItemMembership:
+    return ItemMembership(item, _score(published), tuple(_score(r) for r in rewrites))
+
+
+def test_membership_flags_against_rewrites() -> None:
+    # 20 clean items (published like their rewrites) and 30 memorised ones.
+    clean = [_mem(f"c{i}", 0.01 * (i % 7), [0.01 * ((i + 3) % 7), 0.0, 0.0]) for i in range(20)]
+    seen = [_mem(f"s{i}", 2.0, [0.0, 0.0, 0.0]) for i in range(30)]
+    flags = membership_flags("t", clean + seen, fpr=0.05)
+    assert flags.mode == "rewrites"
+    assert set(flags.flagged) >= {f"s{i}" for i in range(30)}
+    assert flags.control_fpr <= 0.05
+    assert flags.paired_positive >= 30
+    verdict = flags.verdict(0.01)
+    assert verdict.fired and "flagged" in verdict.summary
+    # Without memorised items: no verdict.
+    assert not membership_flags("t", clean, fpr=0.05).verdict(0.01).fired
+
+
+def test_membership_flags_against_a_reference() -> None:
+    model = [_mem(f"i{i}", 1.0 if i < 5 else 0.0, [0.0, 0.0]) for i in range(30)]
+    ref = [_mem(f"i{i}", 0.0, [0.0, 0.0]) for i in range(30)]
+    flags = membership_flags("t", model, reference=ref, fpr=0.05)
+    assert flags.mode == "reference" and flags.flagged == [f"i{i}" for i in range(5)]
+    assert len(flags.controls) == 60 and flags.control_fpr == 0.0
+    assert (flags.paired_positive, flags.paired_n) == (5, 5)
+    with pytest.raises(ValueError, match="unknown score"):
+        membership_flags("t", model, score="loss")
+
+
+def test_handling_policy_and_subset_scores() -> None:
+    correct = {f"i{i}": i < 60 for i in range(200)}
+    few = handling("mmlu", correct, ["i0"], verdict_fired=True, successor="mmlu_pro")
+    assert "exclude them with --llm-exclude" in few.policy
+    assert [s.name for s in few.scores] == ["all", "clean", "flagged"]
+    assert (few.scores[0].correct, few.scores[1].n, few.scores[2].correct) == (60, 199, 1)
+    assert few.exclusion_list(["flagged by membership"]) == "# flagged by membership\ni0\n"
+    many = handling(
+        "mmlu", correct, [f"i{i}" for i in range(10)], verdict_fired=True, successor="mmlu_pro"
+    )
+    assert "replace the benchmark" in many.policy and "mmlu_pro" in many.policy
+    quiet = handling("mmlu", correct, [f"i{i}" for i in range(10)], verdict_fired=False)
+    assert "nothing to exclude" in quiet.policy
+
+
+def test_mcnemar_greater() -> None:
+    assert mcnemar_greater(5, 0) == pytest.approx(1 / 32)
+    assert mcnemar_greater(0, 5) == 1.0
+    assert mcnemar_greater(0, 0) == 1.0
