@@ -8,6 +8,7 @@ benchmark's n-grams (``llmeval-contamination scan``, see ``docs/CONTAMINATION.md
   rewrites, with paired statistics;
 - membership scores (``_membership``): Min-K%, Min-K%++ against rewritten references;
 - behavioural cues (``_cues``): recall cues in generations, guided completion;
+- TS-Guessing (``_guessing``): fill in a masked wrong option, generation only;
 - the n-gram scan (``_ngram``, ``_corpus``, ``_scan``): normalisation, hashing, sharded
   corpus streaming, local processes or Dask;
 - ``experiment``: the planted-contamination experiment (needs torch).
@@ -34,6 +35,16 @@ from pytest_llmeval.contamination._cues import (
     longest_shared_run,
     rouge_l,
     scan_output,
+)
+from pytest_llmeval.contamination._guessing import (
+    GuessingItem,
+    GuessingReport,
+    guessing_prompt,
+    guessing_vs_reference,
+    maskable,
+    masked_option,
+    normalize_guess,
+    ts_guessing_probe,
 )
 from pytest_llmeval.contamination._membership import (
     MembershipReport,
@@ -66,6 +77,7 @@ from pytest_llmeval.contamination._probes import (
     number_rewrite_probe,
     option_shuffle_probe,
 )
+from pytest_llmeval.contamination._reference import ReferenceComparison, compare_indicator
 from pytest_llmeval.contamination._rewrite import (
     CITIES,
     FIRST_NAMES,
@@ -96,6 +108,8 @@ __all__ = [
     "Documents",
     "EntityRewrite",
     "FileRange",
+    "GuessingItem",
+    "GuessingReport",
     "GuidedReport",
     "HubShard",
     "ItemHits",
@@ -108,24 +122,31 @@ __all__ = [
     "PairedItem",
     "PairedReport",
     "ParquetRows",
+    "ReferenceComparison",
     "ScanReport",
     "Shard",
     "ShardResult",
     "behavioural_cues",
     "calculations",
     "canonical_order_test",
+    "compare_indicator",
     "entity_rewrite_probe",
     "evaluate",
+    "guessing_prompt",
+    "guessing_vs_reference",
     "guided_completion_probe",
     "iter_documents",
     "load_benchmark",
     "longest_shared_run",
+    "maskable",
+    "masked_option",
     "membership_probe",
     "membership_scores",
     "merge",
     "min_k",
     "ngram_hash",
     "normalize",
+    "normalize_guess",
     "number_rewrite_probe",
     "option_orders",
     "option_shuffle_probe",
@@ -140,4 +161,5 @@ __all__ = [
     "scan_output",
     "scan_shard",
     "scan_with_dask",
+    "ts_guessing_probe",
 ]
