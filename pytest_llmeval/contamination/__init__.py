@@ -9,11 +9,21 @@ benchmark's n-grams (``llmeval-contamination scan``, see ``docs/CONTAMINATION.md
 - membership scores (``_membership``): Min-K%, Min-K%++ against rewritten references;
 - behavioural cues (``_cues``): recall cues in generations, guided completion;
 - TS-Guessing (``_guessing``): fill in a masked wrong option, generation only;
+- CircularEval (``_circular``): every cyclic rotation of the options, the published order
+  tested against chance or against a reference model (``_reference``);
 - the n-gram scan (``_ngram``, ``_corpus``, ``_scan``): normalisation, hashing, sharded
   corpus streaming, local processes or Dask;
 - ``experiment``: the planted-contamination experiment (needs torch).
 """
 
+from pytest_llmeval.contamination._circular import (
+    CircularItem,
+    CircularReport,
+    circular_probe,
+    circular_vs_reference,
+    poisson_binomial_upper_tail,
+    rotation_orders,
+)
 from pytest_llmeval.contamination._corpus import (
     Document,
     Documents,
@@ -102,6 +112,8 @@ __all__ = [
     "FIRST_NAMES",
     "BenchmarkIndex",
     "CalculationError",
+    "CircularItem",
+    "CircularReport",
     "Cue",
     "CueReport",
     "Document",
@@ -129,6 +141,8 @@ __all__ = [
     "behavioural_cues",
     "calculations",
     "canonical_order_test",
+    "circular_probe",
+    "circular_vs_reference",
     "compare_indicator",
     "entity_rewrite_probe",
     "evaluate",
@@ -152,10 +166,12 @@ __all__ = [
     "option_shuffle_probe",
     "permute_options",
     "plan_shards",
+    "poisson_binomial_upper_tail",
     "recheck",
     "resolve_corpus",
     "rewrite_entities",
     "rewrite_numbers",
+    "rotation_orders",
     "rouge_l",
     "scan_local",
     "scan_output",
