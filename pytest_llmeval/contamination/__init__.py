@@ -10,11 +10,22 @@ benchmark's n-grams (``llmeval-contamination scan``, see ``docs/CONTAMINATION.md
 - verdicts (``_verdicts``): every task-level test against a null that fits (a reference
   model, exchangeable items, the items' own rewrites), calibrated item flags, handling;
 - behavioural cues (``_cues``): recall cues in generations, guided completion;
+- TS-Guessing (``_guessing``): fill in a masked wrong option, generation only;
+- CircularEval (``_circular``): every cyclic rotation of the options, the published order
+  tested against chance or against a reference model (``_reference``);
 - the n-gram scan (``_ngram``, ``_corpus``, ``_scan``): normalisation, hashing, sharded
   corpus streaming, local processes or Dask;
 - ``experiment``: the planted-contamination experiment (needs torch).
 """
 
+from pytest_llmeval.contamination._circular import (
+    CircularItem,
+    CircularReport,
+    circular_probe,
+    circular_vs_reference,
+    poisson_binomial_upper_tail,
+    rotation_orders,
+)
 from pytest_llmeval.contamination._corpus import (
     Document,
     Documents,
@@ -36,6 +47,16 @@ from pytest_llmeval.contamination._cues import (
     longest_shared_run,
     rouge_l,
     scan_output,
+)
+from pytest_llmeval.contamination._guessing import (
+    GuessingItem,
+    GuessingReport,
+    guessing_prompt,
+    guessing_vs_reference,
+    maskable,
+    masked_option,
+    normalize_guess,
+    ts_guessing_probe,
 )
 from pytest_llmeval.contamination._membership import (
     ItemMembership,
@@ -72,6 +93,7 @@ from pytest_llmeval.contamination._probes import (
     option_fields,
     option_shuffle_probe,
 )
+from pytest_llmeval.contamination._reference import ReferenceComparison, compare_indicator
 from pytest_llmeval.contamination._rewrite import (
     CITIES,
     FIRST_NAMES,
@@ -97,9 +119,10 @@ from pytest_llmeval.contamination._verdicts import (
     Handling,
     SubsetScore,
     Verdict,
+    circular_verdict,
     exchangeability,
+    guessing_verdict,
     handling,
-    mcnemar_greater,
     membership_flags,
     order_verdict,
 )
@@ -114,6 +137,8 @@ __all__ = [
     "MEMBERSHIP_SCORES",
     "BenchmarkIndex",
     "CalculationError",
+    "CircularItem",
+    "CircularReport",
     "Cue",
     "CueReport",
     "Document",
@@ -121,6 +146,8 @@ __all__ = [
     "EntityRewrite",
     "FileRange",
     "FlagReport",
+    "GuessingItem",
+    "GuessingReport",
     "GuidedReport",
     "Handling",
     "HubShard",
@@ -135,6 +162,7 @@ __all__ = [
     "PairedItem",
     "PairedReport",
     "ParquetRows",
+    "ReferenceComparison",
     "ScanReport",
     "Shard",
     "ShardResult",
@@ -143,16 +171,24 @@ __all__ = [
     "behavioural_cues",
     "calculations",
     "canonical_order_test",
+    "circular_probe",
+    "circular_verdict",
+    "circular_vs_reference",
+    "compare_indicator",
     "entity_rewrite_probe",
     "evaluate",
     "exchangeability",
     "gold_index",
+    "guessing_prompt",
+    "guessing_verdict",
+    "guessing_vs_reference",
     "guided_completion_probe",
     "handling",
     "iter_documents",
     "load_benchmark",
     "longest_shared_run",
-    "mcnemar_greater",
+    "maskable",
+    "masked_option",
     "membership_flags",
     "membership_probe",
     "membership_records",
@@ -161,6 +197,7 @@ __all__ = [
     "min_k",
     "ngram_hash",
     "normalize",
+    "normalize_guess",
     "number_rewrite_probe",
     "option_fields",
     "option_orders",
@@ -169,15 +206,18 @@ __all__ = [
     "order_verdict",
     "permute_options",
     "plan_shards",
+    "poisson_binomial_upper_tail",
     "recheck",
     "resolve_corpus",
     "rewrite_entities",
     "rewrite_numbers",
     "rewritten_docs",
+    "rotation_orders",
     "rouge_l",
     "scan_local",
     "scan_output",
     "scan_shard",
     "scan_with_dask",
     "shuffled_orders",
+    "ts_guessing_probe",
 ]

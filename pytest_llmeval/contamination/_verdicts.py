@@ -28,13 +28,15 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
+from pytest_llmeval.contamination._circular import CircularReport, circular_vs_reference
+from pytest_llmeval.contamination._guessing import GuessingReport, guessing_vs_reference
 from pytest_llmeval.contamination._membership import ItemMembership
 from pytest_llmeval.contamination._probes import OrderTestReport
-from pytest_llmeval.scorer import binomial_upper_tail, wilson_interval
+from pytest_llmeval.scorer import binomial_upper_tail, mcnemar_one_sided, wilson_interval
 
 # --------------------------------------------------------------------------- exchangeability
 
@@ -135,13 +137,6 @@ class Verdict:
         }
 
 
-def mcnemar_greater(b: int, c: int) -> float:
-    """One-sided exact McNemar: P(X >= b) for X ~ Bin(b + c, 1/2) (1.0 without discordant
-    pairs): the model under test is right (or positive) where the reference is not more
-    often than the reverse."""
-    return binomial_upper_tail(b, b + c, Fraction(1, 2)) if b + c else 1.0
-
-
 def _first(report: OrderTestReport) -> dict[str, bool]:
     return {
         item: all(c > x for x in s)
@@ -181,7 +176,7 @@ def order_verdict(
             null=reference_name,
             test="one-sided exact McNemar, paired by item",
             n=len(shared),
-            p_value=mcnemar_greater(b, c),
+            p_value=mcnemar_one_sided(b, c),
             alpha=alpha,
             summary=(
                 f"the published option order is the most likely of {report.k + 1} for "
@@ -217,6 +212,87 @@ def order_verdict(
             else "no item has exchangeable options: no verdict"
         ),
         detail={"first": first, "kept": kept, "excluded": excluded, "excluded_by_rule": by_rule},
+    )
+
+
+def circular_verdict(
+    report: CircularReport,
+    alpha: float,
+    *,
+    options: Mapping[str, Sequence[str]] | None = None,
+    reference: CircularReport | None = None,
+    reference_name: str = "the reference model",
+) -> Verdict:
+    """CircularEval as a contamination test: items right only in the published rotation.
+
+    With ``reference``: one-sided exact McNemar on that indicator, paired by item. Without:
+    among the items right in exactly one rotation, is it the published one more often than
+    ``1/n``? Only valid for exchangeable options, so only the items ``options`` shows to
+    be exchangeable are kept (:func:`exchangeability`; all items when ``options`` is
+    None)."""
+    acc = (
+        f"accuracy {100 * report.published_accuracy:.1f}% as published, CircularEval "
+        f"{100 * report.circular_accuracy:.1f}%"
+    )
+    if reference is not None:
+        cmp = circular_vs_reference(report, reference)
+        return Verdict(
+            probe="circular",
+            task=report.task,
+            null=reference_name,
+            test="one-sided exact McNemar on right-only-as-published, paired by item",
+            n=cmp.n_paired,
+            p_value=cmp.p_value,
+            alpha=alpha,
+            summary=(
+                f"{acc}; right only in the published rotation: {cmp.test_count} items under "
+                f"the model, {cmp.ref_count} under the reference (b={cmp.b}, c={cmp.c})"
+            ),
+            detail=cmp.to_dict(),
+        )
+    kept = report
+    if options is not None:
+        keep = {i for i, o in options.items() if exchangeability(o) is None}
+        kept = replace(report, items=tuple(i for i in report.items if i.item_id in keep))
+    return Verdict(
+        probe="circular",
+        task=report.task,
+        null=f"exchangeable option orders ({kept.n} of {report.n} items kept)",
+        test="one-sided exact test of the published rotation among items right once",
+        n=kept.right_once,
+        p_value=kept.p_value if kept.right_once else 1.0,
+        alpha=alpha,
+        summary=(
+            f"{acc}; of {kept.right_once} exchangeable items right in exactly one rotation, "
+            f"{kept.right_once_published} are right in the published one (chance "
+            f"{kept.expected_published:.1f})"
+        ),
+    )
+
+
+def guessing_verdict(
+    report: GuessingReport,
+    reference: GuessingReport,
+    alpha: float,
+    *,
+    reference_name: str = "the reference model",
+) -> Verdict:
+    """TS-Guessing against a reference model: one-sided exact McNemar on exact matches of
+    the masked option, paired by item (there is no verdict without a reference)."""
+    cmp = guessing_vs_reference(report, reference)
+    return Verdict(
+        probe="ts_guessing",
+        task=report.task,
+        null=reference_name,
+        test="one-sided exact McNemar on exact matches, paired by item",
+        n=cmp.n_paired,
+        p_value=cmp.p_value,
+        alpha=alpha,
+        summary=(
+            f"the masked option guessed exactly for {cmp.test_count} of {cmp.n_paired} items "
+            f"by the model, {cmp.ref_count} by the reference (b={cmp.b}, c={cmp.c})"
+        ),
+        detail=cmp.to_dict(),
     )
 
 

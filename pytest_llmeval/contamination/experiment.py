@@ -55,14 +55,13 @@ from pytest_llmeval.contamination._rewrite import (
 )
 from pytest_llmeval.contamination._verdicts import (
     Verdict,
-    mcnemar_greater,
     membership_flags,
     order_verdict,
 )
 from pytest_llmeval.dataset import Item, first_n, load_items
 from pytest_llmeval.eval import TaskRunner, true_probability_mass
 from pytest_llmeval.model import Backend, ModelSettings, load_backend, resolve_model_path
-from pytest_llmeval.scorer import auroc, wilson_interval
+from pytest_llmeval.scorer import auroc, mcnemar_one_sided, wilson_interval
 from pytest_llmeval.task import load_task_spec
 
 
@@ -298,7 +297,7 @@ def verdicts(
             null="the same items with their options moved",
             test="one-sided exact McNemar",
             n=len(records),
-            p_value=mcnemar_greater(b, c),
+            p_value=mcnemar_one_sided(b, c),
             alpha=alpha,
             summary=f"b={b} right only as published, c={c} right only shuffled",
         )

@@ -283,6 +283,26 @@ class TaskRunner:
             return gen.thinking.start, gen.thinking.end
         return self.chat.thinking
 
+    @property
+    def _mode_where(self) -> str:
+        mode = self.chat_mode
+        if self._mode_source.startswith("spec"):
+            return f"{self.spec.source}: field 'prompt.chat' pins {mode}"
+        return f"--llm-chat-template={mode}"
+
+    def _template_for(self, backend: Backend) -> ChatTemplate | None:
+        """The chat template this runner's mode takes from ``backend`` (None: raw text); a
+        mode of ``on`` without a template is an error that says what to do instead."""
+        mode = self.chat_mode
+        template = backend.chat_template() if mode != "off" else None
+        if template is None and mode == "on":
+            raise ModelError(
+                f"{self._mode_where} for task {self.spec.name}, but the model "
+                f"({backend.info().get('model')}) has no chat template: give one with "
+                "--llm-chat-template-file=PATH, or use --llm-chat-template=off"
+            )
+        return template
+
     def bind(self, backend: Backend) -> None:
         """Take the chat template (and the BOS policy, for records) from ``backend``, once.
         A mode of ``on`` without a template, or multiple choice through a server that
@@ -293,21 +313,9 @@ class TaskRunner:
         bos = info.get("bos")
         self._bos = bos if isinstance(bos, Mapping) else {}
         self.model_name = str(info.get("model_path") or info.get("model") or "the model")
-        mode = self.chat_mode
-        pinned = self._mode_source.startswith("spec")
-        where = (
-            f"{self.spec.source}: field 'prompt.chat' pins {mode}"
-            if pinned
-            else f"--llm-chat-template={mode}"
-        )
-        template = backend.chat_template() if mode != "off" else None
-        if template is None and mode == "on":
-            raise ModelError(
-                f"{where} for task {self.spec.name}, but the model "
-                f"({info.get('model')}) has no chat template: give one with "
-                "--llm-chat-template-file=PATH, or use --llm-chat-template=off"
-            )
+        template = self._template_for(backend)
         if template is not None and template.render is None and self.spec.mode != "generate":
+            where = self._mode_where
             raise ModelError(
                 f"task {self.spec.name} is scored by the log-likelihood of its choices, which "
                 f"needs the prompt's log-probabilities; with the chat template on ({where}) "
@@ -402,9 +410,35 @@ class TaskRunner:
             fewshot_text=shots.text,
         )
 
-    def _render(self, messages: tuple[Message, ...]) -> tuple[str, tuple[Message, ...]]:
+    def instruction_prompt(self, text: str, backend: Backend) -> tuple[str, tuple[Message, ...]]:
+        """``text`` as the one user turn of a conversation (after the run's system prompt,
+        ``ChatSettings.system_prompt``; without the task's description, system prompt and
+        few-shot block), presented to ``backend`` as this runner presents its own prompts:
+        rendered by the chat template its mode takes from the backend, exactly as
+        :meth:`prepare` renders an item (the system text folded into the user turn for
+        templates without a system role; the conversation itself when a server applies
+        its template), or as plain text when no template applies. Returns the prompt text
+        and the messages sent (empty for plain text): a :class:`GenerateRequest` takes them
+        as ``context`` and ``messages``.
+
+        For probes that ask a model something other than the task's question. It does not
+        bind the runner (:meth:`bind`): a generation-only probe may run a multiple-choice
+        task's items through a server that applies its own template."""
+        template = self.template if self._bound else self._template_for(backend)
+        sep = self.spec.prompt.fewshot_separator
+        messages = build_messages(
+            system=system_message([self.chat.system_prompt], sep),
+            examples=(),
+            question=text,
+            target_delimiter=self.spec.prompt.target_delimiter,
+            fewshot_separator=sep,
+        )
+        return self._render(messages, template)
+
+    def _render(
+        self, messages: tuple[Message, ...], template: ChatTemplate | None
+    ) -> tuple[str, tuple[Message, ...]]:
         """The prompt text and the messages as the model receives them."""
-        template = self.template
         if template is None:
             return as_plain_text(messages), ()
         sent = messages if self.chat.multiturn else single_turn(messages)
@@ -430,7 +464,7 @@ class TaskRunner:
         shots = self._shots_for(item.subset, doc)
         question = self._question(item, doc)
         messages = self._conversation(shots, question, item, doc)
-        prompt, sent = self._render(messages)
+        prompt, sent = self._render(messages, self.template)
         question_start: int | None = None
         if sent:
             found = prompt.rfind(question.strip()) if question.strip() else -1

@@ -60,7 +60,8 @@ class ProbeOutcome:
 def paired_verdict(report: Any, alpha: float) -> Verdict:
     """Option shuffling, number and entity rewrites: the published form answered better
     than its rewrite, one-sided exact McNemar on the discordant pairs."""
-    from pytest_llmeval.contamination import Verdict, mcnemar_greater
+    from pytest_llmeval.contamination import Verdict
+    from pytest_llmeval.scorer import mcnemar_one_sided
 
     return Verdict(
         probe=report.probe,
@@ -68,7 +69,7 @@ def paired_verdict(report: Any, alpha: float) -> Verdict:
         null="the same items rewritten",
         test="one-sided exact McNemar",
         n=report.n,
-        p_value=mcnemar_greater(report.b, report.c),
+        p_value=mcnemar_one_sided(report.b, report.c),
         alpha=alpha,
         summary=(
             f"accuracy {100 * report.canonical_accuracy:.1f}% as published, "
@@ -152,7 +153,7 @@ class ProbeRunner:
             pytest.skip(str(exc))
         items = [i for i in items if i.id not in self.session.excluded]
         chosen = first_n(items, n or opts.probe_items)
-        outcome = getattr(self, f"_{probe}")(runner, chosen, k)
+        outcome: ProbeOutcome = getattr(self, f"_{probe}")(runner, chosen, k)
         if not self.session.is_worker:
             folder = self.session.run_dir().path / "contamination"
             folder.mkdir(exist_ok=True)
@@ -270,33 +271,40 @@ class ProbeRunner:
         return ProbeOutcome(runner.spec.name, "membership", flags, verdict, plan)
 
     def _ts_guessing(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
-        from pytest_llmeval.contamination import guessing_probe, guessing_vs_reference
+        from pytest_llmeval.contamination import guessing_verdict, ts_guessing_probe
 
         seed = self.session.options.seed
-        report = guessing_probe(runner, items, self.backend, seed=seed)
+        report = ts_guessing_probe(runner, items, self.backend, seed=seed)
         ref_backend = self.reference()
         if ref_backend is None:
             pytest.skip(
                 f"{runner.spec.name} ts_guessing: exact-match rate "
-                f"{100 * report.rate:.1f}% on {report.n} items; no verdict without "
+                f"{100 * report.exact_match_rate:.1f}% on {report.n} items; no verdict without "
                 "--llm-reference-model (free-text guessing has no honest chance level)"
             )
-        ref = guessing_probe(runner, items, ref_backend, seed=seed)
-        verdict = guessing_vs_reference(
+        ref = ts_guessing_probe(runner, items, ref_backend, seed=seed)
+        verdict = guessing_verdict(
             report, ref, self.session.options.probe_alpha, reference_name=self._reference_name()
         )
         extra = {"reference_report": ref.to_dict()}
         return ProbeOutcome(runner.spec.name, "ts_guessing", report, verdict, extra=extra)
 
     def _circular(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
-        from pytest_llmeval.contamination import circular_probe, circular_verdict
+        from pytest_llmeval.contamination import (
+            circular_probe,
+            circular_verdict,
+            option_fields,
+            option_texts,
+        )
 
         report = circular_probe(runner, items, self.backend)
         ref_backend = self.reference()
         ref = circular_probe(runner, items, ref_backend) if ref_backend is not None else None
+        fields, _ = option_fields(runner)
         verdict = circular_verdict(
             report,
             self.session.options.probe_alpha,
+            options={i.id: option_texts(i.doc, fields) for i in items},
             reference=ref,
             reference_name=self._reference_name(),
         )

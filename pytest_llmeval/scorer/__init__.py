@@ -20,6 +20,7 @@ from pytest_llmeval.scorer._metrics import (
     auroc,
     binomial_upper_tail,
     mcnemar_exact,
+    mcnemar_one_sided,
     paired_difference,
     wilson_interval,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "last_boxed",
     "math_equal",
     "mcnemar_exact",
+    "mcnemar_one_sided",
     "normalize_answer",
     "normalize_math_answer",
     "numbers",

@@ -107,6 +107,20 @@ def mcnemar_exact(b: int, c: int) -> float:
     return max(float(p), math.ulp(0.0))
 
 
+def mcnemar_one_sided(b: int, c: int) -> float:
+    """One-sided exact McNemar p-value: ``P(X >= b)`` with X ~ Binomial(b + c, 1/2), for
+    the alternative that ``b`` (pairs right in the first member and wrong in the second) is
+    larger than ``c`` (the reverse). 1.0 without discordant pairs. Computed exactly with
+    integers; a p-value below the smallest positive float is returned as that float."""
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, got b={b}, c={c}")
+    n = b + c
+    if n == 0 or b == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(b, n + 1))
+    return max(float(Fraction(tail, 1 << n)), math.ulp(0.0))
+
+
 def binomial_upper_tail(k: int, n: int, p: Fraction) -> float:
     """``P(X >= k)`` for X ~ Binomial(n, p), exactly (a one-sided binomial test's p-value)."""
     if not 0 <= k <= n + 1 or n < 0:

@@ -12,11 +12,10 @@ from pytest_llmeval.contamination import (
     OrderTestReport,
     exchangeability,
     handling,
-    mcnemar_greater,
     membership_flags,
     order_verdict,
 )
-from pytest_llmeval.scorer import binomial_upper_tail
+from pytest_llmeval.scorer import binomial_upper_tail, mcnemar_one_sided
 
 
 @pytest.mark.parametrize(
@@ -146,7 +145,7 @@ def test_handling_policy_and_subset_scores() -> None:
     assert "nothing to exclude" in quiet.policy
 
 
-def test_mcnemar_greater() -> None:
-    assert mcnemar_greater(5, 0) == pytest.approx(1 / 32)
-    assert mcnemar_greater(0, 5) == 1.0
-    assert mcnemar_greater(0, 0) == 1.0
+def test_mcnemar_one_sided() -> None:
+    assert mcnemar_one_sided(5, 0) == pytest.approx(1 / 32)
+    assert mcnemar_one_sided(0, 5) == 1.0
+    assert mcnemar_one_sided(0, 0) == 1.0

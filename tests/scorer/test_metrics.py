@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import math
 import random
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_llmeval.scorer import Estimate, accuracy, paired_difference, wilson_interval
+from pytest_llmeval.scorer import (
+    Estimate,
+    accuracy,
+    binomial_upper_tail,
+    mcnemar_exact,
+    mcnemar_one_sided,
+    paired_difference,
+    wilson_interval,
+)
 from pytest_llmeval.scorer._metrics import Z95
 
 EPS = 1e-12
@@ -162,3 +171,33 @@ def test_accuracy_does_not_depend_on_the_order_of_the_items() -> None:
     for _ in range(50):
         rng.shuffle(scores)
         assert accuracy(scores) == reference
+
+
+@pytest.mark.parametrize(
+    ("b", "c", "p"),
+    [
+        (5, 0, 1 / 32),
+        (0, 5, 1.0),
+        (0, 0, 1.0),
+        (3, 3, 42 / 64),  # P(X >= 3 | Bin(6, 1/2)) = (20 + 15 + 6 + 1) / 64
+        (6, 1, 8 / 128),  # (7 + 1) / 128
+        (1, 6, 127 / 128),
+    ],
+)
+def test_mcnemar_one_sided_known_values(b: int, c: int, p: float) -> None:
+    assert mcnemar_one_sided(b, c) == pytest.approx(p, rel=1e-12)
+
+
+@given(st.integers(0, 60), st.integers(0, 60))
+def test_mcnemar_one_sided_is_the_binomial_upper_tail(b: int, c: int) -> None:
+    expected = binomial_upper_tail(b, b + c, Fraction(1, 2)) if b + c else 1.0
+    assert mcnemar_one_sided(b, c) == pytest.approx(expected, rel=1e-12)
+    if b > c:  # the one-sided p-value is half the two-sided one on the side of the data
+        assert mcnemar_one_sided(b, c) == pytest.approx(mcnemar_exact(b, c) / 2, rel=1e-12)
+
+
+def test_mcnemar_one_sided_is_exact_far_in_the_tail() -> None:
+    assert mcnemar_one_sided(2000, 0) > 0.0  # never 0, even below the float range
+    assert mcnemar_one_sided(1000, 0) == pytest.approx(2.0**-1000, rel=1e-12)
+    with pytest.raises(ValueError, match="discordant"):
+        mcnemar_one_sided(-1, 2)
