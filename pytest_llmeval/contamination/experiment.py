@@ -41,6 +41,12 @@ from typing import Any
 
 from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import SpecError
+from pytest_llmeval.contamination._circular import CircularItem, CircularReport, circular_probe
+from pytest_llmeval.contamination._guessing import (
+    GuessingItem,
+    GuessingReport,
+    ts_guessing_probe,
+)
 from pytest_llmeval.contamination._membership import (
     ItemMembership,
     item_text,
@@ -55,6 +61,8 @@ from pytest_llmeval.contamination._rewrite import (
 )
 from pytest_llmeval.contamination._verdicts import (
     Verdict,
+    circular_verdict,
+    guessing_verdict,
     membership_flags,
     order_verdict,
 )
@@ -211,6 +219,20 @@ def measure_items(
         raise SpecError(
             runner.spec.source, "contamination", "names no options/gold nor question/solution"
         )
+    if probes.options is not None and probes.gold is not None:
+        circular = {c.item_id: c for c in circular_probe(runner, items, backend).items}
+        guesses = {
+            g.item_id: g for g in ts_guessing_probe(runner, items, backend, seed=setup.seed).items
+        }
+        for rec in records:
+            c = circular.get(rec["id"])
+            rec["circular"] = list(c.correct) if c is not None else None
+            g = guesses.get(rec["id"])
+            rec["guessing"] = (
+                {"masked": g.masked_index, "exact_match": g.exact_match, "guess": g.guess}
+                if g is not None
+                else None
+            )
     memberships = membership_records(
         runner, items, backend, perturbations=setup.perturbations, seed=setup.seed
     )
@@ -266,6 +288,28 @@ def order_report(task: str, records: Sequence[Mapping[str, Any]]) -> OrderTestRe
     )
 
 
+def circular_report(task: str, records: Sequence[Mapping[str, Any]]) -> CircularReport:
+    items = tuple(
+        CircularItem(
+            r["id"], len(r["circular"]), tuple(r["circular"]), (None,) * len(r["circular"])
+        )
+        for r in records
+        if r.get("circular")
+    )
+    return CircularReport(task, items)
+
+
+def guessing_report(task: str, records: Sequence[Mapping[str, Any]]) -> GuessingReport:
+    items = tuple(
+        GuessingItem(
+            r["id"], g["masked"], "", "", "", g["guess"], g["guess"], bool(g["exact_match"]), 0.0
+        )
+        for r in records
+        if (g := r.get("guessing"))
+    )
+    return GuessingReport(task, 0, items)
+
+
 def memberships(records: Sequence[Mapping[str, Any]]) -> list[ItemMembership]:
     return [ItemMembership.from_dict(r["id"], r["membership"]) for r in records]
 
@@ -309,6 +353,17 @@ def verdicts(
         if reference is not None:
             out["canonical_order_vs_reference"] = order_verdict(
                 report, options, alpha, reference=order_report(task, reference)
+            )
+        if records[0].get("circular") is not None:
+            circ = circular_report(task, records)
+            out["circular"] = circular_verdict(circ, alpha, options=options)
+            if reference is not None:
+                out["circular_vs_reference"] = circular_verdict(
+                    circ, alpha, reference=circular_report(task, reference)
+                )
+        if reference is not None and "guessing" in records[0]:
+            out["ts_guessing_vs_reference"] = guessing_verdict(
+                guessing_report(task, records), guessing_report(task, reference), alpha
             )
     mine = memberships(records)
     for score in ("min_k_plus_plus", "mean_logprob"):
