@@ -427,10 +427,21 @@ def _paired(canonical: list[bool], rewritten: list[bool]) -> PairedReport:
     ],
 )
 def test_probe_verdict_rule_is_the_fixtures(report: PairedReport | OrderTestReport) -> None:
-    from pytest_llmeval.plugin._probe import verdict
+    """The report shows the fixture's own verdict (written with the probe's JSON), never a
+    rule of its own: the null behind a verdict is not in the report's numbers."""
+    from pytest_llmeval.contamination import order_verdict
+    from pytest_llmeval.plugin._probe import ProbeOutcome, paired_verdict
 
     for alpha in (0.01, 0.05):
-        assert probe_flagged(report.to_dict(), alpha) is (verdict(report, alpha) is not None)
+        if isinstance(report, OrderTestReport):
+            v = order_verdict(report, {"a": ["cat", "dog", "cow", "hen"]}, alpha)
+        else:
+            v = paired_verdict(report, alpha)
+        data = ProbeOutcome(report.task, "probe", report, v).to_dict(alpha)
+        assert probe_flagged(data, alpha) is v.fired
+        assert probe_flagged(
+            {**data, "verdict": {**data["verdict"], "fired": not v.fired}}, alpha
+        ) is (not v.fired)
 
 
 def test_probe_reports_are_read_from_the_run(run: Path) -> None:
