@@ -36,6 +36,7 @@ from pytest_llmeval.contamination._circular import CircularReport, circular_vs_r
 from pytest_llmeval.contamination._guessing import GuessingReport, guessing_vs_reference
 from pytest_llmeval.contamination._membership import ItemMembership
 from pytest_llmeval.contamination._probes import OrderTestReport
+from pytest_llmeval.contamination._reference import ReferenceComparison
 from pytest_llmeval.scorer import binomial_upper_tail, mcnemar_one_sided, wilson_interval
 
 # --------------------------------------------------------------------------- exchangeability
@@ -236,19 +237,14 @@ def circular_verdict(
     )
     if reference is not None:
         cmp = circular_vs_reference(report, reference)
-        return Verdict(
-            probe="circular",
-            task=report.task,
-            null=reference_name,
-            test="one-sided exact McNemar on right-only-as-published, paired by item",
-            n=cmp.n_paired,
-            p_value=cmp.p_value,
-            alpha=alpha,
-            summary=(
-                f"{acc}; right only in the published rotation: {cmp.test_count} items under "
-                f"the model, {cmp.ref_count} under the reference (b={cmp.b}, c={cmp.c})"
-            ),
-            detail=cmp.to_dict(),
+        return _versus_reference(
+            "circular",
+            report.task,
+            cmp,
+            "right-only-as-published",
+            f"{acc}; right only in the published rotation",
+            alpha,
+            reference_name,
         )
     kept = report
     if options is not None:
@@ -280,17 +276,38 @@ def guessing_verdict(
     """TS-Guessing against a reference model: one-sided exact McNemar on exact matches of
     the masked option, paired by item (there is no verdict without a reference)."""
     cmp = guessing_vs_reference(report, reference)
+    return _versus_reference(
+        "ts_guessing",
+        report.task,
+        cmp,
+        "exact matches",
+        "the masked option guessed exactly",
+        alpha,
+        reference_name,
+    )
+
+
+def _versus_reference(
+    probe: str,
+    task: str,
+    cmp: ReferenceComparison,
+    indicator: str,
+    what: str,
+    alpha: float,
+    reference_name: str,
+) -> Verdict:
+    """A per-item indicator of the model against the reference's: one-sided McNemar."""
     return Verdict(
-        probe="ts_guessing",
-        task=report.task,
+        probe=probe,
+        task=task,
         null=reference_name,
-        test="one-sided exact McNemar on exact matches, paired by item",
+        test=f"one-sided exact McNemar on {indicator}, paired by item",
         n=cmp.n_paired,
         p_value=cmp.p_value,
         alpha=alpha,
         summary=(
-            f"the masked option guessed exactly for {cmp.test_count} of {cmp.n_paired} items "
-            f"by the model, {cmp.ref_count} by the reference (b={cmp.b}, c={cmp.c})"
+            f"{what}: {cmp.test_count} of {cmp.n_paired} items under the model, "
+            f"{cmp.ref_count} under the reference (b={cmp.b}, c={cmp.c})"
         ),
         detail=cmp.to_dict(),
     )

@@ -7,10 +7,16 @@ from fractions import Fraction
 import pytest
 
 from pytest_llmeval.contamination import (
+    CircularItem,
+    CircularReport,
+    GuessingItem,
+    GuessingReport,
     ItemMembership,
     MembershipScore,
     OrderTestReport,
+    circular_verdict,
     exchangeability,
+    guessing_verdict,
     handling,
     membership_flags,
     order_verdict,
@@ -149,3 +155,43 @@ def test_mcnemar_one_sided() -> None:
     assert mcnemar_one_sided(5, 0) == pytest.approx(1 / 32)
     assert mcnemar_one_sided(0, 5) == 1.0
     assert mcnemar_one_sided(0, 0) == 1.0
+
+
+def _circ(rows: list[tuple[bool, ...]]) -> CircularReport:
+    return CircularReport(
+        "t", tuple(CircularItem(f"t-{i}", len(r), r, (None,) * len(r)) for i, r in enumerate(rows))
+    )
+
+
+def test_circular_verdict_without_and_with_a_reference() -> None:
+    only_published = (True, False, False, False)
+    other = (False, True, False, False)
+    report = _circ([only_published] * 12 + [other] * 2)
+    words = ["cat", "dog", "cow", "hen"]
+    v = circular_verdict(report, 0.01, options={f"t-{i}": words for i in range(14)})
+    assert v.fired and v.n == 14 and "12 are right in the published one" in v.summary
+    # The same items with numeric options: none kept, no verdict.
+    quiet = circular_verdict(
+        report, 0.01, options={f"t-{i}": ["1", "2", "3", "4"] for i in range(14)}
+    )
+    assert not quiet.fired and quiet.n == 0 and "0 of 14 items kept" in quiet.null
+    # A reference that also finds only the published rotation: nothing to tell them apart.
+    same = circular_verdict(report, 0.01, reference=report, reference_name="ref")
+    assert not same.fired and same.null == "ref" and same.p_value == 1.0
+    ref = _circ([other] * 14)
+    paired = circular_verdict(report, 0.01, reference=ref)
+    assert paired.fired and paired.p_value == pytest.approx(0.5**12)
+
+
+def _guess(hits: list[bool]) -> GuessingReport:
+    items = tuple(
+        GuessingItem(f"t-{i}", 1, "B", "x", "p", "o", "g", hit, 0.0) for i, hit in enumerate(hits)
+    )
+    return GuessingReport("t", 1, items)
+
+
+def test_guessing_verdict_needs_the_reference_to_guess_less() -> None:
+    model = _guess([True] * 10 + [False] * 10)
+    v = guessing_verdict(model, _guess([False] * 20), 0.01, reference_name="ref")
+    assert v.fired and v.p_value == pytest.approx(0.5**10) and "10 of 20 items" in v.summary
+    assert not guessing_verdict(model, model, 0.01).fired
