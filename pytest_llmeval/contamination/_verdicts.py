@@ -389,6 +389,7 @@ class FlagReport:
             "score": self.score,
             "mode": self.mode,
             "null": self.null,
+            "n": len(self.values),
             "target_fpr": self.fpr,
             "threshold": self.threshold,
             "control_fpr": self.control_fpr,

@@ -50,8 +50,8 @@ class ProbeOutcome:
         data.update({"probe": self.probe, "task": self.task, "alpha": alpha, **self.extra})
         if self.verdict is not None:
             data["verdict"] = self.verdict.to_dict()
-            data["p_value"] = self.verdict.p_value
-            data["n"] = self.verdict.n
+            data["p_value"] = self.verdict.p_value  # the verdict's, which decides
+            data.setdefault("n", self.verdict.n)
         if self.handling is not None:
             data["handling"] = self.handling.to_dict()
         return data
