@@ -360,6 +360,8 @@ class FlagReport:
     def verdict(self, alpha: float) -> Verdict:
         flagged = self.flagged
         expected = self.fpr * len(self.values)
+        strongest = sorted(flagged, key=lambda i: -self.values[i])[:5]
+        named = ", ".join(f"{i} ({self.values[i]:+.2f})" for i in strongest)
         return Verdict(
             probe=f"membership_{self.score}",
             task=self.task,
@@ -372,7 +374,7 @@ class FlagReport:
                 f"{self.paired_positive} of {self.paired_n} items score higher than their "
                 f"control; {len(flagged)} of {len(self.values)} items flagged at a threshold "
                 f"with an estimated false-positive rate of {100 * self.control_fpr:.1f}% "
-                f"({expected:.1f} expected by chance)"
+                f"({expected:.1f} expected by chance)" + (f"; strongest: {named}" if named else "")
             ),
             detail={
                 "flagged": flagged,
