@@ -23,11 +23,14 @@ def _pct(x: float) -> str:
 def write_probes(session: LlmEvalSession, tr: Any) -> None:
     """One line per contamination verdict (fired or not, with its null), and for
     membership flags the scores on all, clean and flagged items and the policy."""
-    outcomes = [o for o in session.probe_verdicts if o.verdict is not None]
+    outcomes = session.probe_verdicts
     if not outcomes:
         return
     tr.write_sep("=", "llmeval contamination probes")
     for o in outcomes:
+        if o.verdict is None:
+            tr.write_line(o.no_verdict or f"{o.task} {o.probe}: no verdict", yellow=True)
+            continue
         markup = {"red": True} if o.verdict.fired else {"green": True}
         tr.write_line(o.verdict.message(), **markup)
         if o.handling is not None and (o.verdict.fired or o.handling.flagged):
