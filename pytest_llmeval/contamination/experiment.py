@@ -515,6 +515,7 @@ def analyse(raw: Path, models: Path, *, draws: int = 500, seed: int = 1234) -> d
             "task": task,
             "clean_items": len(clean),
             "fpr": fire_rates(task, clean, ref_of(clean), size=50, draws=draws, seed=seed),
+            "flags": _flag_quality(task, clean, ref_of(clean), set()),
         }
         experiment_model = plant_record["task"] == task if plant_record else model == REFERENCE
         for planter, rec in plants.items():
@@ -612,17 +613,27 @@ def markdown(results: Mapping[str, Any]) -> str:
     lines += ["", f"## False alarms on clean items (draws of 50, alpha {ALPHA})", ""]
     pools = results["pools"]
     verdict_names = sorted({k for p in pools.values() for k in p["fpr"]})
-    lines += [
-        "| verdict | "
-        + " | ".join(f"{p['model']} / {p['task']} ({p['clean_items']})" for p in pools.values())
-        + " |",
-        "| --- |" + " --- |" * len(pools),
-    ]
+    columns = [f"{p['model']} / {p['task']} ({p['clean_items']})" for p in pools.values()]
+    lines += ["| verdict | " + " | ".join(columns) + " |", "| --- |" + " --- |" * len(pools)]
     for v in verdict_names:
         cells = [
             f"{100 * p['fpr'][v]['rate']:.1f}%" if v in p["fpr"] else "-" for p in pools.values()
         ]
         lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Membership flags (target {100 * FLAG_FPR:.0f}%): share of the clean items flagged",
+        "",
+        "| flags | " + " | ".join(columns) + " |",
+        "| --- |" + " --- |" * len(pools),
+    ]
+    flag_names = sorted({k for p in pools.values() for k in p.get("flags", {})})
+    for f in flag_names:
+        cells = [
+            f"{100 * p['flags'][f]['clean_fpr']:.1f}%" if f in p.get("flags", {}) else "-"
+            for p in pools.values()
+        ]
+        lines.append(f"| {f} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
