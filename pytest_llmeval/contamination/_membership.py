@@ -131,40 +131,19 @@ def membership_probe(
     fraction: float = 0.2,
     seed: int = 1234,
 ) -> MembershipReport:
-    """Min-K% and Min-K%++ of each item as published and rewritten (number rewrites when the
-    spec names a question and solution, else shuffled options); items without a rewrite
-    are left out of both sets."""
-    probes = runner.spec.probes
-    published: list[tuple[str, str]] = []
-    rewritten: list[tuple[str, str]] = []
-    reference = "number_rewrite" if probes.solution else "option_shuffle"
-    for item in items:
-        doc: dict[str, Any] | None = None
-        if probes.solution and probes.question:
-            rw = rewrite_numbers(
-                str(item.doc[probes.question]),
-                str(item.doc[probes.solution]),
-                seed=seed,
-                item_id=item.id,
-            )
-            if rw is not None:
-                doc = {**item.doc, probes.question: rw.question, probes.solution: rw.solution}
-        elif probes.options and probes.gold:
-            orders = shuffled_orders(
-                item.doc, probes.options, probes.gold, 1, seed=seed, item_id=item.id
-            )
-            doc = permute_options(item.doc, probes.options, probes.gold, orders[0])
-        if doc is None:
-            continue
-        published.append((item.id, item_text(runner, item)))
-        variant = Item(id=f"{item.id}~rewrite", index=item.index, doc=doc, subset=item.subset)
-        rewritten.append((variant.id, item_text(runner, variant)))
+    """Min-K% and Min-K%++ of each item as published and rewritten once (number rewrites
+    when the spec names a question and solution, else shuffled options:
+    :func:`rewritten_docs`); items without a rewrite are left out of both sets."""
+    records = membership_records(
+        runner, items, backend, perturbations=1, seed=seed, fraction=fraction
+    )
+    kept = [r for r in records if r.perturbed]
     return MembershipReport(
         task=runner.spec.name,
         fraction=fraction,
-        reference=reference,
-        published=tuple(membership_scores(published, backend, fraction=fraction)),
-        rewritten=tuple(membership_scores(rewritten, backend, fraction=fraction)),
+        reference="number_rewrite" if runner.spec.probes.solution else "option_shuffle",
+        published=tuple(r.published for r in kept),
+        rewritten=tuple(r.perturbed[0] for r in kept),
     )
 
 
