@@ -207,9 +207,12 @@ def run_state(run: Path) -> tuple[str, str | None]:
     now = time.time()
     if any(_entry_live(f, info, now) for f, info in entries):
         return "live", None
+    # A process that died while running is named first, then one that was interrupted: the
+    # same answer whatever the order of the status files (their names hold the pids).
     for _, info in entries:
         if info.get("status") == "running":
             return "interrupted", f"process {info.get('pid')} on {info.get('host')} died"
+    for _, info in entries:
         if info.get("status") == "interrupted":
             return "interrupted", str(info.get("reason") or "interrupted")
     return "finished", None

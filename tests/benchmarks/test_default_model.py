@@ -123,7 +123,7 @@ def test_contamination_probes_on_the_default_model(run_benchmarks: RunBenchmarks
     ]
     for name, report in reports.items():
         # every verdict names its null; every probe without one says why
-        assert report["verdict"]["null"] if "verdict" in report else report["no_verdict"], name
+        assert report["verdict"]["null"] if report.get("verdict") else report["no_verdict"], name
     result.stdout.fnmatch_lines(["*mmlu membership: no verdict without --llm-reference-model*"])
     assert reports["mmlu-membership"]["handling"]["scores"]["all"]["n"] == 4
     assert reports["mmlu-option_shuffle"]["n"] == 4

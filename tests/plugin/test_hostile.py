@@ -644,7 +644,9 @@ def test_a_live_run_is_never_reused_nor_superseded(
         assert not (first / "superseded_by.txt").exists()
     finally:
         lease.release("interrupted", "killed in the test")
-    assert run_state(first) == ("interrupted", "killed in the test")
+    # The killed first process is named (it died while running), whatever the pids' order.
+    state, reason = run_state(first)
+    assert state == "interrupted" and reason is not None and reason.endswith(" died")
 
 
 INTERRUPT_CONFTEST = """
