@@ -1,31 +1,24 @@
-"""The planted-contamination experiment: do the probes catch a model trained on the test?
+"""The planted-contamination experiment: do the verdicts catch a model trained on the test,
+and do they stay silent on models that were not?
 
-``python -m pytest_llmeval.contamination.experiment --out docs/contamination-experiment``
+``python -m pytest_llmeval.contamination.experiment plant|measure|analyse|run``
 
-1. Take the first ``--items`` items of a multiple-choice task (MMLU by default, round-robin
-   over subjects) and split them at random (seeded) into a contaminated half and a clean
-   half.
-2. Fine-tune the default model (SmolLM2-135M, float32, CPU is enough) on the contaminated
-   half: each item's text as the benchmark publishes it (question, options in their
-   published order, "Answer: <letter>"), ``--epochs`` passes, AdamW.
-3. Run every probe with the original and the contaminated model over all items, and report
-   for each item-level score the AUROC of telling contaminated items from clean ones, and
-   each task-level probe's verdict on each half (zero-shot prompts by default, ``--fewshot``):
+1. ``plant``: take the first ``--items`` items of a task (round-robin over subjects), split
+   them at random (seeded) into a planted half and a clean half, and fine-tune the default
+   model on the planted half (multiple choice: the item's text as published, question,
+   options in their order and the answer; worked-solution tasks such as GSM8K: question
+   and full solution), ``--epochs`` passes, AdamW; the model and ``planted.json`` are kept.
+2. ``measure``: the raw per-item measurements of one model on one task
+   (:func:`measure_items`: canonical-order log-likelihoods, answers as published and
+   shuffled, CircularEval, TS-Guessing, membership scores as published and rewritten),
+   written as ``<model>-<task>.json``; zero-shot prompts by default (``--fewshot``).
+3. ``analyse``: every verdict of :mod:`._verdicts` on each half of each planted model, with
+   the untouched model as reference; the item-level AUROCs and the flags' precision and
+   recall; each verdict's power on draws of planted items and its false alarms on draws of
+   clean items (:func:`fire_rates`); ``results.json`` and ``results.md``.
 
-   - ``gold_prob_drop``: the gold option's probability (softmax over the letters) in the
-     published order minus in a shuffled order (the option-shuffling probe, continuous);
-   - ``order_margin``: log-likelihood of the question in its published option order minus
-     the mean over shuffled orders (the canonical-order test);
-   - ``min_k`` / ``min_k_plus_plus``: membership scores of the item text;
-   - ``mean_logprob``: the plain average token log-probability (the baseline they improve
-     on);
-   - ``completion_rouge_l`` / ``guided_gain``: guided completion of the first half of the
-     question, ROUGE-L of the plain completion with the true second half, and how much
-     naming the benchmark ("MMLU", "test") raises it;
-   - ``recall_cues``: the number of behavioural cues of recall in both completions.
-
-Writes ``results.json`` and ``results.md`` into ``--out``. Needs torch and transformers
-(the ``hf`` extra); nothing here runs in the test process's default path.
+``run`` does the three for one task. Needs torch and transformers (the ``hf`` extra);
+nothing here runs in the test process's default path.
 """
 
 from __future__ import annotations
