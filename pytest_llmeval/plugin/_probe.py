@@ -112,7 +112,8 @@ class ProbeRunner:
             try:
                 self._reference = load_backend(settings)
             except LlmEvalError as exc:
-                pytest.fail(f"--llm-reference-model={name}: {exc}", pytrace=False)
+                why = str(exc).replace(f"--llm-model={name}: ", "")
+                pytest.fail(f"--llm-reference-model={name}: {why}", pytrace=False)
             self._reference_record = self._describe_reference(name)
         return self._reference
 
@@ -158,6 +159,8 @@ class ProbeRunner:
             pytest.skip(str(exc))
         items = [i for i in items if i.id not in self.session.excluded]
         chosen = first_n(items, n or opts.probe_items)
+        if not chosen:  # never a verdict on nothing
+            pytest.skip(f"{task} {probe}: no item to probe (the data has none after --llm-exclude)")
         outcome: ProbeOutcome = getattr(self, f"_{probe}")(runner, chosen, k)
         if not self.session.is_worker:
             folder = self.session.run_dir().path / "contamination"
