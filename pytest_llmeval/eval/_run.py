@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -646,23 +646,56 @@ class TaskRunner:
         elif prepared:
             results = self._run_multiple_choice(prepared, backend)
         per_item = (time.perf_counter() - started) / max(1, len(items))
-        bos_token = self._bos.get("token")
-        add_bos = bool(self._bos.get("add"))
         for p, r in zip(prepared, results, strict=True):
-            r.seconds = round(per_item, 4)
-            if p.messages:
-                r.messages = as_dicts(p.messages)
-            if self._bos:
-                r.bos_added = bos_added(p.prompt, bos_token, add_bos)
-            digests = item_digests(p)
-            r.doc_hash, r.prompt_hash, r.target_hash = (
-                digests["doc_hash"],
-                digests["prompt_hash"],
-                digests["target_hash"],
-            )
+            self._finish(p, r, per_item)
         done = {r.item_id: r for r in results}
         done.update(failed)
         return [done[item.id] for item in items]
+
+    def stream(self, items: Sequence[Item], backend: Backend) -> Iterator[ItemResult]:
+        """The results of ``items``, each yielded as soon as it is ready.
+
+        A generative task on a backend with ``generate_stream`` (the HF backend: continuous
+        batching) hands the backend all ``items`` at once and yields each result when its
+        sequence ends, so results come in the order sequences end (items that fail to
+        prepare first). Otherwise :meth:`run` on a batch of items at a time, in order. A
+        result's ``seconds`` is the wall time since the previous one."""
+        generate_stream = getattr(backend, "generate_stream", None)
+        if self.spec.mode != "generate" or generate_stream is None:
+            size = max(1, backend.batch_size)
+            for start in range(0, len(items), size):
+                yield from self.run(items[start : start + size], backend)
+            return
+        self.bind(backend)
+        prepared: list[PreparedItem] = []
+        for item in items:
+            try:
+                prepared.append(self.prepare(item))
+            except LlmEvalError as exc:
+                yield self.error_result(item, str(exc))
+        last = time.perf_counter()
+        for index, out in generate_stream(self._generate_requests(prepared)):
+            p = prepared[index]
+            result = self._generation_result(p, out)
+            now = time.perf_counter()
+            self._finish(p, result, now - last)
+            last = now
+            yield result
+
+    def _finish(self, p: PreparedItem, r: ItemResult, seconds: float) -> None:
+        """What every result of a prepared item carries: its time, conversation, BOS and
+        the digests that resume compares."""
+        r.seconds = round(seconds, 4)
+        if p.messages:
+            r.messages = as_dicts(p.messages)
+        if self._bos:
+            r.bos_added = bos_added(p.prompt, self._bos.get("token"), bool(self._bos.get("add")))
+        digests = item_digests(p)
+        r.doc_hash, r.prompt_hash, r.target_hash = (
+            digests["doc_hash"],
+            digests["prompt_hash"],
+            digests["target_hash"],
+        )
 
     def error_result(
         self, item: Item, message: str, prepared: PreparedItem | None = None
@@ -684,11 +717,11 @@ class TaskRunner:
     def _model_problem(self, problem: str) -> str:
         return f"the model ({self.model_name}) {problem}"
 
-    def _run_generate(self, prepared: Sequence[PreparedItem], backend: Backend) -> list[ItemResult]:
+    def _generate_requests(self, prepared: Sequence[PreparedItem]) -> list[GenerateRequest]:
         gen = self.spec.generate
         assert gen is not None
         markers = self.thinking_markers if self.strip_thinking else None
-        requests = [
+        return [
             GenerateRequest(
                 context=p.prompt,
                 max_new_tokens=gen.budget(p.item.subset),
@@ -701,20 +734,23 @@ class TaskRunner:
             )
             for p in prepared
         ]
+
+    def _run_generate(self, prepared: Sequence[PreparedItem], backend: Backend) -> list[ItemResult]:
+        requests = self._generate_requests(prepared)
         outputs = backend.generate(requests)
         if len(outputs) != len(requests):
             raise DataError(f"backend returned {len(outputs)} results for {len(requests)} requests")
-        results = []
-        for p, out in zip(prepared, outputs, strict=True):
-            if out.error is not None:
-                message = self._model_problem(f"could not generate: {out.error}")
-                results.append(self.error_result(p.item, message, p))
-                continue
-            try:
-                results.append(self._score_generation(p, out))
-            except LlmEvalError as exc:  # this item's scorer templates or fields
-                results.append(self.error_result(p.item, str(exc), p))
-        return results
+        return [self._generation_result(p, out) for p, out in zip(prepared, outputs, strict=True)]
+
+    def _generation_result(self, p: PreparedItem, out: GenerateResult) -> ItemResult:
+        """A generation scored, or the item's error (the backend's, or its scorer's)."""
+        if out.error is not None:
+            message = self._model_problem(f"could not generate: {out.error}")
+            return self.error_result(p.item, message, p)
+        try:
+            return self._score_generation(p, out)
+        except LlmEvalError as exc:  # this item's scorer templates or fields
+            return self.error_result(p.item, str(exc), p)
 
     def _score_generation(self, p: PreparedItem, out: GenerateResult) -> ItemResult:
         gen = self.spec.generate

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import inspect
 import platform
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_llmeval._errors import ModelError
@@ -38,6 +38,32 @@ _NOT_FINITE = -1
 # Requests generated in one batch share these: budget, stop sequences, thinking markers and
 # whether the prompt opened the thinking block.
 _GenerationKey = tuple[int, tuple[str, ...], tuple[str, str] | None, bool]
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A generation request, tokenized: its cached prefix, its own tokens after it (the
+    prompt as fitted to the window), and how it ends."""
+
+    index: int  # its position in the generate call
+    prefix: tuple[int, ...]
+    own: list[int]
+    n_prompt: int  # prompt tokens before fitting
+    max_new: int
+    stop: tuple[str, ...]
+    thinking: tuple[str, str] | None
+    opened: bool
+
+
+@dataclass
+class _Row:
+    """A sequence being generated: its new tokens so far and, once ended, the stop token
+    that ended it (``_NOT_FINITE``: its logits were not finite; None: budget or stop
+    sequence)."""
+
+    job: _Job
+    new: list[int] = field(default_factory=list)
+    ended: int | None = None
 
 
 def set_seeds(seed: int) -> dict[str, int]:
@@ -701,120 +727,268 @@ class HFBackend:
     # ------------------------------------------------------------------ generation
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
-        """Greedy generation in batches of prompts with the same budget and stop sequences,
-        longest first (see ``_greedy``). A prompt's shared prefix is not recomputed: its
-        cached state is reused, the prompt's own tokens continue it."""
-        out: list[GenerateResult | None] = [None] * len(requests)
-        groups: dict[_GenerationKey, list[int]] = {}
-        prompt_tokens: dict[int, int] = {}
-        encoded: dict[int, list[int]] = {}
-        prefixes: dict[int, tuple[int, ...]] = {}
+        """Greedy generation of every request; results in the order of ``requests`` (see
+        :meth:`generate_stream`, which this collects)."""
+        out: dict[int, GenerateResult] = dict(self.generate_stream(requests))
+        return [out[i] for i in range(len(requests))]
+
+    def generate_stream(
+        self, requests: Sequence[GenerateRequest]
+    ) -> Iterator[tuple[int, GenerateResult]]:
+        """Greedy generation, each result yielded as ``(index in requests, result)`` as soon
+        as its sequence ends (requests that cannot run come first).
+
+        With full-attention layers (``prefix_sharing``) the batch is kept full
+        (continuous batching, :meth:`_continuous`): up to ``batch_size`` sequences run at
+        once and a sequence that ends is replaced by the next request, in the order given.
+        Otherwise requests with the same budget and stop sequences run in fixed batches,
+        longest first (:meth:`_greedy`). Either way a prompt's shared prefix is not
+        recomputed: its cached state is reused, the prompt's own tokens continue it."""
+        jobs: list[_Job] = []
         for i, req in enumerate(requests):
             budget = self.max_length - req.max_new_tokens
             if budget < 1:
-                out[i] = GenerateResult(
-                    text="",
-                    n_tokens=0,
-                    finish_reason="error",
-                    context_window=self.max_length,
-                    error=f"max_new_tokens={req.max_new_tokens} leaves no room for a prompt in "
-                    f"the context window ({self.max_length} tokens)",
+                yield (
+                    i,
+                    GenerateResult(
+                        text="",
+                        n_tokens=0,
+                        finish_reason="error",
+                        context_window=self.max_length,
+                        error=f"max_new_tokens={req.max_new_tokens} leaves no room for a prompt in "
+                        f"the context window ({self.max_length} tokens)",
+                    ),
                 )
                 continue
             tokens = self._encode_prompt(req.context)
-            prompt_tokens[i] = len(tokens)
-            prefixes[i] = ()
+            n_prompt = len(tokens)
+            prefix: tuple[int, ...] = ()
             if len(tokens) > budget:
                 if req.overflow == "skip":
-                    out[i] = GenerateResult(
-                        text="",
-                        n_tokens=0,
-                        finish_reason="context_overflow",
-                        n_prompt_tokens=len(tokens),
-                        context_window=self.max_length,
+                    yield (
+                        i,
+                        GenerateResult(
+                            text="",
+                            n_tokens=0,
+                            finish_reason="context_overflow",
+                            n_prompt_tokens=len(tokens),
+                            context_window=self.max_length,
+                        ),
                     )
                     continue
                 tokens = fit_tokens(tokens, budget, req.overflow)
             else:
                 shared = self._shared_tokens(tokens, req.context[: req.shared_prefix])
-                prefixes[i] = tuple(tokens[:shared])
-            encoded[i] = tokens
-            key = (req.max_new_tokens, req.stop, req.thinking, req.thinking_open)
-            groups.setdefault(key, []).append(i)
-        for (max_new, stop, thinking, opened), indices in groups.items():
-            order = sorted(indices, key=lambda i: (-(len(encoded[i]) - len(prefixes[i])), i))
+                prefix = tuple(tokens[:shared])
+            jobs.append(
+                _Job(
+                    index=i,
+                    prefix=prefix,
+                    own=tokens[len(prefix) :],
+                    n_prompt=n_prompt,
+                    max_new=req.max_new_tokens,
+                    stop=req.stop,
+                    thinking=req.thinking,
+                    opened=req.thinking_open,
+                )
+            )
+        if not jobs:
+            return
+        if self._share:
+            for row in self._continuous(jobs):
+                yield row.job.index, self._result(row)
+            return
+        groups: dict[_GenerationKey, list[_Job]] = {}
+        for job in jobs:
+            groups.setdefault((job.max_new, job.stop, job.thinking, job.opened), []).append(job)
+        for members in groups.values():
+            order = sorted(members, key=lambda j: (-len(j.own), j.index))
             for start in range(0, len(order), self.batch_size):
-                batch = order[start : start + self.batch_size]
-                states = [self._prefix_state(prefixes[i], keep=True) for i in batch]
-                own = [encoded[i][len(prefixes[i]) :] for i in batch]
-                rows = self._greedy(states, own, max_new, stop, thinking, opened)
-                for i, (tokens, ended_by) in zip(batch, rows, strict=True):
-                    if ended_by == _NOT_FINITE:
-                        out[i] = GenerateResult(
-                            text="",
-                            n_tokens=len(tokens),
-                            finish_reason="error",
-                            n_prompt_tokens=prompt_tokens[i],
-                            context_window=self.max_length,
-                            error="the model's logits are not finite numbers (NaN or infinity) "
-                            f"at output token {len(tokens) + 1}: no token can be chosen",
-                        )
-                        continue
-                    cut, hit = cut_at_stop(
-                        str(self.tokenizer.decode(tokens, skip_special_tokens=True)),
-                        stop,
-                        thinking,
-                        opened,
-                    )
-                    out[i] = GenerateResult(
-                        text=cut,
-                        n_tokens=len(tokens),
-                        finish_reason="stop"
-                        if hit
-                        else "eos"
-                        if ended_by is not None
-                        else "length",
-                        n_prompt_tokens=prompt_tokens[i],
-                        truncated_tokens=prompt_tokens[i] - len(encoded[i]),
-                        context_window=self.max_length,
-                        stop_token=(
-                            self.stop_tokens.get(ended_by)
-                            if ended_by is not None and not hit
-                            else None
-                        ),
-                    )
-        return [r for r in out if r is not None]
+                for row in self._greedy(order[start : start + self.batch_size]):
+                    yield row.job.index, self._result(row)
 
-    def _greedy(
-        self,
-        states: Sequence[_State | None],
-        own: Sequence[Sequence[int]],
-        max_new: int,
-        stop: tuple[str, ...],
-        thinking: tuple[str, str] | None = None,
-        opened: bool = False,
-    ) -> list[tuple[list[int], int | None]]:
-        """Greedy decoding of a batch: row i continues ``states[i]`` with its ``own`` tokens.
-        A row leaves the batch as soon as it produced a stop token (EOS, an id of the
-        generation config's ``eos_token_id``, the chat template's end of turn), a stop
-        sequence (checked on the decoded text after every token, as lm-eval's stopping
-        criterion does) or ``max_new`` tokens, so the remaining rows run smaller forward
-        passes. Returns each row's new tokens (the stop token excluded) and the stop token
-        that ended it, if any (``_NOT_FINITE`` when its logits were not finite numbers)."""
+    def _result(self, row: _Row) -> GenerateResult:
+        """A finished sequence as the request's result: the text cut at its first stop
+        sequence, how it ended, its token counts."""
+        job = row.job
+        if row.ended == _NOT_FINITE:
+            return GenerateResult(
+                text="",
+                n_tokens=len(row.new),
+                finish_reason="error",
+                n_prompt_tokens=job.n_prompt,
+                context_window=self.max_length,
+                error="the model's logits are not finite numbers (NaN or infinity) "
+                f"at output token {len(row.new) + 1}: no token can be chosen",
+            )
+        cut, hit = cut_at_stop(
+            str(self.tokenizer.decode(row.new, skip_special_tokens=True)),
+            job.stop,
+            job.thinking,
+            job.opened,
+        )
+        return GenerateResult(
+            text=cut,
+            n_tokens=len(row.new),
+            finish_reason="stop" if hit else "eos" if row.ended is not None else "length",
+            n_prompt_tokens=job.n_prompt,
+            truncated_tokens=job.n_prompt - len(job.prefix) - len(job.own),
+            context_window=self.max_length,
+            stop_token=(
+                self.stop_tokens.get(row.ended) if row.ended is not None and not hit else None
+            ),
+        )
+
+    def _take(self, row: _Row, token: int, finite: bool) -> bool:
+        """Give ``row`` its next greedy ``token``; whether the row goes on. It ends on
+        logits that are not finite, a stop token (not kept), its budget, or a stop sequence
+        in its decoded text (checked after every token, as lm-eval's stopping criterion
+        does)."""
+        job = row.job
+        if not finite:  # damaged weights or an overflow: no token to choose
+            row.ended = _NOT_FINITE
+            return False
+        if token in self.stop_tokens:
+            row.ended = token
+            return False
+        row.new.append(token)
+        if len(row.new) >= job.max_new:
+            return False
+        if not job.stop:
+            return True
+        text = self.tokenizer.decode(row.new, skip_special_tokens=True)
+        return not stop_hit(text, job.stop, job.thinking, job.opened)
+
+    def _choose(self, hidden: Any) -> tuple[Any, list[int], list[bool]]:
+        """The greedy next token of each row of ``hidden`` (one position per row): the
+        token tensor, its values, and whether each row's logits were finite."""
+        import torch
+
+        logits = self._head(hidden)
+        tokens = logits.argmax(-1)
+        return tokens, tokens.tolist(), torch.isfinite(logits).all(-1).tolist()
+
+    def _row_state(self, cache: Any, mask: Any, row: int) -> _State:
+        """Row ``row`` of a running generation's cache as a state of its own, its holes
+        (padding, positions of rows that left) squeezed out: the same keys and values at
+        the same positions (rotary positions were applied when they were computed)."""
+        import torch
+
+        real = mask[row].nonzero().squeeze(1)
+        whole = int(real.numel()) == int(mask.shape[1])
+        kv = []
+        for layer in cache.layers:
+            keys, values = layer.keys[row : row + 1], layer.values[row : row + 1]
+            if not whole:
+                keys, values = keys.index_select(2, real), values.index_select(2, real)
+            kv.append((keys, values))
+        return kv, torch.ones(int(real.numel()), dtype=mask.dtype, device=mask.device)
+
+    def _continuous(self, jobs: Sequence[_Job]) -> Iterator[_Row]:
+        """Greedy decoding with the batch kept full (continuous batching), each finished
+        row yielded at once.
+
+        Up to ``batch_size`` rows decode together, one token per step. When rows end and
+        requests wait, the next ones (in the order given) are admitted: their prompts are
+        prefilled after their cached prefixes (the first token chosen from the last prompt
+        position), the running rows' states are taken out of the cache without their
+        holes, and one cache is laid out for all of them (``_past``); decoding goes on
+        with every row at its own position. A row's tokens depend only on its own prompt:
+        the rows beside it change which rows share a matrix product, never what a row
+        attends to."""
+        import torch
+
+        from pytest_llmeval.model._kv import reserve_room
+
+        waiting = deque(jobs)
+        reserve = max(job.max_new for job in jobs)
+        rows: list[_Row] = []
+        cache: Any = None
+        mask: Any = None  # rows x cache positions: 1 where a row has a real token
+        pending: Any = None  # each row's chosen token, not yet in the cache
+        slots: list[int] = []  # each row's index in the cache's batch
+        while waiting or rows:
+            done: list[_Row] = []
+            with torch.inference_mode():
+                if waiting and len(rows) < self.batch_size:
+                    fresh: list[_State] = []
+                    firsts: list[Any] = []
+                    while waiting and len(rows) < self.batch_size:  # refill what ends at once
+                        admitted = [
+                            waiting.popleft()
+                            for _ in range(min(self.batch_size - len(rows), len(waiting)))
+                        ]
+                        states = [self._prefix_state(job.prefix, keep=True) for job in admitted]
+                        ids, own_mask = self._right_padded([job.own for job in admitted])
+                        hidden, computed = self._decode(states, ids, own_mask, want_state=True)
+                        last = hidden[
+                            torch.arange(len(admitted), device=hidden.device),
+                            own_mask.sum(1) - 1,
+                        ]
+                        chosen, values, finite = self._choose(last)
+                        for j, job in enumerate(admitted):
+                            row = _Row(job)
+                            if self._take(row, values[j], finite[j]):
+                                rows.append(row)
+                                fresh.append(computed[j])
+                                firsts.append(chosen[j : j + 1])
+                            else:
+                                done.append(row)
+                    running = [self._row_state(cache, mask, s) for s in slots]
+                    if running or fresh:
+                        cache, mask = self._past(running + fresh)
+                        cache = reserve_room(cache, reserve)
+                        pending = torch.cat(([pending[slots]] if slots else []) + firsts)
+                        slots = list(range(len(rows)))
+                if rows:
+                    positions = mask.sum(1, keepdim=True)
+                    mask = torch.cat([mask, mask.new_ones((len(slots), 1))], 1)
+                    out = self._decoder(
+                        input_ids=pending.unsqueeze(-1),
+                        attention_mask=mask,
+                        position_ids=positions,
+                        use_cache=True,
+                        **{self._cache_arg: cache},
+                    )
+                    chosen, values, finite = self._choose(out.last_hidden_state[:, -1])
+                    still = []
+                    for j, row in enumerate(rows):
+                        if self._take(row, values[j], finite[j]):
+                            still.append(j)
+                        else:
+                            done.append(row)
+                    if len(still) < len(rows):
+                        rows = [rows[j] for j in still]
+                        if waiting:  # the next admission lays the cache out again
+                            slots, pending = still, chosen
+                        elif still:
+                            index = torch.tensor(still, device=mask.device)
+                            cache.batch_select_indices(index)
+                            mask, pending = mask[index], chosen[index]
+                            slots = list(range(len(still)))
+                    else:
+                        pending = chosen
+            yield from done
+
+    def _greedy(self, jobs: Sequence[_Job]) -> list[_Row]:
+        """Greedy decoding of a fixed batch (the path of models whose caches cannot be laid
+        out again): each job's own tokens continue its prefix's cached state. A row leaves
+        the batch as soon as it ends (see :meth:`_take`), so the remaining rows run smaller
+        forward passes; no row takes its place."""
         import torch
         from transformers import DynamicCache
 
         from pytest_llmeval.model._kv import reserve_room
 
-        stops = self.stop_tokens
-        ids, mask = self._right_padded(own)
-        new: list[list[int]] = [[] for _ in own]
-        ended: list[int | None] = [None] * len(own)
+        rows = [_Row(job) for job in jobs]
+        states = [self._prefix_state(job.prefix, keep=True) for job in jobs]
+        ids, mask = self._right_padded([job.own for job in jobs])
         with torch.inference_mode():
             cache, past_mask = self._past(states)
             # Room for every token still to come, written in place (no copy of the whole
             # cache per token, see _kv.py).
-            cache = reserve_room(cache if cache is not None else DynamicCache(), max_new)
+            reserve = max(job.max_new for job in jobs)
+            cache = reserve_room(cache if cache is not None else DynamicCache(), reserve)
             full = torch.cat([past_mask, mask], 1)
             seen = full.sum(1)  # real tokens per row: the position of its next token
             out = self._decoder(
@@ -825,26 +999,14 @@ class HFBackend:
                 use_cache=True,
                 **{self._cache_arg: cache},
             )
-            rows = torch.arange(len(own), device=ids.device)
-            hidden = out.last_hidden_state[rows, mask.sum(1) - 1]
-            active = list(range(len(own)))
+            index = torch.arange(len(jobs), device=ids.device)
+            hidden = out.last_hidden_state[index, mask.sum(1) - 1]
+            active = list(range(len(jobs)))
             while active:
-                logits = self._head(hidden)
-                finite = torch.isfinite(logits).all(-1).tolist()
-                tokens = logits.argmax(-1)
-                still = []
-                for j, row in enumerate(active):
-                    token = int(tokens[j])
-                    if not finite[j]:  # damaged weights or an overflow: no token to choose
-                        ended[row] = _NOT_FINITE
-                        continue
-                    if token in stops:
-                        ended[row] = token
-                        continue
-                    new[row].append(token)
-                    text = self.tokenizer.decode(new[row], skip_special_tokens=True) if stop else ""
-                    if len(new[row]) < max_new and not stop_hit(text, stop, thinking, opened):
-                        still.append(j)
+                tokens, values, finite = self._choose(hidden)
+                still = [
+                    j for j, r in enumerate(active) if self._take(rows[r], values[j], finite[j])
+                ]
                 if len(still) < len(active):
                     if not still:
                         break
@@ -862,7 +1024,7 @@ class HFBackend:
                 )
                 seen = seen + 1
                 hidden = out.last_hidden_state[:, -1]
-        return list(zip(new, ended, strict=True))
+        return rows
 
 
 def _read_template_file(path: str | None) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,12 +71,25 @@ class TaskState:
     resumable: dict[str, dict[str, Any]] = field(default_factory=dict)
     resumed_from: list[str] = field(default_factory=list)
     determinism_checked: int = 0
+    # A generative task's results as their sequences end (continuous batching), and the
+    # ids still to come from it.
+    stream: Iterator[ItemResult] | None = None
+    streaming: set[str] = field(default_factory=set)
+
+
+# pytest-xdist modes that run all items of a task in one worker (the plugin schedules plain
+# ``-n N`` that way; loadfile/loadscope/loadgroup keep a spec file or xdist_group together;
+# each runs everything everywhere).
+WHOLE_TASK_DIST = ("load", "loadfile", "loadscope", "loadgroup", "each", "no")
 
 
 class Evaluator:
     def __init__(self, options: Options, code_dir: Path) -> None:
         self.options = options
         self.code_dir = code_dir
+        # Whether this process runs every selected item of a task (False in an xdist
+        # worker whose items are spread): then a generative task may stream them all.
+        self.whole_tasks = True
         self._backend: Backend | None = None
         self._error: str | None = None
         self._identity: dict[str, Any] | None = None
@@ -228,30 +241,28 @@ class Evaluator:
     ) -> tuple[ItemResult, list[str]]:
         """The result of ``wanted``, computing it with the selected items that follow it.
 
-        Returns the result and log lines for the run's eval.log.
+        A generative task on a backend that streams (continuous batching) is handed all
+        its selected items from ``wanted`` on at once; each later item takes its result
+        from that stream (see :meth:`_streamed`). Otherwise ``wanted`` is computed with
+        the next items, up to the batch size. Returns the result and log lines for the
+        run's eval.log.
         """
         if wanted.id in self.cache:
             return self.cache.pop(wanted.id), []
         backend = self.backend()
         state = self.state(runner)
+        if (
+            runner.spec.mode == "generate"
+            and hasattr(backend, "generate_stream")
+            and self.whole_tasks
+            and self.options.repeat == 1
+            and state.determinism_checked >= self.options.check_determinism
+        ):
+            return self._streamed(runner, state, wanted, selection)
         log: list[str] = []
-        pending = selection()
-        if wanted not in pending:
-            pending = [wanted]
-        start = pending.index(wanted)
-        chunk = [it for it in pending[start:] if it.id not in self.cache][: backend.batch_size]
-        to_compute = []
-        reused = 0
-        for item in chunk:
-            found = self._reusable(runner, state, item)
-            if found is not None:
-                self.cache[item.id] = found
-                reused += 1
-            else:
-                to_compute.append(item)
+        chunk = self._pending(wanted, selection)[: backend.batch_size]
+        to_compute = self._not_reused(runner, state, chunk, log)
         name = runner.spec.name
-        if reused:
-            log.append(f"{name}: reused {reused} finished item(s) (config {state.config_hash})")
         if to_compute:
             started = time.perf_counter()
             results = runner.run(to_compute, backend)
@@ -261,17 +272,96 @@ class Evaluator:
                 for scores, r in zip(repeat_scores, again, strict=True):
                     scores.append(r.score)
             for result, scores in zip(results, repeat_scores, strict=True):
-                result.config_hash = state.config_hash
-                result.resume_key = state.resume_key
                 if self.options.repeat > 1 and result.error is None:
                     result.repeat_scores = scores
-                self.cache[result.item_id] = result
+                self._keep(state, result)
             self._check_determinism(runner, state, to_compute, results)
             took = time.perf_counter() - started
             log.append(
                 f"{name}: computed {len(results)} item(s) in {took:.1f}s "
                 f"({self.options.repeat} repeat(s), batch size {backend.batch_size})"
             )
+        return self.cache.pop(wanted.id), log
+
+    def _pending(self, wanted: Item, selection: Callable[[], list[Item]]) -> list[Item]:
+        """``wanted`` and the selected items of its task after it, without those whose
+        results are waiting in the cache."""
+        pending = selection()
+        if wanted not in pending:
+            pending = [wanted]
+        start = pending.index(wanted)
+        return [it for it in pending[start:] if it.id not in self.cache]
+
+    def _not_reused(
+        self, runner: TaskRunner, state: TaskState, items: list[Item], log: list[str]
+    ) -> list[Item]:
+        """``items`` without those whose finished results (of an interrupted run) can be
+        reused: those go into the cache."""
+        to_compute = []
+        for item in items:
+            found = self._reusable(runner, state, item)
+            if found is not None:
+                self.cache[item.id] = found
+            else:
+                to_compute.append(item)
+        if len(to_compute) < len(items):
+            log.append(
+                f"{runner.spec.name}: reused {len(items) - len(to_compute)} finished item(s) "
+                f"(config {state.config_hash})"
+            )
+        return to_compute
+
+    def _keep(self, state: TaskState, result: ItemResult) -> None:
+        result.config_hash = state.config_hash
+        result.resume_key = state.resume_key
+        self.cache[result.item_id] = result
+
+    def _streamed(
+        self,
+        runner: TaskRunner,
+        state: TaskState,
+        wanted: Item,
+        selection: Callable[[], list[Item]],
+    ) -> tuple[ItemResult, list[str]]:
+        """``wanted``'s result from the task's stream: when ``wanted`` is not on its way
+        (the first item, or items run out of order), a new stream of it and the selected
+        items after it (without reusable ones); then results are taken from the stream,
+        as their sequences end, until ``wanted``'s is there. Results that end earlier wait
+        in the cache for their items. An error from the backend ends the stream (the next
+        item starts a new one)."""
+        log: list[str] = []
+        name = runner.spec.name
+        backend = self.backend()
+        if state.stream is None or wanted.id not in state.streaming:
+            to_compute = self._not_reused(runner, state, self._pending(wanted, selection), log)
+            if wanted.id in self.cache:
+                return self.cache.pop(wanted.id), log
+            state.stream = runner.stream(to_compute, backend)
+            state.streaming = {item.id for item in to_compute}
+            log.append(
+                f"{name}: generating {len(to_compute)} item(s) with continuous batching "
+                f"(batch size {backend.batch_size})"
+            )
+        started = time.perf_counter()
+        computed = 0
+        while wanted.id not in self.cache:
+            try:
+                result = next(state.stream)
+            except StopIteration:
+                state.stream, state.streaming = None, set()
+                raise LlmEvalError(
+                    f"{name}: the generation stream ended without item {wanted.id}"
+                ) from None
+            except BaseException:
+                state.stream, state.streaming = None, set()
+                raise
+            state.streaming.discard(result.item_id)
+            self._keep(state, result)
+            computed += 1
+        log.append(
+            f"{name}: computed {computed} item(s) in {time.perf_counter() - started:.1f}s "
+            f"({len(state.streaming)} on their way)"
+        )
         return self.cache.pop(wanted.id), log
 
     def _check_determinism(

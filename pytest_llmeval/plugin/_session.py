@@ -34,7 +34,7 @@ from pytest_llmeval.record import (
 from pytest_llmeval.scorer import Estimate, accuracy
 from pytest_llmeval.task import TaskSpec
 
-from ._evaluator import Evaluator
+from ._evaluator import WHOLE_TASK_DIST, Evaluator
 from ._options import CLI_FLOOR, Options
 
 if TYPE_CHECKING:
@@ -280,6 +280,10 @@ class LlmEvalSession:
         self.runners: dict[str, TaskRunner] = {}
         self.selected: dict[str, list[SelectedItem]] = {}
         self.evaluator = Evaluator(self.options, config.invocation_params.dir)
+        # A worker streams a generative task's whole selection only when xdist gives it
+        # all of the task's items (a dist mode that spreads them would compute them twice).
+        dist = config.getvalue("dist") if self.is_worker else None
+        self.evaluator.whole_tasks = not self.is_worker or dist in WHOLE_TASK_DIST
         self.environment_sent = False
         self.task_config_sent: set[str] = set()
         # controller side

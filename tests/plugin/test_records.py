@@ -54,7 +54,10 @@ def test_run_directory_contents(
     env = config["environment"]
     assert env["libraries"]["torch"]
     assert env["model"]["files"]
-    assert "computed 5 item(s)" in (run / "eval.log").read_text()
+    log = (run / "eval.log").read_text()
+    # The generative task streams its items (continuous batching); each is computed once.
+    assert "arith: generating 5 item(s) with continuous batching (batch size 8)" in log
+    assert _count(log, "computed", "arith") == 5 and _count(log, "computed", "colors") == 4
     summary = json.loads((run / "metrics_summary.json").read_text())
     assert summary["colors"]["config_hash"] == config["tasks"]["colors"]["config_hash"]
     assert "| colors |" in (run / "summary.md").read_text()
@@ -124,11 +127,11 @@ def pytest_runtest_logreport(report):
 """
 
 
-def _count(log: str, verb: str) -> int:
+def _count(log: str, verb: str, task: str = r"\w+") -> int:
     """Sum of N over the eval.log lines ``<task>: <verb> N ...``."""
     import re
 
-    return sum(int(n) for n in re.findall(rf": {verb} (\d+)", log))
+    return sum(int(n) for n in re.findall(rf"\b{task}: {verb} (\d+)", log))
 
 
 def test_resume_after_sigkill_recomputes_no_finished_item(

@@ -1,0 +1,139 @@
+"""Continuous batching in the HF backend: the batch is kept full, every sequence's tokens
+are those it gets alone and those of transformers' own greedy ``generate``."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_llmeval.model import GenerateRequest, ModelSettings, load_backend
+
+torch = pytest.importorskip("torch")
+
+FEWSHOT = "".join(
+    f"Question: what is {a} plus {b}? Answer: {a + b}\n\n" for a in range(4) for b in (1, 7)
+)
+QUESTIONS = [
+    "Question: what is two plus three? Answer:",
+    "Question: how many legs has a spider? Answer:",
+    "Question: name a colour. Answer:",
+    "Question: what is the capital of France, and of Italy? Answer:",
+    "Question: count to five. Answer:",
+]
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
+    return load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=3))
+
+
+def _requests(stop: str | None = None) -> list[GenerateRequest]:
+    """Eleven requests (batch size 3: eight admissions) with budgets from 1 to 12, with and
+    without a shared few-shot block, one without any prompt of its own beyond a word."""
+    reqs = []
+    for i, budget in enumerate([12, 3, 1, 9, 12, 5, 2, 12, 7, 4, 10]):
+        question = QUESTIONS[i % len(QUESTIONS)]
+        shared = i % 3 != 2
+        context = FEWSHOT + question if shared else question + " " * (i % 2)
+        reqs.append(
+            GenerateRequest(
+                context.rstrip(" ") if shared else context,
+                max_new_tokens=budget,
+                stop=(stop,) if stop else (),
+                shared_prefix=len(FEWSHOT) if shared else 0,
+            )
+        )
+    reqs.append(GenerateRequest("Hello", max_new_tokens=6))
+    return reqs
+
+
+def _decode_steps(backend: Any, run: Any) -> tuple[Any, list[int]]:
+    """``run()``'s value and the rows of each one-token decoder call it made."""
+    rows: list[int] = []
+
+    def hook(module: Any, args: Any, kwargs: Any) -> None:
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[1] == 1:
+            rows.append(int(ids.shape[0]))
+
+    handle = backend._decoder.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        return run(), rows
+    finally:
+        handle.remove()
+
+
+def test_the_batch_is_refilled_as_sequences_end(backend) -> None:  # type: ignore[no-untyped-def]
+    reqs = _requests()
+    results, rows = _decode_steps(backend, lambda: backend.generate(reqs))
+    assert len(results) == len(reqs)
+    # Full until the last request is admitted, then only draining: never a step with a
+    # free row while requests wait (fixed batches would go 3, 2, 1, 3, ...).
+    assert rows[0] == 3
+    assert all(a >= b for a, b in itertools.pairwise(rows)), rows
+    assert rows.count(3) >= len(rows) // 2
+    # Every new token but those chosen at prefill came from a decode step.
+    assert sum(rows) <= sum(r.n_tokens for r in results)
+
+
+def test_each_sequence_gets_the_tokens_it_gets_alone(backend) -> None:  # type: ignore[no-untyped-def]
+    reqs = _requests()
+    together = backend.generate(reqs)
+    alone = [backend.generate([r])[0] for r in reqs]
+    assert [(r.text, r.n_tokens, r.finish_reason) for r in together] == [
+        (r.text, r.n_tokens, r.finish_reason) for r in alone
+    ]
+    assert [r.n_tokens for r in together][:11] == [12, 3, 1, 9, 12, 5, 2, 12, 7, 4, 10]
+
+
+def test_continuous_and_fixed_batches_agree_with_transformers(
+    backend, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The continuous path, the fixed-batch path (models whose caches cannot be laid out
+    again) and transformers' ``generate`` on each prompt alone: the same greedy tokens."""
+    reqs = _requests()
+    continuous = backend.generate(reqs)
+    monkeypatch.setattr(backend, "_share", False)
+    fixed = backend.generate(reqs)
+    assert [r.text for r in fixed] == [r.text for r in continuous]
+    tok = backend.tokenizer
+    for req, got in zip(reqs, continuous, strict=True):
+        ids = backend._encode_prompt(req.context)
+        with torch.inference_mode():
+            direct = backend.model.generate(
+                input_ids=torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=req.max_new_tokens,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+            )[0, len(ids) :].tolist()
+        if tok.eos_token_id in direct:
+            direct = direct[: direct.index(tok.eos_token_id)]
+        assert got.text == tok.decode(direct, skip_special_tokens=True), req.context
+
+
+def test_results_stream_as_sequences_end(backend) -> None:  # type: ignore[no-untyped-def]
+    reqs = _requests()
+    order = [index for index, _ in backend.generate_stream(reqs)]
+    assert sorted(order) == list(range(len(reqs)))
+    # The one-token request (third, admitted with the first two) ends at its prefill.
+    assert order[0] == 2
+    assert order.index(1) < order.index(0)  # a budget of 3 ends before one of 12
+
+
+def test_stop_sequences_end_rows_mid_batch(backend) -> None:  # type: ignore[no-untyped-def]
+    free = backend.generate(_requests())
+    texts = [r.text for r in free if len(r.text) > 4]
+    if not texts:
+        pytest.skip("the random model produced too little text to place a stop sequence")
+    stop = texts[0][2:4]
+    cut = backend.generate(_requests(stop))
+    alone = [backend.generate([r])[0] for r in _requests(stop)]
+    assert [r.text for r in cut] == [r.text for r in alone]
+    for whole, part in zip(free, cut, strict=True):
+        assert whole.text.startswith(part.text)
+        assert stop not in part.text
+        assert part.finish_reason == ("stop" if stop in whole.text else whole.finish_reason)
