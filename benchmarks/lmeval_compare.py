@@ -50,6 +50,7 @@ from typing import Any
 
 from benchmarks.lmeval_tasks import (
     REPO,
+    SINGLE_FILE,
     TASK_TYPES,
     TaskSet,
     build_lmeval_tasks,
@@ -91,6 +92,9 @@ class Options:
     dtype: str = "float32"
     max_new_tokens: int | None = None
     chunk_items: int | None = None
+    # Ours again on the same items, handed over another way (each a --chunk-items value):
+    # timed and compared with the first run of ours, not with the harness.
+    also_chunk_items: tuple[int | None, ...] = ()
     subjects: tuple[str, ...] | None = None
     chat: bool = False
     system_prompt: str | None = None
@@ -104,6 +108,22 @@ class Options:
             system_prompt=self.system_prompt,
             multiturn=self.multiturn,
         )
+
+
+# --chunk-items plugin
+PLUGIN_CHUNKS = -1
+
+
+def _chunk_items(value: str) -> int:
+    if value == "plugin":
+        return PLUGIN_CHUNKS
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'plugin', got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 item per call, got {n}")
+    return n
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,9 +151,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--chunk-items",
-        type=int,
-        help="ours: items per TaskRunner.run call, as the pytest plugin does with "
-        "--llm-batch-size (default: all items in one call, as the harness does)",
+        type=_chunk_items,
+        help="ours: items per TaskRunner.run call (default: all items in one call, as the "
+        "harness does); 'plugin': as the pytest plugin hands them over (multiple choice: a "
+        "batch at a time; generation: the whole selection, continuous batching)",
+    )
+    parser.add_argument(
+        "--also-chunk-items",
+        default="",
+        help="comma-separated --chunk-items values (or 'all') to time ours again with, on the "
+        "same items against the same harness run (e.g. 8,plugin)",
     )
     parser.add_argument(
         "--subjects", help="MMLU task types: only these comma-separated subjects (default all)"
@@ -174,6 +201,11 @@ def options_from_args(ns: argparse.Namespace) -> Options:
         dtype=ns.dtype,
         max_new_tokens=ns.max_new_tokens,
         chunk_items=ns.chunk_items,
+        also_chunk_items=tuple(
+            None if v.strip() == "all" else _chunk_items(v.strip())
+            for v in ns.also_chunk_items.split(",")
+            if v.strip()
+        ),
         subjects=subjects,
         chat=bool(ns.chat),
         system_prompt=ns.system_prompt,
@@ -468,7 +500,8 @@ def _chunks(items: Sequence[Item], size: int | None) -> Iterator[Sequence[Item]]
 
 def run_ours(task_set: TaskSet, models: Models, chunk_items: int | None = None) -> OursRun:
     """Our core on the task set's items: reading and selecting them (``setup``), then
-    ``TaskRunner.run`` on all of them, or on ``chunk_items`` at a time."""
+    ``TaskRunner.run`` on all of them, or on ``chunk_items`` at a time (``PLUGIN_CHUNKS``:
+    as the plugin hands them over: multiple choice a batch at a time, generation all)."""
     timing = Timing()
     started = time.perf_counter()
     spec = load_spec(task_set.task_type, task_set.max_new_tokens)
@@ -482,6 +515,8 @@ def run_ours(task_set: TaskSet, models: Models, chunk_items: int | None = None) 
     with models.ours_meter.measure() as forward:
         started = time.perf_counter()
         runner = TaskRunner(spec, task_set.data_dirs, task_set.chat)
+        if chunk_items == PLUGIN_CHUNKS:
+            chunk_items = None if spec.mode == "generate" else backend.batch_size
         for chunk in _chunks(items, chunk_items):
             results.extend(runner.run(chunk, backend))
         timing.end_to_end_s = time.perf_counter() - started
@@ -860,10 +895,15 @@ class TaskReport:
     lmeval: dict[str, Any]
     records: list[dict[str, Any]]
     lmeval_scores: dict[str, Any] = field(default_factory=dict)
+    # --also-chunk-items: ours handed the items another way (label -> timings, with
+    # "same_as_first": items whose output and correctness equal the first run's).
+    ours_variants: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return all(c.passed for c in self.criteria)
+        return all(c.passed for c in self.criteria) and all(
+            v["same_as_first"] == self.summary["items"] for v in self.ours_variants.values()
+        )
 
 
 @dataclass
@@ -888,6 +928,7 @@ class Report:
                     "criteria": [asdict(c) for c in t.criteria],
                     "worst": t.worst,
                     "ours": t.ours,
+                    "ours_variants": t.ours_variants,
                     "lmeval": t.lmeval,
                     "lmeval_scores": t.lmeval_scores,
                     "items": t.records,
@@ -946,13 +987,21 @@ def environment(opts: Options, models: Models) -> dict[str, Any]:
     }
 
 
+def handover_label(chunk_items: int | None) -> str:
+    if chunk_items is None:
+        return "all"
+    return "plugin" if chunk_items == PLUGIN_CHUNKS else str(chunk_items)
+
+
 def run_task(
     task_set: TaskSet,
     models: Models,
     chunk_items: int | None = None,
     log: Callable[[str], None] = print,
+    also: Sequence[int | None] = (),
 ) -> TaskReport:
-    """Warm up, run both tools on a task set, compare them item by item."""
+    """Warm up, run both tools on a task set, compare them item by item; then ours again
+    for each hand-over in ``also`` (the prefix cache emptied first, as before the first)."""
     n = len(task_set.items)
     name = task_set.task_type
     log(
@@ -964,6 +1013,19 @@ def run_task(
     log(f"{name}: lm-eval {lm_run.timing.end_to_end_s:.1f}s")
     ours_run = run_ours(task_set, models, chunk_items)
     log(f"{name}: ours {ours_run.timing.end_to_end_s:.1f}s")
+    variants: dict[str, dict[str, Any]] = {}
+    first = [(r.item_id, r.output, r.correct) for r in ours_run.results]
+    for other in also:
+        label = handover_label(other)
+        clear = getattr(models.ours, "clear_prefix_cache", None)
+        if clear is not None:
+            clear()
+        again = run_ours(task_set, models, other)
+        same = sum(
+            a == (r.item_id, r.output, r.correct) for a, r in zip(first, again.results, strict=True)
+        )
+        variants[label] = {**_tool_dict(again, n, models.ours_meter), "same_as_first": same}
+        log(f"{name}: ours ({label}) {again.timing.end_to_end_s:.1f}s, {same}/{n} as the first")
     if task_set.spec.mode == "multiple_choice":
         records = compare_multiple_choice(task_set, ours_run, lm_run)
     else:
@@ -983,6 +1045,7 @@ def run_task(
         lmeval=_tool_dict(lm_run, n, models.lmeval_meter),
         records=records,
         lmeval_scores=lm_run.scores,
+        ours_variants=variants,
     )
 
 
@@ -1001,7 +1064,7 @@ def run_all(opts: Options, log: Callable[[str], None] = print) -> Report:
     reports: list[TaskReport] = []
     with tempfile.TemporaryDirectory(prefix="llmeval-lmeval-tasks-") as tmp:
         for task_type in opts.tasks:
-            subjects = opts.subjects if task_type != "gsm8k" else None
+            subjects = opts.subjects if task_type not in SINGLE_FILE else None
             task_set = write_task_set(
                 task_type,
                 opts.data_dirs,
@@ -1011,7 +1074,7 @@ def run_all(opts: Options, log: Callable[[str], None] = print) -> Report:
                 subjects,
                 chat=opts.chat_settings(),
             )
-            reports.append(run_task(task_set, models, opts.chunk_items, log))
+            reports.append(run_task(task_set, models, opts.chunk_items, log, opts.also_chunk_items))
     return Report(config=config, tasks=reports)
 
 

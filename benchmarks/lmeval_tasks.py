@@ -17,10 +17,13 @@ Task types:
 - ``mmlu_continuation``: our ``mmlu_continuation`` spec, option texts as multi-token
   continuations (the structure of the harness's ``mmlu_continuation``).
 - ``gsm8k``: our ``gsm8k`` spec, 8-shot chain of thought, greedy generation.
+- ``bbh``: our ``bbh`` spec, the published 3-shot chain-of-thought prompt of each of the 27
+  subtasks (the harness gets it as the task's ``description``), greedy generation.
 
 Items: the first ``k`` test items of each MMLU subject, with the smallest ``k`` that gives
 at least ``n`` in all (``ceil(n / subjects)`` unless a subject has fewer), and the first
-``n`` GSM8K items; the harness runs them with ``limit=k`` (per subject task) or ``limit=n``.
+``n`` GSM8K items (BBH: the first ``k`` of each subtask, as MMLU); the harness runs them
+with ``limit=k`` (per subject task) or ``limit=n``.
 
 lm-eval is imported only by :func:`build_lmeval_tasks` and :func:`lmeval_requests`.
 """
@@ -42,7 +45,9 @@ from pytest_llmeval.task import TaskSpec, load_task_spec
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
-TASK_TYPES = ("mmlu", "mmlu_continuation", "gsm8k")
+TASK_TYPES = ("mmlu", "mmlu_continuation", "gsm8k", "bbh")
+# Task types that are read from one file (no subsets to choose with --subjects).
+SINGLE_FILE = ("gsm8k",)
 # Every lm-eval task written here starts with this, so that it cannot shadow a harness task.
 PREFIX = "llmeval_parity"
 
@@ -55,6 +60,7 @@ _CONTINUATION_TEXT = "Question: {{question.strip()}}\nAnswer:"
 _OPTION_TEXTS = "{{[choice0, choice1, choice2, choice3]}}"
 _GSM8K_TEXT = "Q: {{question}}\nA:"
 _GSM8K_TARGET = "{{answer.split('####')[-1].strip()}}"
+_BBH_TEXT = "Q: {{input}}\nA: Let's think step by step."
 _MMLU_COLUMNS = ("question", "choice0", "choice1", "choice2", "choice3", "answer")
 
 
@@ -222,7 +228,6 @@ def _mmlu_config(
 def _gsm8k_config(spec: TaskSpec, dirs: Sequence[Path]) -> dict[str, Any]:
     gen = spec.generate
     assert gen is not None
-    regex = next((e for e in gen.extract if e.kind == "regex"), None)
     exact_match = {
         "metric": "exact_match",
         "aggregation": "mean",
@@ -260,21 +265,69 @@ def _gsm8k_config(spec: TaskSpec, dirs: Sequence[Path]) -> dict[str, Any]:
         "metric_list": [exact_match],
         "metadata": {"version": 1.0},
     }
-    if regex is not None and regex.pattern is not None:
-        # The harness's own score on the answer our first extraction step finds.
-        config["filter_list"] = [
-            {
-                "name": "answer-regex",
-                "filter": [
-                    {
-                        "function": "regex",
-                        "regex_pattern": regex.pattern,
-                        "group_select": 0 if regex.which == "first" else -1,
-                    },
-                    {"function": "take_first"},
-                ],
-            }
-        ]
+    answer = _answer_filter(spec)
+    if answer:  # the harness's own score on the answer our first extraction step finds
+        config["filter_list"] = answer
+    return config
+
+
+def _answer_filter(spec: TaskSpec) -> list[dict[str, Any]]:
+    """The harness's own filter for the answer our first regex extraction step finds."""
+    gen = spec.generate
+    assert gen is not None
+    regex = next((e for e in gen.extract if e.kind == "regex"), None)
+    if regex is None or regex.pattern is None:
+        return []
+    return [
+        {
+            "name": "answer-regex",
+            "filter": [
+                {
+                    "function": "regex",
+                    "regex_pattern": regex.pattern,
+                    "group_select": 0 if regex.which == "first" else -1,
+                },
+                {"function": "take_first"},
+            ],
+        }
+    ]
+
+
+def _bbh_config(spec: TaskSpec, subset: str | None, dirs: Sequence[Path]) -> dict[str, Any]:
+    """One BBH subtask: the published chain-of-thought prompt file as the task's
+    description (the harness's own ``bbh_cot_fewshot`` tasks carry the same three
+    examples as few-shot samples), the question after it, greedy until "Q:"."""
+    from pytest_llmeval.dataset import load_fewshot_text
+
+    gen = spec.generate
+    assert gen is not None and subset is not None
+    text, _ = load_fewshot_text(spec, subset, dirs)
+    config: dict[str, Any] = {
+        "task": f"{PREFIX}_bbh_{subset}",
+        "dataset_path": "json",
+        "dataset_kwargs": {
+            "data_files": {"test": str(_local(spec, spec.dataset.path, subset, dirs))},
+            "field": spec.dataset.json_key,
+        },
+        "test_split": "test",
+        "output_type": "generate_until",
+        "num_fewshot": 0,
+        "description": text + spec.prompt.fewshot_separator,
+        "doc_to_text": _BBH_TEXT,
+        "doc_to_target": "{{target}}",
+        "target_delimiter": spec.prompt.target_delimiter,
+        "generation_kwargs": {
+            "until": list(gen.stop),
+            "do_sample": False,
+            "temperature": 0.0,
+            "max_gen_toks": gen.max_new_tokens,
+        },
+        "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True}],
+        "metadata": {"version": 1.0},
+    }
+    answer = _answer_filter(spec)
+    if answer:
+        config["filter_list"] = answer
     return config
 
 
@@ -298,6 +351,8 @@ def write_task_set(
     for subset in dict.fromkeys(item.subset for item in items):
         if task_type == "gsm8k":
             config = _gsm8k_config(spec, data_dirs)
+        elif task_type == "bbh":
+            config = _bbh_config(spec, subset, data_dirs)
         else:
             config = _mmlu_config(task_type, spec, subset, data_dirs)
         name = str(config["task"])

@@ -26,6 +26,7 @@ from typing import Any
 
 from benchmarks import parity
 from benchmarks.lmeval_compare import (
+    PLUGIN_CHUNKS,
     Options,
     Report,
     TaskReport,
@@ -127,21 +128,28 @@ def agreement(task: TaskReport) -> str:
 def speed_rows(report: Report, peak: float) -> list[list[str]]:
     rows = []
     for t in report.tasks:
-        lm, ours = t.lmeval, t.ours
-        ratio_model = ours["items_per_s_model"] / lm["items_per_s_model"]
-        ratio_e2e = ours["items_per_s_end_to_end"] / lm["items_per_s_end_to_end"]
-        share = [100 * x["model_gflop_per_s"] / peak for x in (lm, ours)]
-        rows.append(
-            [
-                t.task_type,
-                str(t.summary["items"]),
-                f"{_rate(lm['items_per_s_model'])} / {_rate(lm['items_per_s_end_to_end'])}",
-                f"{_rate(ours['items_per_s_model'])} / {_rate(ours['items_per_s_end_to_end'])}",
-                f"{ratio_model:.2f}x / {ratio_e2e:.2f}x",
-                agreement(t),
-                f"{share[0]:.1f}% / {share[1]:.1f}%",
-            ]
-        )
+        lm = t.lmeval
+        n = int(t.summary["items"])
+        tools = [(t.task_type, t.ours, agreement(t))]
+        tools += [
+            (f"{t.task_type}, ours handed {label}", v, f"{v['same_as_first']}/{n} as the first")
+            for label, v in t.ours_variants.items()
+        ]
+        for label, ours, agree in tools:
+            ratio_model = ours["items_per_s_model"] / lm["items_per_s_model"]
+            ratio_e2e = ours["items_per_s_end_to_end"] / lm["items_per_s_end_to_end"]
+            share = [100 * x["model_gflop_per_s"] / peak for x in (lm, ours)]
+            rows.append(
+                [
+                    label,
+                    str(n),
+                    f"{_rate(lm['items_per_s_model'])} / {_rate(lm['items_per_s_end_to_end'])}",
+                    f"{_rate(ours['items_per_s_model'])} / {_rate(ours['items_per_s_end_to_end'])}",
+                    f"{ratio_model:.2f}x / {ratio_e2e:.2f}x",
+                    agree,
+                    f"{share[0]:.1f}% / {share[1]:.1f}%",
+                ]
+            )
     return rows
 
 
@@ -171,7 +179,9 @@ DETAIL_HEADER = [
 def detail_rows(report: Report) -> list[list[str]]:
     rows = []
     for t in report.tasks:
-        for name, tool in (("lm-eval", t.lmeval), ("ours", t.ours)):
+        tools = [("lm-eval", t.lmeval), ("ours", t.ours)]
+        tools += [(f"ours handed {label}", v) for label, v in t.ours_variants.items()]
+        for name, tool in tools:
             timing, fwd = tool["timing"], tool["forward"]
             rows.append(
                 [
@@ -190,6 +200,14 @@ def detail_rows(report: Report) -> list[list[str]]:
     return rows
 
 
+def _handover(chunk_items: int | None) -> str:
+    if chunk_items is None:
+        return "all items in one call"
+    if chunk_items == PLUGIN_CHUNKS:
+        return "items as the pytest plugin does (multiple choice a batch per call, generation all)"
+    return f"{chunk_items} items per call"
+
+
 def render(report: Report, matmul: list[dict[str, Any]], markdown: bool) -> str:
     table = markdown_table if markdown else format_table
     peak = max(m["gflop_per_s"] for m in matmul)
@@ -198,6 +216,7 @@ def render(report: Report, matmul: list[dict[str, Any]], markdown: bool) -> str:
     head = (
         f"model {opts['model']} ({cfg['model_path']}), {opts['dtype']} on {opts['device']}, "
         f"batch size {opts['batch_size']} (both tools), {cfg['torch_threads']} torch thread(s); "
+        f"ours handed {_handover(opts.get('chunk_items'))}; "
         f"torch {cfg['versions']['torch']}, transformers {cfg['versions']['transformers']}, "
         f"lm-eval {cfg['versions']['lm_eval']}; model loading: ours "
         f"{cfg['model_load_s']['ours']:.1f}s, lm-eval {cfg['model_load_s']['lmeval']:.1f}s "

@@ -455,6 +455,11 @@ class HFBackend:
             n += 1
         return n if n >= _MIN_SHARED else 0
 
+    def clear_prefix_cache(self) -> None:
+        """Forget every cached prefix state (benchmarks start each timed run from none)."""
+        self._prefixes.clear()
+        self._prefix_bytes = 0
+
     def _prefix_state(self, prefix: tuple[int, ...], keep: bool) -> _State | None:
         """The state of ``prefix`` (a batch of one), from the cache or computed by extending
         the longest cached prefix of it; ``keep`` stores it (LRU, bounded in bytes)."""
@@ -515,6 +520,30 @@ class HFBackend:
             if state is not None:
                 mask[i, : len(state[1])] = state[1]
         return DynamicCache(ddp_cache_data=layers), mask
+
+    def _laid_out(self, states: Sequence[_State], reserve: int) -> tuple[Any, Any]:
+        """One cache for rows that continue ``states`` (as ``_past`` lays them out: each
+        left-aligned, the rest a masked hole), written once into buffers with room for
+        ``reserve`` more positions (``_kv.ReservedLayer``), and the mask of its positions."""
+        import torch
+
+        from pytest_llmeval.model._kv import reserved_cache
+
+        rows = len(states)
+        width = max(len(s[1]) for s in states)
+        mask = torch.zeros((rows, width), dtype=torch.long, device=self.device)
+        layers = []
+        for layer, (k0, v0) in enumerate(states[0][0]):
+            keys = k0.new_zeros((rows, k0.shape[1], width + reserve, k0.shape[3]))
+            values = v0.new_zeros((rows, v0.shape[1], width + reserve, v0.shape[3]))
+            for i, state in enumerate(states):
+                k, v = state[0][layer]
+                keys[i, :, : k.shape[2]] = k[0]
+                values[i, :, : v.shape[2]] = v[0]
+            layers.append((keys, values))
+        for i, state in enumerate(states):
+            mask[i, : len(state[1])] = state[1]
+        return reserved_cache(layers, width, reserve), mask
 
     def _decode(
         self, past: Sequence[_State | None], ids: Any, mask: Any, want_state: bool = False
@@ -898,8 +927,6 @@ class HFBackend:
         attends to."""
         import torch
 
-        from pytest_llmeval.model._kv import reserve_room
-
         waiting = deque(jobs)
         reserve = max(job.max_new for job in jobs)
         rows: list[_Row] = []
@@ -936,8 +963,7 @@ class HFBackend:
                                 done.append(row)
                     running = [self._row_state(cache, mask, s) for s in slots]
                     if running or fresh:
-                        cache, mask = self._past(running + fresh)
-                        cache = reserve_room(cache, reserve)
+                        cache, mask = self._laid_out(running + fresh, reserve)
                         pending = torch.cat(([pending[slots]] if slots else []) + firsts)
                         slots = list(range(len(rows)))
                 if rows:

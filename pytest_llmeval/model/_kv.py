@@ -42,6 +42,19 @@ class ReservedLayer(DynamicLayer):  # type: ignore[no-untyped-call]
             new.keys, new.values = layer.keys, layer.values
         return new
 
+    @classmethod
+    def filled(
+        cls, keys: torch.Tensor, values: torch.Tensor, length: int, reserve: int
+    ) -> ReservedLayer:
+        """A reserved layer whose buffers are ``keys``/``values`` (batch, heads, capacity,
+        head_dim), the first ``length`` positions filled (a cache laid out in one copy)."""
+        new = cls(reserve)
+        new.lazy_initialization(keys[:, :, :0], values[:, :, :0])
+        new._keys_buf, new._values_buf, new._filled = keys, values, length
+        new.keys = new._view = keys[:, :, :length]
+        new.values = values[:, :, :length]
+        return new
+
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,6 +97,19 @@ class ReservedLayer(DynamicLayer):  # type: ignore[no-untyped-call]
             self._keys_buf[:, :, :filled] = keys
             self._values_buf[:, :, :filled] = values
         self._filled = filled
+
+
+def reserved_cache(
+    layers: list[tuple[torch.Tensor, torch.Tensor]], length: int, reserve: int
+) -> Any:
+    """A ``DynamicCache`` of reserved layers over the given (keys, values) buffers, each
+    filled up to ``length`` (see :meth:`ReservedLayer.filled`)."""
+    from transformers import DynamicCache
+
+    cache: Any = DynamicCache()
+    cache.layers.extend(ReservedLayer.filled(k, v, length, reserve) for k, v in layers)
+    cache.layer_class_to_replicate = lambda: ReservedLayer(reserve)
+    return cache
 
 
 def reserve_room(cache: Any, reserve: int) -> Any:
