@@ -108,6 +108,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if llm.options.catalog and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.OK
     llm.interrupted = interruption(session, exitstatus, llm)
+    if llm.interrupted:
+        llm.keep_computed_ahead()
     verdicts = llm.decide()
     failed = any(v.failed for v in verdicts) or bool(llm.gate_failures)
     if failed and session.exitstatus == pytest.ExitCode.OK:

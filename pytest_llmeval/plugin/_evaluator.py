@@ -283,6 +283,13 @@ class Evaluator:
             )
         return self.cache.pop(wanted.id), log
 
+    def take_computed_ahead(self) -> list[ItemResult]:
+        """Results computed for items that have not asked for them (finished, without an
+        error, not reused), taken out of the cache."""
+        ahead = [r for r in self.cache.values() if r.error is None and r.reused_from is None]
+        self.cache.clear()
+        return ahead
+
     def _pending(self, wanted: Item, selection: Callable[[], list[Item]]) -> list[Item]:
         """``wanted`` and the selected items of its task after it, without those whose
         results are waiting in the cache."""

@@ -715,6 +715,25 @@ class LlmEvalSession:
             workers[worker] = entry
         return workers
 
+    def keep_computed_ahead(self) -> None:
+        """An interrupted run (no xdist: the results are in this process): results that
+        were computed ahead of their items (a generative task's stream, a batch) but never
+        reported go to ``tasks/<task>_ahead.jsonl``, where ``--llm-resume`` finds them;
+        they are not part of this run's scores."""
+        ahead = self.evaluator.take_computed_ahead()
+        if not ahead:
+            return
+        run = self.run_dir()
+        by_task: dict[str, int] = {}
+        for result in ahead:
+            run.append_item(result.task, result.to_dict(), ahead=True)
+            by_task[result.task] = by_task.get(result.task, 0) + 1
+        for task, n in sorted(by_task.items()):
+            run.log(
+                f"{task}: kept {n} result(s) computed ahead of items that did not run "
+                "(offered to --llm-resume)"
+            )
+
     def decide(self) -> list[Verdict]:
         verdicts = []
         for name in sorted(self.tallies):

@@ -4,6 +4,8 @@
 <output>/<YYYYMMDD-HHMMSS>_<model>_<commit>/
   eval_config.json          what determines the scores (rewritten as tasks become known)
   tasks/<task>_output.jsonl one line per item, appended as each result arrives
+  tasks/<task>_ahead.jsonl  an interrupted run's results computed ahead of their items
+                            (continuous batching), never reported: offered to resume only
   metrics_summary.json      per task: n, score, stderr, CI, floor, verdict (written at the end)
   summary.md                the Markdown summary
   eval.log                  what happened, with times (computed vs reused items, ...)
@@ -57,6 +59,10 @@ TIMING_FIELDS = ("seconds",)
 # heartbeat is older than STALE_AFTER seconds is taken for dead.
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER = 300.0
+
+
+# An interrupted run's results that were computed ahead of their items (kept for resume).
+AHEAD_SUFFIX = "_ahead.jsonl"
 
 
 def _slug(text: str) -> str:
@@ -249,11 +255,12 @@ class RunDir:
                 if fcntl is not None:
                     fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def append_item(self, task: str, record: Mapping[str, Any]) -> None:
+    def append_item(self, task: str, record: Mapping[str, Any], ahead: bool = False) -> None:
+        """One item's record, appended to the task's output (``ahead``: to the results
+        computed ahead of items that never ran, kept for resume only)."""
         line = strict_json.dumps(record, ensure_ascii=False, sort_keys=True)
-        with (self.path / "tasks" / f"{_slug(task)}_output.jsonl").open(
-            "a", encoding="utf-8"
-        ) as fh:
+        suffix = AHEAD_SUFFIX if ahead else "_output.jsonl"
+        with (self.path / "tasks" / f"{_slug(task)}{suffix}").open("a", encoding="utf-8") as fh:
             fh.write(line + "\n")
             fh.flush()
 
@@ -300,7 +307,8 @@ def resumable_items(
     output: Path, task: str, resume_key: str
 ) -> tuple[dict[str, dict[str, Any]], list[Path]]:
     """Finished items of ``task`` with this resume key, from interrupted runs under
-    ``output`` (never from live, finished or superseded ones); newer runs win. Items that
+    ``output`` (never from live, finished or superseded ones; their reported items and
+    those computed ahead of items that never ran); newer runs win. Items that
     failed (``error``) are not offered. Each record gets ``run_dir``, where it came from.
 
     The caller still compares each record's content digests (``doc_hash``,
@@ -314,9 +322,10 @@ def resumable_items(
         if run_state(run)[0] != "interrupted":
             continue
         before = len(found)
-        for record in iter_item_lines(run / "tasks" / f"{_slug(task)}_output.jsonl"):
-            if record.get("resume_key") == resume_key and not record.get("error"):
-                found[str(record["item_id"])] = {**record, "run_dir": str(run)}
+        for suffix in (AHEAD_SUFFIX, "_output.jsonl"):
+            for record in iter_item_lines(run / "tasks" / f"{_slug(task)}{suffix}"):
+                if record.get("resume_key") == resume_key and not record.get("error"):
+                    found[str(record["item_id"])] = {**record, "run_dir": str(run)}
         if len(found) > before:
             sources.append(run)
     return found, sources

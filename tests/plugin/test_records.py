@@ -173,6 +173,66 @@ def test_resume_after_sigkill_recomputes_no_finished_item(
     assert (interrupted / "superseded_by.txt").exists()
 
 
+INTERRUPT_CONFTEST = """
+import os
+from pytest_llmeval.model import _hf
+
+real = _hf.HFBackend.generate_stream
+
+
+def last_first(self, requests):  # the items after the first finish before it
+    yield from reversed(list(real(self, requests)))
+
+
+_hf.HFBackend.generate_stream = last_first
+seen = []
+def pytest_runtest_logreport(report):
+    if report.when == "call" and os.environ.get("INTERRUPT_AFTER"):
+        seen.append(report.nodeid)
+        if len(seen) == int(os.environ["INTERRUPT_AFTER"]):
+            raise KeyboardInterrupt
+"""
+
+
+def test_results_computed_ahead_are_kept_when_a_run_is_interrupted(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C after two items of a generative task: the items that already finished in the
+    stream (computed ahead of their tests; here the stream yields the last item first) are
+    written beside the run's items and reused by --llm-resume; the interrupted run's scores
+    count only the items that ran."""
+    write_project(pytester)
+    pytester.makeconftest(INTERRUPT_CONFTEST)
+    args = _args(tiny_model_dir, "--llm-output=out", "--llm-batch-size=8", "-k", "arith")
+    reference = pytester.runpytest_subprocess(*args[:-2], "--llm-output=ref", "-k", "arith")
+    assert reference.ret == 0
+    monkeypatch.setenv("INTERRUPT_AFTER", "2")
+    interrupted_run = pytester.runpytest_subprocess(*args)
+    assert interrupted_run.ret == pytest.ExitCode.INTERRUPTED
+    (interrupted,) = _runs(pytester.path / "out")
+    assert [r["item_id"] for r in _lines(interrupted, "arith")] == ["arith-0000", "arith-0001"]
+    ahead = (interrupted / "tasks" / "arith_ahead.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["item_id"] for line in ahead) == [
+        "arith-0002",
+        "arith-0003",
+        "arith-0004",
+    ]
+    log = (interrupted / "eval.log").read_text()
+    assert "arith: kept 3 result(s) computed ahead of items that did not run" in log
+    assert json.loads((interrupted / "eval_config.json").read_text())["tasks"]["arith"]
+
+    monkeypatch.delenv("INTERRUPT_AFTER")
+    resumed = pytester.runpytest_subprocess(*args)
+    assert resumed.ret == 0
+    run = _runs(pytester.path / "out")[-1]
+    log = (run / "eval.log").read_text()
+    assert _count(log, "reused") == 5 and _count(log, "computed") == 0
+    (ref,) = _runs(pytester.path / "ref")
+    want = {r["item_id"]: strip_timing(r) for r in _lines(ref, "arith")}
+    got = {r["item_id"]: strip_timing(r) for r in _lines(run, "arith")}
+    assert got == want
+
+
 SNAPSHOT_TEST = """
 def test_environment_has_not_drifted(llm_drift, snapshot):
     llm_drift.assert_matches(snapshot)
