@@ -60,8 +60,11 @@ def _offline() -> Iterator[None]:
         yield
 
 
+BBH_SUBTASKS = ("boolean_expressions", "date_understanding", "web_of_lies")
+
+
 def _task_set(shared: Path, tmp: Path, task_type: str, n: int, **kw: Any) -> TaskSet:
-    subsets = SUBJECTS if task_type != "gsm8k" else None
+    subsets = {"gsm8k": None, "bbh": BBH_SUBTASKS}.get(task_type, SUBJECTS)
     return write_task_set(task_type, [shared], tmp, n, subsets=subsets, **kw)
 
 
@@ -100,6 +103,21 @@ def test_gsm8k_context_and_generation_settings(shared_benchmarks: Path, tmp_path
         assert context == runner.prepare(item).prompt
         assert context.count("\nA: ") == 8
         assert kwargs["until"] == ["Q:", "\n\n"]
+        assert kwargs["max_gen_toks"] == 32 and kwargs["do_sample"] is False
+
+
+def test_bbh_contexts_and_generation_settings(shared_benchmarks: Path, tmp_path: Path) -> None:
+    """BBH: the published chain-of-thought prompt file of each subtask (its canary header
+    dropped) as the harness task's description, then the question: byte for byte ours."""
+    task_set = _task_set(shared_benchmarks, tmp_path, "bbh", 6, max_new_tokens=32)
+    assert task_set.limit == 2 and len(task_set.items) == 6
+    requests = lmeval_requests(task_set, build_lmeval_tasks(task_set))
+    runner = TaskRunner(task_set.spec, [shared_benchmarks])
+    for item in task_set.items:
+        ((context, kwargs),) = requests[item.id]
+        assert context == runner.prepare(item).prompt, item.id
+        assert "canary" not in context and context.count("\nA: Let's think step by step.") == 4
+        assert kwargs["until"] == ["\n\nQ:", "\nQ:"]
         assert kwargs["max_gen_toks"] == 32 and kwargs["do_sample"] is False
 
 

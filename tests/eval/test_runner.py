@@ -7,7 +7,7 @@ these tests check how the runner builds requests and maps answers back, not a mo
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -333,3 +333,39 @@ def test_item_result_round_trip(tmp_path: Path) -> None:
         assert again == result
         assert again.prompt_sha256 == result.prompt_sha256
         assert len(result.prompt_sha256) == 64
+
+
+class StreamingBackend(ScriptedBackend):
+    """A scripted backend that streams: results come last request first."""
+
+    def generate_stream(
+        self, requests: Sequence[GenerateRequest]
+    ) -> Iterator[tuple[int, GenerateResult]]:
+        results = self.generate(requests)
+        yield from reversed(list(enumerate(results)))
+
+
+def _answer(r: GenerateRequest) -> str:
+    return "The answer is 7." if "3 + 4" in r.context else "no idea"
+
+
+def test_stream_yields_results_as_the_backend_finishes_them(tmp_path: Path) -> None:
+    spec = _gen_spec(tmp_path)
+    items = load_items(spec, [tmp_path])
+    streamed = list(TaskRunner(spec, [tmp_path]).stream(items, StreamingBackend(text=_answer)))
+    batched = TaskRunner(spec, [tmp_path]).run(items, ScriptedBackend(text=_answer))
+    assert [r.item_id for r in streamed] == [i.id for i in reversed(items)]
+    strip = ("seconds",)
+    by_id = {r.item_id: {k: v for k, v in r.to_dict().items() if k not in strip} for r in batched}
+    for r in streamed:
+        assert {k: v for k, v in r.to_dict().items() if k not in strip} == by_id[r.item_id]
+    assert [r.correct for r in batched] == [True, False, False, False]
+
+
+def test_stream_without_a_streaming_backend_runs_a_batch_at_a_time(tmp_path: Path) -> None:
+    spec = _gen_spec(tmp_path)
+    items = load_items(spec, [tmp_path]) * 2  # 8 items, batch size 4: two calls
+    backend = ScriptedBackend(text=_answer)
+    results = list(TaskRunner(spec, [tmp_path]).stream(items, backend))
+    assert [r.item_id for r in results] == [i.id for i in items]
+    assert backend.calls == 2
