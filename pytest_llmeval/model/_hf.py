@@ -22,6 +22,7 @@ from pytest_llmeval.model._types import (
     cut_at_stop,
     fit_tokens,
     move_trailing_space,
+    no_room,
     stop_hit,
 )
 
@@ -777,17 +778,7 @@ class HFBackend:
         for i, req in enumerate(requests):
             budget = self.max_length - req.max_new_tokens
             if budget < 1:
-                yield (
-                    i,
-                    GenerateResult(
-                        text="",
-                        n_tokens=0,
-                        finish_reason="error",
-                        context_window=self.max_length,
-                        error=f"max_new_tokens={req.max_new_tokens} leaves no room for a prompt in "
-                        f"the context window ({self.max_length} tokens)",
-                    ),
-                )
+                yield i, no_room(req.max_new_tokens, self.max_length)
                 continue
             tokens = self._encode_prompt(req.context)
             n_prompt = len(tokens)

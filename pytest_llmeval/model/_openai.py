@@ -87,6 +87,7 @@ from pytest_llmeval.model._types import (
     cut_at_stop,
     fit_tokens,
     move_trailing_space,
+    no_room,
 )
 
 K = TypeVar("K", bound=Hashable)
@@ -719,14 +720,7 @@ class OpenAIBackend:
         done: dict[GenerateRequest, GenerateResult] = {}
         for req in requests:
             if self.max_length is not None and req.max_new_tokens >= self.max_length:
-                done[req] = GenerateResult(
-                    text="",
-                    n_tokens=0,
-                    finish_reason="error",
-                    context_window=self.max_length,
-                    error=f"max_new_tokens={req.max_new_tokens} leaves no room for a prompt in "
-                    f"the context window ({self.max_length} tokens)",
-                )
+                done[req] = no_room(req.max_new_tokens, self.max_length)
             else:
                 runnable.append(req)
         done.update(self._map(self._generate_one, runnable))

@@ -88,6 +88,18 @@ def move_trailing_space(context: str, continuation: str) -> tuple[str, str]:
     return context[:-n_spaces], context[-n_spaces:] + continuation
 
 
+def no_room(max_new_tokens: int, window: int) -> GenerateResult:
+    """The result of a generation request whose budget leaves no room for its prompt."""
+    return GenerateResult(
+        text="",
+        n_tokens=0,
+        finish_reason="error",
+        context_window=window,
+        error=f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the context "
+        f"window ({window} tokens)",
+    )
+
+
 def fit_tokens(tokens: list[int], budget: int, overflow: str) -> list[int]:
     """Cut a prompt to ``budget`` tokens (both backends): keep its end (``truncate_left``)
     or its first and last halves (``truncate_middle``, as LongBench does)."""
