@@ -258,7 +258,7 @@ class Evaluator:
             and self.options.repeat == 1
             and state.determinism_checked >= self.options.check_determinism
         ):
-            return self._streamed(runner, state, wanted, selection)
+            return self._streamed(runner, state, wanted, selection, backend)
         log: list[str] = []
         chunk = self._pending(wanted, selection)[: backend.batch_size]
         to_compute = self._not_reused(runner, state, chunk, log)
@@ -329,6 +329,7 @@ class Evaluator:
         state: TaskState,
         wanted: Item,
         selection: Callable[[], list[Item]],
+        backend: Backend,
     ) -> tuple[ItemResult, list[str]]:
         """``wanted``'s result from the task's stream: when ``wanted`` is not on its way
         (the first item, or items run out of order), a new stream of it and the selected
@@ -338,7 +339,6 @@ class Evaluator:
         item starts a new one)."""
         log: list[str] = []
         name = runner.spec.name
-        backend = self.backend()
         if state.stream is None or wanted.id not in state.streaming:
             to_compute = self._not_reused(runner, state, self._pending(wanted, selection), log)
             if wanted.id in self.cache:

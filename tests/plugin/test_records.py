@@ -134,14 +134,31 @@ def _count(log: str, verb: str, task: str = r"\w+") -> int:
     return sum(int(n) for n in re.findall(rf"\b{task}: {verb} (\d+)", log))
 
 
+def _with_reference(  # type: ignore[no-untyped-def]
+    pytester: pytest.Pytester, write_project, conftest: str, model: Path, batch: int
+) -> list[str]:
+    """The tiny project with ``conftest``, a clean reference run of ``arith`` in ``ref``,
+    and the arguments of the runs under test (output ``out``)."""
+    write_project(pytester)
+    pytester.makeconftest(conftest)
+    args = _args(model, "--llm-output=out", f"--llm-batch-size={batch}", "-k", "arith")
+    reference = pytester.runpytest_subprocess(*args[:-2], "--llm-output=ref", "-k", "arith")
+    assert reference.ret == 0
+    return args
+
+
+def _same_as_reference(pytester: pytest.Pytester, run: Path) -> None:
+    """The ``arith`` records of ``run`` equal the reference run's, timing aside."""
+    (ref,) = _runs(pytester.path / "ref")
+    want = {r["item_id"]: strip_timing(r) for r in _lines(ref, "arith")}
+    got = {r["item_id"]: strip_timing(r) for r in _lines(run, "arith")}
+    assert got == want
+
+
 def test_resume_after_sigkill_recomputes_no_finished_item(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
-    write_project(pytester)
-    pytester.makeconftest(KILL_CONFTEST)
-    args = _args(tiny_model_dir, "--llm-output=out", "--llm-batch-size=2", "-k", "arith")
-    reference = pytester.runpytest_subprocess(*args[:-2], "--llm-output=ref", "-k", "arith")
-    assert reference.ret == 0
+    args = _with_reference(pytester, write_project, KILL_CONFTEST, tiny_model_dir, 2)
 
     monkeypatch.setenv("KILL_AFTER", "3")
     killed = pytester.runpytest_subprocess(*args)
@@ -166,10 +183,7 @@ def test_resume_after_sigkill_recomputes_no_finished_item(
     log = (run / "eval.log").read_text()
     assert _count(log, "reused") == 3  # the three items written before the kill
     assert _count(log, "computed") == 2  # only arith-0003 and arith-0004 ran again
-    (ref,) = _runs(pytester.path / "ref")
-    want = {r["item_id"]: strip_timing(r) for r in _lines(ref, "arith")}
-    got = {r["item_id"]: strip_timing(r) for r in _lines(run, "arith")}
-    assert got == want
+    _same_as_reference(pytester, run)
     assert (interrupted / "superseded_by.txt").exists()
 
 
@@ -201,11 +215,7 @@ def test_results_computed_ahead_are_kept_when_a_run_is_interrupted(
     stream (computed ahead of their tests; here the stream yields the last item first) are
     written beside the run's items and reused by --llm-resume; the interrupted run's scores
     count only the items that ran."""
-    write_project(pytester)
-    pytester.makeconftest(INTERRUPT_CONFTEST)
-    args = _args(tiny_model_dir, "--llm-output=out", "--llm-batch-size=8", "-k", "arith")
-    reference = pytester.runpytest_subprocess(*args[:-2], "--llm-output=ref", "-k", "arith")
-    assert reference.ret == 0
+    args = _with_reference(pytester, write_project, INTERRUPT_CONFTEST, tiny_model_dir, 8)
     monkeypatch.setenv("INTERRUPT_AFTER", "2")
     interrupted_run = pytester.runpytest_subprocess(*args)
     assert interrupted_run.ret == pytest.ExitCode.INTERRUPTED
@@ -227,10 +237,7 @@ def test_results_computed_ahead_are_kept_when_a_run_is_interrupted(
     run = _runs(pytester.path / "out")[-1]
     log = (run / "eval.log").read_text()
     assert _count(log, "reused") == 5 and _count(log, "computed") == 0
-    (ref,) = _runs(pytester.path / "ref")
-    want = {r["item_id"]: strip_timing(r) for r in _lines(ref, "arith")}
-    got = {r["item_id"]: strip_timing(r) for r in _lines(run, "arith")}
-    assert got == want
+    _same_as_reference(pytester, run)
 
 
 SNAPSHOT_TEST = """
