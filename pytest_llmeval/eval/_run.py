@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmeval._errors import DataError, LlmEvalError, ModelError, SpecError
-from pytest_llmeval.dataset import Item, load_fewshot, load_fewshot_text
+from pytest_llmeval.dataset import (
+    Item,
+    load_fewshot,
+    load_fewshot_text,
+    task_data_files,
+    task_subsets,
+)
 from pytest_llmeval.model import (
     Backend,
     ChatTemplate,
@@ -392,6 +398,20 @@ class TaskRunner:
     def fewshot_ids(self, subset: str | None) -> tuple[str, ...]:
         """The ids of a subset's few-shot examples, in prompt order."""
         return self._shots_for(subset, {"subset": subset}).ids
+
+    # What the run record keeps of the task (a runner for another task format overrides).
+
+    def subsets(self) -> list[str | None]:
+        """The task's subsets (``[None]`` without subsets)."""
+        return task_subsets(self.spec, self.data_dirs)
+
+    def data_files(self) -> list[Path]:
+        """The local files the task's items and few-shot examples come from."""
+        return task_data_files(self.spec, self.data_dirs)
+
+    def config_extra(self) -> dict[str, Any]:
+        """Settings beyond the spec that determine scores (part of the config hash)."""
+        return {}
 
     def _conversation(
         self, shots: _Shots, question: str, item: Item, doc: dict[str, Any]

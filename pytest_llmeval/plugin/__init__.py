@@ -58,6 +58,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(llm, "llmeval-session")
     from ._html import HtmlExtras, html_wanted
 
+    if llm.options.lmeval_tasks:
+        config.pluginmanager.register(_LmEvalOptionTasks(), "llmeval-lmeval-tasks")
     if html_wanted(config):  # pytest-html (optional extra 'html') with --html=FILE
         config.pluginmanager.register(HtmlExtras(llm), "llmeval-html")
 
@@ -76,6 +78,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     return collect_file(file_path, parent)
+
+
+class _LmEvalOptionTasks:
+    """Adds the items of ``--llm-lmeval-tasks`` to the collected ones, before ``-k`` and
+    ``-m`` select among them (registered only when the option is given)."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        from ._collect import lmeval_option_items
+
+        items[:0] = lmeval_option_items(session)
 
 
 @pytest.hookimpl(trylast=True)

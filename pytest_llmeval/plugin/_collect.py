@@ -190,6 +190,9 @@ class TaskFile(pytest.File):
         session = get_session(self.config)
         try:
             spec: TaskSpec = load_task_spec(self.path)
+            if spec.lmeval is not None:
+                yield from collect_lmeval(self, spec)
+                return
             try:
                 items = load_items(spec, session.options.data_dirs)
             except DataNotInstalled as exc:
@@ -218,37 +221,102 @@ class TaskFile(pytest.File):
             return
         meta = task_meta(spec, len(items), session.floor_sources.get(spec.name))
         for item in chosen:
-            node = EvalItem.from_parent(
-                self,
-                name=item.id,
-                task=spec.name,
-                item=item,
-                meta=meta,
-                problem=problems.get(item.id),
-            )
-            node.add_marker(pytest.mark.llmeval)
-            node.add_marker(pytest.mark.xdist_group(name=f"llmeval-{spec.name}"))
-            for marker in _markers(spec):
-                node.add_marker(getattr(pytest.mark, marker))
-            yield node
+            yield _eval_item(self, spec, item, meta, problems.get(item.id))
 
     def _no_items(self, spec: TaskSpec, suffix: str, reason: str) -> MissingDataItem:
-        """The one item of a task that runs none (see :class:`MissingDataItem`). It reports
-        to the controller (a row in the summary) when the task has a floor or its data is
-        installed but yields nothing; a task whose data is not installed stays a plain
-        skip, as before."""
-        meta = None
-        if spec.floor is not None or suffix != "data":
-            meta = {
-                **task_meta(spec, 0, get_session(self.config).floor_sources.get(spec.name)),
-                "task": spec.name,
-            }
-        node = MissingDataItem.from_parent(
-            self, name=f"{spec.name}-{suffix}", reason=reason, floor=spec.floor, meta=meta
-        )
-        for marker in _markers(spec):
-            node.add_marker(getattr(pytest.mark, marker))
-        return node
+        return _no_items(self, spec, suffix, reason)
+
+
+def collect_lmeval(parent: pytest.Collector, spec: TaskSpec) -> Iterator[pytest.Item]:
+    """The items of an lm-evaluation-harness task or group (``lmeval:`` spec, or a name
+    given to ``--llm-lmeval-tasks``): one task of ours per leaf task, its documents built
+    by the harness (the first ``--llm-limit`` of each), ``lmeval-<task>-NNNN``."""
+    session = get_session(parent.config)
+    for runner in session.register_lmeval(spec):
+        leaf = runner.spec
+        items = list(runner.items)
+        if session.excluded:
+            session.exclusions_matched.update(i.id for i in items if i.id in session.excluded)
+            items = [item for item in items if item.id not in session.excluded]
+        total = len(runner.task.eval_docs)
+        session.total_items[leaf.name] = total
+        if not items:
+            yield _no_items(parent, leaf, "empty", f"lm-eval task {runner.loaded.name}: no item")
+            continue
+        problems = runner.check(items)
+        meta = task_meta(leaf, total, session.floor_sources.get(leaf.name))
+        for item in items:
+            yield _eval_item(parent, leaf, item, meta, problems.get(item.id))
+
+
+def _eval_item(
+    parent: pytest.Collector,
+    spec: TaskSpec,
+    item: Item,
+    meta: dict[str, Any],
+    problem: str | None,
+) -> EvalItem:
+    node: EvalItem = EvalItem.from_parent(
+        parent, name=item.id, task=spec.name, item=item, meta=meta, problem=problem
+    )
+    node.add_marker(pytest.mark.llmeval)
+    node.add_marker(pytest.mark.xdist_group(name=f"llmeval-{spec.name}"))
+    for marker in _markers(spec):
+        node.add_marker(getattr(pytest.mark, marker))
+    return node
+
+
+def _no_items(
+    parent: pytest.Collector, spec: TaskSpec, suffix: str, reason: str
+) -> MissingDataItem:
+    """The one item of a task that runs none (see :class:`MissingDataItem`). It reports
+    to the controller (a row in the summary) when the task has a floor or its data is
+    installed but yields nothing; a task whose data is not installed stays a plain skip."""
+    meta = None
+    if spec.floor is not None or suffix != "data":
+        meta = {
+            **task_meta(spec, 0, get_session(parent.config).floor_sources.get(spec.name)),
+            "task": spec.name,
+        }
+    node = MissingDataItem.from_parent(
+        parent, name=f"{spec.name}-{suffix}", reason=reason, floor=spec.floor, meta=meta
+    )
+    for marker in _markers(spec):
+        node.add_marker(getattr(pytest.mark, marker))
+    return node
+
+
+class LmEvalTasks(pytest.Collector):
+    """The tasks named by ``--llm-lmeval-tasks`` (no file of ours stands for them)."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        session = get_session(self.config)
+        for name in session.options.lmeval_tasks:
+            spec = lmeval_option_spec(name, session.options.lmeval_include_path)
+            yield from collect_lmeval(self, spec)
+
+
+def lmeval_option_spec(name: str, include_path: tuple[str, ...]) -> TaskSpec:
+    from pytest_llmeval.task import DatasetSpec, LmEvalSpec, PromptSpec
+
+    return TaskSpec(
+        name=name,
+        dataset=DatasetSpec(),
+        prompt=PromptSpec(template=""),
+        mode="generate",
+        source=f"--llm-lmeval-tasks={name}",
+        lmeval=LmEvalSpec(task=name, include_path=include_path),
+    )
+
+
+def lmeval_option_items(session: pytest.Session) -> list[pytest.Item]:
+    """The items of ``--llm-lmeval-tasks`` (a bad name or task config is a usage error
+    that names it)."""
+    collector = LmEvalTasks.from_parent(session, name="lmeval")
+    try:
+        return list(collector.collect())
+    except LlmEvalError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _no_items_reason(session: LlmEvalSession, spec: TaskSpec, loaded: int) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmeval._errors import LlmEvalError
-from pytest_llmeval.dataset import Item, task_data_files, task_subsets
+from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import ItemResult, TaskRunner, item_digests
 from pytest_llmeval.record import (
     config_hash,
@@ -198,17 +198,14 @@ class Evaluator:
         name = runner.spec.name
         if name not in self.states:
             runner.bind(self.backend())
-            subsets = task_subsets(runner.spec, runner.data_dirs)
-            config: dict[str, Any] = _json(task_config(runner, subsets))
+            config: dict[str, Any] = _json(task_config(runner, runner.subsets()))
             digest = config_hash(config, self.model_settings)
             state = TaskState(
                 config=config,
                 prompt_hash=prompt_hash(config),
                 config_hash=digest,
                 resume_key=resume_key(digest, self.identity()),
-                data_files=data_files(
-                    task_data_files(runner.spec, runner.data_dirs), runner.data_dirs
-                ),
+                data_files=data_files(runner.data_files(), runner.data_dirs),
             )
             if self.options.resume:
                 found, sources = resumable_items(self.options.output, name, state.resume_key)

@@ -306,6 +306,23 @@ def add_options(parser: pytest.Parser) -> None:
         "(needs `datasets` and internet; same as LLMEVAL_ALLOW_HUB=1)",
     )
     group.addoption(
+        "--llm-lmeval-tasks",
+        dest="llm_lmeval_tasks",
+        default=None,
+        metavar="NAMES",
+        help="run lm-evaluation-harness tasks or groups as items, comma-separated "
+        "(arc_easy,mmlu): each document is an item lmeval-<task>-NNNN; needs the lmeval extra",
+    )
+    group.addoption(
+        "--llm-lmeval-include-path",
+        dest="llm_lmeval_include_path",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="a directory of lm-eval task YAMLs of your own for --llm-lmeval-tasks "
+        "(repeatable; the harness's own tasks stay available)",
+    )
+    group.addoption(
         "--llm-strip-thinking",
         dest="llm_strip_thinking",
         action="store_true",
@@ -587,6 +604,33 @@ def _model(config: pytest.Config, backend: str, ini: str = "llm_model") -> str |
     return model
 
 
+def _names(config: pytest.Config, name: str) -> tuple[str, ...]:
+    raw = config.getoption(name)
+    if raw is None:
+        return ()
+    names = tuple(n.strip() for n in str(raw).split(",") if n.strip())
+    if not names:
+        raise pytest.UsageError(f"--{name.replace('_', '-')}: no name given")
+    return names
+
+
+def _include_paths(config: pytest.Config) -> tuple[str, ...]:
+    out = []
+    for raw in config.getoption("llm_lmeval_include_path") or []:
+        path = Path(raw).expanduser()
+        if not path.is_absolute():
+            path = Path(config.invocation_params.dir) / path
+        if not path.is_dir():
+            raise pytest.UsageError(f"--llm-lmeval-include-path={raw}: {path} is not a directory")
+        out.append(str(path.resolve()))
+    if out and not config.getoption("llm_lmeval_tasks"):
+        raise pytest.UsageError(
+            "--llm-lmeval-include-path is given without --llm-lmeval-tasks (name the tasks "
+            "to run from it)"
+        )
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Options:
     """The resolved llmeval options of one pytest run (CLI over ini over defaults)."""
@@ -639,6 +683,8 @@ class Options:
     floor_rule: FloorRule = field(default_factory=lambda: FloorRule("lcb"))
     floor_policy: str = "point"
     plan: bool = False
+    lmeval_tasks: tuple[str, ...] = ()
+    lmeval_include_path: tuple[str, ...] = ()
 
     def chat_settings(self) -> ChatSettings:
         """How prompts reach a chat model in this run (the task runner's settings)."""
@@ -740,6 +786,8 @@ class Options:
                 else config.getini("llm_strip_thinking")
             ),
             thinking_markers=_markers(config),
+            lmeval_tasks=_names(config, "llm_lmeval_tasks"),
+            lmeval_include_path=_include_paths(config),
         )
         # The model settings are checked once, by ModelSettings itself (the same checks a
         # script's settings get), before any model loads.

@@ -39,6 +39,7 @@ from ._options import CLI_FLOOR, Options
 
 if TYPE_CHECKING:
     from pytest_llmeval.gate import FloorRule, ReferenceRun, TaskPlan
+    from pytest_llmeval.lmeval import LmEvalRunner
     from pytest_llmeval.record import Comparison
 
 
@@ -181,7 +182,26 @@ def task_meta(
         "successor": spec.catalog.successor,
         "capability": spec.catalog.capability,
         "freshness": spec.catalog.freshness,
+        **({"lmeval": _lmeval_meta(spec)} if spec.lmeval is not None else {}),
     }
+
+
+def lmeval_lines(results: dict[str, Any]) -> list[str]:
+    """One line per harness group: its metrics over the subtasks that ran."""
+    lines = []
+    for name, group in sorted((results.get("groups") or {}).items()):
+        metrics = ", ".join(
+            f"{k}={v:.4f}" for k, v in group.items() if "," in k and isinstance(v, float)
+        )
+        ran = f"{group['ran']}/{group['subtasks']} subtasks, n={group['sample_len']}"
+        lines.append(f"lm-eval group {name}: {metrics or 'no aggregate metric'} ({ran})")
+    return lines
+
+
+def _lmeval_meta(spec: TaskSpec) -> dict[str, Any] | None:
+    from pytest_llmeval.lmeval import lmeval_meta
+
+    return lmeval_meta(spec)
 
 
 @dataclass
@@ -212,6 +232,8 @@ class TaskTally:
     config: dict[str, Any] = field(default_factory=dict)
     # Where the floor came from (the spec, an option, a reference run with its rule).
     floor_source: dict[str, Any] | None = None
+    # An lm-evaluation-harness task: how the harness aggregates it and its groups.
+    lmeval: dict[str, Any] | None = None
 
     def estimate(self) -> Estimate:
         return accuracy([r["score"] for r in self.results.values()])
@@ -293,6 +315,8 @@ class LlmEvalSession:
         self.verdicts: list[Verdict] = []
         self.probe_verdicts: list[Any] = []  # the llm_probe fixture's ProbeOutcomes
         self.comparison: Comparison | None = None
+        # lm-evaluation-harness tasks and groups, as the harness aggregates them.
+        self.lmeval_results: dict[str, Any] | None = None
         self.gate_failures: list[str] = []
         self.resumed_from: set[str] = set()
         self.failure_reports: list[FailureReport] = []
@@ -342,6 +366,33 @@ class LlmEvalSession:
             spec, self.options.data_dirs, self.options.chat_settings()
         )
         return spec
+
+    def register_lmeval(self, spec: TaskSpec) -> list[LmEvalRunner]:
+        """The runners of the harness's leaf tasks for an ``lmeval`` spec, each registered
+        as a task of its own (floor applied: ``--llm-floor lmeval-<task>=X`` or the spec's)."""
+        from pytest_llmeval.dataset import hub_allowed
+        from pytest_llmeval.lmeval import expand
+
+        runners = expand(
+            spec,
+            self.options.data_dirs,
+            self.options.chat_settings(),
+            limit=self.options.limit,
+            allow_hub=hub_allowed(),
+        )
+        out: list[LmEvalRunner] = []
+        for runner in runners:
+            leaf = self._apply_floor(runner.spec)
+            existing = self.specs.get(leaf.name)
+            if existing is not None and existing.source != leaf.source:
+                raise pytest.UsageError(
+                    f"task name {leaf.name!r} is defined twice: {existing.source} and {leaf.source}"
+                )
+            runner.spec = leaf
+            self.specs[leaf.name] = leaf
+            self.runners[leaf.name] = runner
+            out.append(runner)
+        return out
 
     def _apply_floor(self, spec: TaskSpec) -> TaskSpec:
         """The task's floor: ``--llm-floor`` on the command line, else ``--llm-floors-from``,
@@ -555,6 +606,7 @@ class LlmEvalSession:
                 successor=meta.get("successor"),
                 capability=meta.get("capability"),
                 freshness=str(meta.get("freshness") or "stable"),
+                lmeval=meta.get("lmeval"),
             )
         if report.when == "call" or (report.when == "setup" and not report.passed):
             self.done_nodeids.add(report.nodeid)
@@ -853,6 +905,7 @@ class LlmEvalSession:
         self._compare_with_baseline()
         self._analyse_failures()
         self._plan()
+        self._lmeval_scores()
         write_json_atomic(self.run.path / SUMMARY, summary)
         from pytest_llmeval.record import append_github_step_summary, markdown_summary
 
@@ -876,6 +929,26 @@ class LlmEvalSession:
                 if not math.isnan(v.score)
             )
         )
+
+    def _lmeval_scores(self) -> None:
+        """lm-evaluation-harness tasks: every metric of each task and group as the harness
+        aggregates it, into ``lmeval_results.json`` (the floors gate the per-item mean of
+        each task's primary metric, which is the harness's score for mean-aggregated
+        metrics)."""
+        assert self.run is not None
+        leaves = {
+            name: (tally.lmeval, [r for r in tally.results.values() if not r.get("error")])
+            for name, tally in self.tallies.items()
+            if tally.lmeval
+        }
+        if not leaves:
+            return
+        from pytest_llmeval.lmeval import lmeval_results
+
+        self.lmeval_results = lmeval_results(leaves)
+        write_json_atomic(self.run.path / "lmeval_results.json", self.lmeval_results)
+        for line in lmeval_lines(self.lmeval_results):
+            self.run.log(line)
 
     def _write_report(self) -> None:
         """``report.html`` from the records just written. The records are the result: a

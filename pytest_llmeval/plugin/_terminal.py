@@ -166,6 +166,11 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     for failure in session.gate_failures:
         tr.write_line(f"BASELINE GATE ({session.options.baseline_fail}): {failure}", red=True)
     write_failures(session, tr)
+    if session.lmeval_results is not None:
+        from ._session import lmeval_lines
+
+        for line in lmeval_lines(session.lmeval_results):
+            tr.write_line(line)
     if session.plans:
         from pytest_llmeval.gate import PlanSettings, format_plan
 

@@ -40,6 +40,7 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
         # turn) or None, the mode and who chose it, the system prompt, few-shot turns, the
         # BOS policy, reasoning-block stripping.
         **runner.prompt_record(),
+        **runner.config_extra(),
         "fewshot": {
             "k": spec.fewshot.k,
             "order": spec.fewshot.order,

@@ -269,6 +269,33 @@ class ProbeSpec:
 
 
 @dataclass(frozen=True)
+class LmEvalSpec:
+    """An lm-evaluation-harness task run as this task (``lmeval:`` block, or
+    ``--llm-lmeval-tasks``). The harness builds the documents, few-shot contexts, requests,
+    filters and metrics; the plugin sends the requests to its own backend.
+
+    ``task``: the harness's name of the task, or of a group (expanded into one task of
+    ours per leaf task). ``include_path``: directories of task YAMLs of one's own, besides
+    the harness's (``TaskManager(include_path=...)``). ``num_fewshot``: overrides the
+    task's, as the harness's ``--num_fewshot`` does. ``metric``: the ``metric,filter`` key
+    the floor is checked against (default: the task's first metric under its first
+    filter). ``group``: for a leaf expanded from a group, the group's name.
+    """
+
+    task: str
+    include_path: tuple[str, ...] = ()
+    num_fewshot: int | None = None
+    metric: str | None = None
+    fewshot_seed: int = 1234
+    group: str | None = None
+    # Filled in when the harness loaded the task: each metric's registered aggregation
+    # and the groups above the task (name, leaf tasks, aggregate_metric_list), for the
+    # controller to compute the harness's task and group scores from item records.
+    aggregation: Mapping[str, str] = field(default_factory=dict)
+    groups: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """A benchmark task: data, prompt, mode, floor and markers."""
 
@@ -285,10 +312,13 @@ class TaskSpec:
     catalog: CatalogEntry = field(default_factory=CatalogEntry)
     probes: ProbeSpec = field(default_factory=ProbeSpec)
     source: str = "<python>"
+    lmeval: LmEvalSpec | None = None
 
     @property
     def metric(self) -> str:
         """The name of the metric that the floor is checked against."""
+        if self.lmeval is not None and self.lmeval.metric is not None:
+            return self.lmeval.metric
         if self.mode == "multiple_choice":
             assert self.multiple_choice is not None
             return self.multiple_choice.metric
@@ -678,7 +708,9 @@ TOP_LEVEL = (
     "multiple_choice",
     "floor",
     "markers",
+    "lmeval",
 )
+LMEVAL_KEYS = ("task", "include_path", "num_fewshot", "metric", "fewshot_seed")
 
 
 def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> TaskSpec:
@@ -690,6 +722,8 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
     name = top.req_str("task")
     if not name or not all(c.isalnum() or c in "_." for c in name):
         raise top.fail("task", f"must be a name of letters, digits, '_' or '.', got {name!r}")
+    if top.has("lmeval"):
+        return _lmeval_spec(top, name, source)
     dataset_reader = top.child("dataset", required=True)
     assert dataset_reader is not None
     dataset = _dataset(dataset_reader)
@@ -868,16 +902,113 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
     )
 
 
+def _lmeval_spec(top: _Reader, name: str, source: str) -> TaskSpec:
+    """A spec whose items are an lm-evaluation-harness task's (``lmeval:`` block): only
+    the task's name, description, markers, floor and catalog entry are ours."""
+    for key in top.data:
+        if key not in ("task", "description", "markers", "floor", "catalog", "lmeval"):
+            raise top.fail(
+                str(key),
+                "is not used with 'lmeval' (the harness's task config defines data, prompts "
+                "and scoring): remove it",
+            )
+    block = top.data.get("lmeval")
+    sub = top.child("lmeval", required=True) if isinstance(block, Mapping) else None
+    if sub is None:
+        raise top.fail("lmeval", "must be a mapping such as {task: arc_easy}")
+    sub.unknown_keys(LMEVAL_KEYS)
+    raw_paths = sub.data.get("include_path")
+    paths = [raw_paths] if isinstance(raw_paths, str) else sub.str_list("include_path")
+    here = Path(source).parent if source != "<python>" else Path.cwd()
+    include = tuple(str((here / p).resolve()) for p in paths)
+    num_fewshot = sub.data.get("num_fewshot")
+    if num_fewshot is not None and (
+        not isinstance(num_fewshot, int) or isinstance(num_fewshot, bool) or num_fewshot < 0
+    ):
+        raise sub.fail("num_fewshot", f"must be an integer >= 0, got {num_fewshot!r}")
+    for i, marker in enumerate(top.str_list("markers")):
+        if marker not in KNOWN_MARKERS:
+            raise top.fail(
+                f"markers[{i}]", f"unknown marker {marker!r}; known: {', '.join(KNOWN_MARKERS)}"
+            )
+    return TaskSpec(
+        name=name,
+        dataset=DatasetSpec(),
+        prompt=PromptSpec(template=""),
+        mode="generate",
+        floor=_floor(top),
+        markers=top.str_list("markers"),
+        description=top.str_("description", default="") or "",
+        catalog=_catalog(top, "generate"),
+        source=source,
+        lmeval=LmEvalSpec(
+            task=sub.req_str("task"),
+            include_path=include,
+            num_fewshot=num_fewshot,
+            metric=sub.str_("metric"),
+            fewshot_seed=sub.int_("fewshot_seed", default=1234),
+        ),
+    )
+
+
+# Top-level keys of lm-evaluation-harness task and group configs that no spec of ours has:
+# a YAML with one of them (and without our ``mode`` or ``lmeval``) is the harness's.
+LMEVAL_ONLY_KEYS = frozenset(
+    {
+        "dataset_path",
+        "dataset_name",
+        "dataset_kwargs",
+        "output_type",
+        "doc_to_text",
+        "doc_to_target",
+        "doc_to_choice",
+        "include",
+        "group",
+        "tag",
+        "metric_list",
+        "filter_list",
+        "generation_kwargs",
+        "test_split",
+        "validation_split",
+        "fewshot_split",
+        "process_docs",
+        "aggregate_metric_list",
+        "num_fewshot",
+    }
+)
+
+
+class _AnyTagLoader(yaml.SafeLoader):
+    """Reads a YAML whatever its tags (the harness's ``!function``): only keys matter."""
+
+
+_AnyTagLoader.add_multi_constructor("", lambda loader, suffix, node: None)
+
+
 def is_task_file(path: Path) -> bool:
-    """Cheap check whether a YAML file holds a task spec (a top-level ``task:`` key)."""
+    """Whether a YAML file holds one of our task specs.
+
+    A spec is a mapping with a top-level ``task`` key and either our ``mode`` or ``lmeval``
+    block, or no key that only lm-evaluation-harness configs have (``dataset_path``,
+    ``output_type``, ``doc_to_text``, ``include``, ``group``, ...): a harness task YAML
+    beside the specs is left alone, while a spec of ours with a typo in a key is still
+    collected (and fails with the key named). Any other YAML (CI configs, data) is not a
+    spec."""
     try:
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("task:"):
-                    return True
+        text = path.read_text(encoding="utf-8")
     except OSError:
         return False
-    return False
+    if not any(line.startswith("task:") for line in text.splitlines()):
+        return False  # cheap: most YAML files are not specs
+    try:
+        data = yaml.load(text, Loader=_AnyTagLoader)
+    except yaml.YAMLError:
+        return True  # ours by its task line: collection reports the broken YAML
+    if not isinstance(data, Mapping) or "task" not in data:
+        return False
+    if "mode" in data or "lmeval" in data:
+        return True
+    return not (LMEVAL_ONLY_KEYS & set(map(str, data)))
 
 
 def load_task_spec(path: str | Path) -> TaskSpec:
