@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +192,8 @@ class LmEvalRunner(TaskRunner):
                 "chat_template": _renderer(template, self.spec.name),
             }
         try:
-            task.build_all_requests(limit=self.limit, rank=0, world_size=1, **chat)
+            with _quiet_progress():
+                task.build_all_requests(limit=self.limit, rank=0, world_size=1, **chat)
         except LlmEvalError:
             raise
         except Exception as exc:
@@ -491,6 +493,23 @@ class LmEvalRunner(TaskRunner):
             acc_norm=_number(metrics.get(f"acc_norm,{filter_key}")),
             details={"lmeval": {"metrics": metrics, "filtered": filtered}},
         )
+
+
+@contextmanager
+def _quiet_progress() -> Iterator[None]:
+    """No progress bar per task on the terminal while the harness builds requests (a
+    group of 57 subtasks would print 57 of them into pytest's output)."""
+    import lm_eval.api.task as harness_task
+
+    bar = getattr(harness_task, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    harness_task.tqdm = lambda iterable, **kwargs: iterable
+    try:
+        yield
+    finally:
+        harness_task.tqdm = bar
 
 
 def _number(value: Any) -> float | None:

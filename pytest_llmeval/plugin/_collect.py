@@ -292,11 +292,15 @@ class LmEvalTasks(pytest.Collector):
     def collect(self) -> Iterator[pytest.Item]:
         session = get_session(self.config)
         for name in session.options.lmeval_tasks:
-            spec = lmeval_option_spec(name, session.options.lmeval_include_path)
+            spec = lmeval_option_spec(
+                name, session.options.lmeval_include_path, session.options.lmeval_num_fewshot
+            )
             yield from collect_lmeval(self, spec)
 
 
-def lmeval_option_spec(name: str, include_path: tuple[str, ...]) -> TaskSpec:
+def lmeval_option_spec(
+    name: str, include_path: tuple[str, ...], num_fewshot: int | None = None
+) -> TaskSpec:
     from pytest_llmeval.task import DatasetSpec, LmEvalSpec, PromptSpec
 
     return TaskSpec(
@@ -305,18 +309,22 @@ def lmeval_option_spec(name: str, include_path: tuple[str, ...]) -> TaskSpec:
         prompt=PromptSpec(template=""),
         mode="generate",
         source=f"--llm-lmeval-tasks={name}",
-        lmeval=LmEvalSpec(task=name, include_path=include_path),
+        lmeval=LmEvalSpec(task=name, include_path=include_path, num_fewshot=num_fewshot),
     )
 
 
 def lmeval_option_items(session: pytest.Session) -> list[pytest.Item]:
     """The items of ``--llm-lmeval-tasks`` (a bad name or task config is a usage error
     that names it)."""
-    collector = LmEvalTasks.from_parent(session, name="lmeval")
+    collector = LmEvalTasks.from_parent(session, name="lmeval", nodeid="lmeval")
     try:
-        return list(collector.collect())
+        items = list(collector.collect())
     except LlmEvalError as exc:
         raise pytest.UsageError(str(exc)) from None
+    # Counted as collected (the terminal's "collected N items") like a file's items.
+    report = pytest.CollectReport(collector.nodeid, "passed", None, list(items))
+    session.config.hook.pytest_collectreport(report=report)
+    return items
 
 
 def _no_items_reason(session: LlmEvalSession, spec: TaskSpec, loaded: int) -> str:

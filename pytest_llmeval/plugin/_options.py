@@ -323,6 +323,15 @@ def add_options(parser: pytest.Parser) -> None:
         "(repeatable; the harness's own tasks stay available)",
     )
     group.addoption(
+        "--llm-lmeval-num-fewshot",
+        dest="llm_lmeval_num_fewshot",
+        type=int,
+        default=None,
+        metavar="K",
+        help="few-shot examples for --llm-lmeval-tasks, as lm_eval --num_fewshot (tasks "
+        "that pin 0 keep 0)",
+    )
+    group.addoption(
         "--llm-strip-thinking",
         dest="llm_strip_thinking",
         action="store_true",
@@ -614,6 +623,13 @@ def _names(config: pytest.Config, name: str) -> tuple[str, ...]:
     return names
 
 
+def _num_fewshot(config: pytest.Config) -> int | None:
+    value = config.getoption("llm_lmeval_num_fewshot")
+    if value is not None and value < 0:
+        raise pytest.UsageError(f"--llm-lmeval-num-fewshot: expected >= 0, got {value}")
+    return value  # type: ignore[no-any-return]
+
+
 def _include_paths(config: pytest.Config) -> tuple[str, ...]:
     out = []
     for raw in config.getoption("llm_lmeval_include_path") or []:
@@ -685,6 +701,7 @@ class Options:
     plan: bool = False
     lmeval_tasks: tuple[str, ...] = ()
     lmeval_include_path: tuple[str, ...] = ()
+    lmeval_num_fewshot: int | None = None
 
     def chat_settings(self) -> ChatSettings:
         """How prompts reach a chat model in this run (the task runner's settings)."""
@@ -788,6 +805,7 @@ class Options:
             thinking_markers=_markers(config),
             lmeval_tasks=_names(config, "llm_lmeval_tasks"),
             lmeval_include_path=_include_paths(config),
+            lmeval_num_fewshot=_num_fewshot(config),
         )
         # The model settings are checked once, by ModelSettings itself (the same checks a
         # script's settings get), before any model loads.

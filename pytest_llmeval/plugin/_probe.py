@@ -152,6 +152,12 @@ class ProbeRunner:
         runner = self.session.runners.get(task)
         if runner is None:
             pytest.skip(f"task {task!r} is not collected (run the probes with its spec)")
+        if runner.spec.lmeval is not None:
+            pytest.skip(
+                f"{task} {probe}: no verdict: the contamination probes rewrite documents "
+                "through our spec's fields (contamination: block), which an lm-eval task "
+                "does not have; write the task as a spec of ours to probe it"
+            )
         opts = self.session.options
         try:
             items = load_items(runner.spec, opts.data_dirs)

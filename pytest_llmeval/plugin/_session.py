@@ -388,6 +388,16 @@ class LlmEvalSession:
                 raise pytest.UsageError(
                     f"task name {leaf.name!r} is defined twice: {existing.source} and {leaf.source}"
                 )
+            assert leaf.lmeval is not None and leaf.lmeval.metric is not None
+            metric = leaf.lmeval.metric.partition(",")[0]
+            aggregation = leaf.lmeval.aggregation.get(metric)
+            if leaf.floor is not None and aggregation != "mean":
+                raise pytest.UsageError(
+                    f"{leaf.source}: a floor for {leaf.name} is checked against the mean of "
+                    f"its per-document {leaf.lmeval.metric}, but lm-eval aggregates that "
+                    f"metric with {aggregation!r}: the mean is not the task's score. Gate on "
+                    "a mean-aggregated metric (lmeval.metric) or drop the floor"
+                )
             runner.spec = leaf
             self.specs[leaf.name] = leaf
             self.runners[leaf.name] = runner
