@@ -273,9 +273,67 @@ class LmEvalRunner(TaskRunner):
 
     def _requests_of(self, item: Item) -> list[Any]:
         insts = self._instances.get(item.index)
-        if not insts:
+        if insts and (insts[0].doc is item.doc or insts[0].doc == item.doc):
+            return insts
+        if insts is None or not insts:
             raise DataError(f"{item.id}: lm-eval built no request for document {item.index}")
-        return insts
+        return self._requests_for_rewrite(item)
+
+    def rewrite_problem(self) -> str | None:
+        """Why a rewritten document (a contamination probe's) cannot be asked as its
+        original was, or None."""
+        shots = int(self.task.config.num_fewshot or 0)
+        config = self.task.config.fewshot_config
+        sampler = (
+            config.get("sampler")
+            if isinstance(config, Mapping)
+            else getattr(config, "sampler", None)
+        ) or "default"
+        if shots and sampler != "first_n":
+            return (
+                f"lm-eval task {self.loaded.name} draws its {shots} few-shot examples at "
+                f"random per document (sampler {sampler!r}): a rewritten document cannot be "
+                "asked with the examples of its original, so it is not probed"
+            )
+        return None
+
+    def _requests_for_rewrite(self, item: Item) -> list[Any]:
+        """The harness's requests for a rewritten document (a contamination probe's option
+        order or number rewrite), built alone. Only where the few-shot examples cannot
+        depend on the order documents are built in (no examples, or the ``first_n``
+        sampler): otherwise the rewrite would be asked with other examples than the
+        document it is compared with."""
+        task = self.task
+        problem = self.rewrite_problem()
+        if problem is not None:
+            raise DataError(f"{item.id}: {problem}")
+        shots = int(task.config.num_fewshot or 0)
+        chat: dict[str, Any] = {}
+        if self._chat_built and self.template is not None:
+            chat = {
+                "system_instruction": self.chat.system_prompt,
+                "apply_chat_template": True,
+                "fewshot_as_multiturn": self.chat.multiturn,
+                "chat_template": _renderer(self.template, self.spec.name),
+            }
+        try:
+            context = task.fewshot_context(
+                item.doc, num_fewshot=shots, gen_prefix=task.doc_to_prefix(item.doc), **chat
+            )
+            built = task.construct_requests(
+                doc=item.doc,
+                ctx=context,
+                metadata=(self.loaded.name, item.index, 1),
+                apply_chat_template=bool(chat),
+                chat_template=chat.get("chat_template"),
+            )
+        except Exception as exc:
+            raise DataError(
+                f"{item.id}: lm-eval could not build the requests of a rewritten document: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        insts = built if isinstance(built, list) else [built]
+        return sorted(insts, key=lambda i: i.idx)
 
     def prepare(self, item: Item) -> PreparedItem:
         insts = self._requests_of(item)

@@ -906,7 +906,15 @@ def _lmeval_spec(top: _Reader, name: str, source: str) -> TaskSpec:
     """A spec whose items are an lm-evaluation-harness task's (``lmeval:`` block): only
     the task's name, description, markers, floor and catalog entry are ours."""
     for key in top.data:
-        if key not in ("task", "description", "markers", "floor", "catalog", "lmeval"):
+        if key not in (
+            "task",
+            "description",
+            "markers",
+            "floor",
+            "catalog",
+            "contamination",
+            "lmeval",
+        ):
             raise top.fail(
                 str(key),
                 "is not used with 'lmeval' (the harness's task config defines data, prompts "
@@ -940,6 +948,7 @@ def _lmeval_spec(top: _Reader, name: str, source: str) -> TaskSpec:
         markers=top.str_list("markers"),
         description=top.str_("description", default="") or "",
         catalog=_catalog(top, "generate"),
+        probes=_probes(top),
         source=source,
         lmeval=LmEvalSpec(
             task=sub.req_str("task"),

@@ -308,3 +308,49 @@ def test_harness_yaml_beside_specs_is_not_collected(pytester: pytest.Pytester) -
     assert "colors_mc.yaml" not in out and "arith_gen.yaml" not in out
     # A spec of ours with a misspelt key is still ours, and its error names the key.
     assert "typo.yaml" in out and "promt" in out
+
+
+PROBE_TEST = """
+import pytest
+
+
+@pytest.mark.parametrize("task", ["lmeval-colors_mc_zero", "lmeval-colors_mc"])
+def test_option_shuffle(llm_probe, task):
+    llm_probe.run(task, "option_shuffle")
+"""
+
+
+def test_option_shuffle_probe_on_an_lmeval_task(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    """The probes rewrite the harness's documents through the spec's contamination:
+    fields; a task whose few-shot examples are drawn at random per document is not probed
+    (a rewrite would get other examples than its original), and says why."""
+    tasks_dir = _write_tasks(pytester.path)
+    for name in ("colors_mc_zero", "colors_mc"):
+        (pytester.path / f"{name}_spec.yaml").write_text(
+            f"task: {name}_spec\n"
+            "contamination: {options: options, gold: label}\n"
+            f"lmeval: {{task: {name}, include_path: {tasks_dir.name}}}\n"
+        )
+    pytester.makepyfile(test_probes=PROBE_TEST)
+    result = pytester.runpytest_subprocess(
+        f"--llm-model={tiny_model_dir}",
+        "--llm-chat-template=off",
+        "--llm-output=runs",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "option_shuffle",
+        "-rs",
+    )
+    result.stdout.fnmatch_lines(["*lmeval-colors_mc*draws its 2 few-shot examples at random*"])
+    report = json.loads(
+        (
+            _run_dir(pytester.path / "runs")
+            / "contamination"
+            / "lmeval-colors_mc_zero-option_shuffle.json"
+        ).read_text()
+    )
+    assert report["task"] == "lmeval-colors_mc_zero"
+    assert len(report["items"]) == 5
