@@ -11,7 +11,6 @@ records, resume and floors apply as for our own specs.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -359,52 +358,8 @@ class LmEvalRunner(TaskRunner):
 
     # ------------------------------------------------------------------ running
 
-    def run(self, items: Sequence[Item], backend: Backend) -> list[ItemResult]:
-        started = time.perf_counter()
-        self.bind(backend)
-        prepared: list[PreparedItem] = []
-        done: dict[str, ItemResult] = {}
-        for item in items:
-            try:
-                prepared.append(self.prepare(item))
-            except LlmEvalError as exc:
-                done[item.id] = self.error_result(item, str(exc))
-        if self.spec.mode == "generate":
-            outputs = backend.generate(self._generate_requests(prepared)) if prepared else []
-            if len(outputs) != len(prepared):
-                raise DataError(
-                    f"backend returned {len(outputs)} results for {len(prepared)} requests"
-                )
-            results = [
-                self._generation_result(p, out) for p, out in zip(prepared, outputs, strict=True)
-            ]
-        else:
-            results = self._run_loglikelihood(prepared, backend)
-        per_item = (time.perf_counter() - started) / max(1, len(items))
-        for p, r in zip(prepared, results, strict=True):
-            self._finish(p, r, per_item)
-            done[r.item_id] = r
-        return [done[item.id] for item in items]
-
-    def stream(self, items: Sequence[Item], backend: Backend) -> Iterator[ItemResult]:
-        if self.spec.mode != "generate" or getattr(backend, "generate_stream", None) is None:
-            yield from super().stream(items, backend)
-            return
-        self.bind(backend)
-        prepared: list[PreparedItem] = []
-        for item in items:
-            try:
-                prepared.append(self.prepare(item))
-            except LlmEvalError as exc:
-                yield self.error_result(item, str(exc))
-        last = time.perf_counter()
-        for index, out in backend.generate_stream(self._generate_requests(prepared)):  # type: ignore[attr-defined]
-            p = prepared[index]
-            result = self._generation_result(p, out)
-            now = time.perf_counter()
-            self._finish(p, result, now - last)
-            last = now
-            yield result
+    # run() and stream() are TaskRunner's: they prepare items (here: the harness's
+    # requests), run them through the hooks below and finish each result.
 
     def _generate_requests(self, prepared: Sequence[PreparedItem]) -> list[GenerateRequest]:
         gen = self.spec.generate
@@ -440,9 +395,11 @@ class LmEvalRunner(TaskRunner):
             }
         return result
 
-    def _run_loglikelihood(
+    def _run_multiple_choice(
         self, prepared: Sequence[PreparedItem], backend: Backend
     ) -> list[ItemResult]:
+        """Every log-likelihood request of the prepared documents in one call (multiple
+        choice: one per choice; ``loglikelihood`` tasks: one), scored by the harness."""
         requests: list[LoglikelihoodRequest] = []
         spans: list[tuple[int, int]] = []
         for p in prepared:
