@@ -308,7 +308,7 @@ def lmeval_option_spec(
         dataset=DatasetSpec(),
         prompt=PromptSpec(template=""),
         mode="generate",
-        source=f"--llm-lmeval-tasks={name}",
+        source="--llm-lmeval-tasks",
         lmeval=LmEvalSpec(task=name, include_path=include_path, num_fewshot=num_fewshot),
     )
 

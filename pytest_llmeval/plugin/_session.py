@@ -384,7 +384,9 @@ class LlmEvalSession:
         for runner in runners:
             leaf = self._apply_floor(runner.spec)
             existing = self.specs.get(leaf.name)
-            if existing is not None and existing.source != leaf.source:
+            if existing is not None and existing.source == leaf.source:
+                continue  # reached again (a task named and in a named group): once
+            if existing is not None:
                 raise pytest.UsageError(
                     f"task name {leaf.name!r} is defined twice: {existing.source} and {leaf.source}"
                 )

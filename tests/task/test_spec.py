@@ -133,6 +133,51 @@ def test_is_task_file(tmp_path: Path) -> None:
     assert is_task_file(_write(tmp_path, _generate_spec()))
 
 
+@pytest.mark.parametrize(
+    ("text", "ours"),
+    [
+        # lm-evaluation-harness task and group configs (with its !function tags)
+        ("task: arc_x\ndataset_path: allenai/ai2_arc\noutput_type: multiple_choice\n", False),
+        ("task: x\ninclude: _default_template_yaml\nprocess_docs: !function utils.p\n", False),
+        ("group: g\ntask: [a, b]\naggregate_metric_list: [{metric: acc}]\n", False),
+        ("tag: t\ntask: x\ndoc_to_text: '{{q}}'\n", False),
+        # ours: a mode, an lmeval block, or no harness-only key (a typo is still ours)
+        ("task: t\nmode: generate\ndataset_path: x\n", True),
+        ("task: t\nlmeval: {task: arc_easy}\n", True),
+        ("task: t\ndataset: {path: x.jsonl}\npromt: {template: x}\n", True),
+        ("task: t\n  bad: [\n", True),  # broken YAML with a task line: reported as ours
+        ("- task: a\n", False),  # a list, not a mapping
+    ],
+)
+def test_harness_yaml_is_not_a_spec(tmp_path: Path, text: str, ours: bool) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert is_task_file(path) is ours
+
+
+def test_lmeval_spec_keeps_only_our_own_fields(tmp_path: Path) -> None:
+    spec = task_spec_from_dict(
+        {
+            "task": "ceval_gate",
+            "markers": ["regression"],
+            "floor": 0.25,
+            "contamination": {"options": ["A", "B", "C", "D"], "gold": "answer"},
+            "lmeval": {"task": "ceval-valid", "include_path": "tasks", "num_fewshot": 5},
+        },
+        source=str(tmp_path / "gate.yaml"),
+    )
+    assert spec.lmeval is not None
+    assert spec.lmeval.task == "ceval-valid" and spec.lmeval.num_fewshot == 5
+    assert spec.lmeval.include_path == (str((tmp_path / "tasks").resolve()),)
+    assert spec.floor == 0.25 and spec.probes.gold == "answer"
+    with pytest.raises(SpecError, match="'prompt'.*not used with 'lmeval'"):
+        task_spec_from_dict({"task": "x", "prompt": {"template": "q"}, "lmeval": {"task": "a"}})
+    with pytest.raises(SpecError, match="num_fewshot.*integer >= 0"):
+        task_spec_from_dict({"task": "x", "lmeval": {"task": "a", "num_fewshot": -1}})
+    with pytest.raises(SpecError, match="lmeval.*mapping"):
+        task_spec_from_dict({"task": "x", "lmeval": "arc_easy"})
+
+
 # --------------------------------------------------------------------------- from dict
 
 
