@@ -170,11 +170,11 @@ def test_lmeval_spec_keeps_only_our_own_fields(tmp_path: Path) -> None:
     assert spec.lmeval.task == "ceval-valid" and spec.lmeval.num_fewshot == 5
     assert spec.lmeval.include_path == (str((tmp_path / "tasks").resolve()),)
     assert spec.floor == 0.25 and spec.probes.gold == "answer"
-    with pytest.raises(SpecError, match="'prompt'.*not used with 'lmeval'"):
+    with pytest.raises(SpecError, match=r"'prompt'.*not used with 'lmeval'"):
         task_spec_from_dict({"task": "x", "prompt": {"template": "q"}, "lmeval": {"task": "a"}})
-    with pytest.raises(SpecError, match="num_fewshot.*integer >= 0"):
+    with pytest.raises(SpecError, match=r"num_fewshot.*integer >= 0"):
         task_spec_from_dict({"task": "x", "lmeval": {"task": "a", "num_fewshot": -1}})
-    with pytest.raises(SpecError, match="lmeval.*mapping"):
+    with pytest.raises(SpecError, match=r"lmeval.*mapping"):
         task_spec_from_dict({"task": "x", "lmeval": "arc_easy"})
 
 
