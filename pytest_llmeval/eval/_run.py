@@ -43,10 +43,11 @@ from pytest_llmeval.scorer import (
     answers_match,
     best_f1,
     extract,
+    lmeval_exact_match,
     strip_thinking,
     thinking_opened,
 )
-from pytest_llmeval.task import ExecutionSpec, TaskSpec
+from pytest_llmeval.task import ExactMatchOptions, ExecutionSpec, TaskSpec
 
 
 @dataclass(frozen=True)
@@ -175,9 +176,16 @@ class ItemResult:
     doc_hash: str | None = None
     prompt_hash: str | None = None
     target_hash: str | None = None
+    # Named metrics beside the primary score (the spec's ``generate.metrics``): name ->
+    # {"score": 1.0 or 0.0, "extracted": the metric's own answer or None}. None (and absent
+    # from the record) for a task without them, so that other tasks' records are unchanged.
+    metrics: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["metrics"] is None:
+            del data["metrics"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ItemResult:
@@ -757,12 +765,15 @@ class TaskRunner:
         assert gen is not None
         details: dict[str, Any] | None = None
         score: float | None = None
+        metrics: dict[str, dict[str, Any]] | None = None
         text, thinking = out.text, None
         if self.strip_thinking and out.finish_reason != "context_overflow":
             text, thinking = strip_thinking(out.text, p.prompt, *self.thinking_markers)
         if thinking == "unfinished":
             correct, extraction = False, Extraction(answer=None, kind="none")
             details = {"thinking": "unfinished"}
+            if gen.metrics:  # no answer after an unclosed thinking block, for any metric
+                metrics = {m.name: {"score": 0.0, "extracted": None} for m in gen.metrics}
         elif out.finish_reason == "context_overflow":
             correct, extraction = False, Extraction(answer=None, kind="none")
             details = {
@@ -782,6 +793,7 @@ class TaskRunner:
             extraction = extract(text, gen.extract, truncated=out.finish_reason == "length")
             score = self._match_score(extraction.answer, p)
             correct = score > 0.5 if gen.compare == "f1" else bool(score)
+            metrics = self._named_metrics(text, p, truncated=out.finish_reason == "length")
         if out.truncated_tokens:
             details = {**(details or {}), "truncated_prompt_tokens": out.truncated_tokens}
         if thinking == "stripped":
@@ -803,7 +815,29 @@ class TaskRunner:
             details=details,
             stop_token=out.stop_token,
             output_stripped=text if self.strip_thinking else None,
+            metrics=metrics,
         )
+
+    def _named_metrics(
+        self, text: str, p: PreparedItem, *, truncated: bool
+    ) -> dict[str, dict[str, Any]] | None:
+        """The spec's named metrics on the text extraction sees: each its own extraction
+        chain and comparison against the target (any reference), 1.0 or 0.0."""
+        gen = self.spec.generate
+        assert gen is not None
+        if not gen.metrics:
+            return None
+        references = p.references or (p.target,)
+        out: dict[str, dict[str, Any]] = {}
+        for metric in gen.metrics:
+            answer = extract(text, metric.extract, truncated=truncated).answer
+            if metric.compare == "exact_match":
+                options = metric.exact_match or ExactMatchOptions()
+                hit = any(lmeval_exact_match(answer, ref, options) for ref in references)
+            else:
+                hit = any(answers_match(answer, ref, metric.compare) for ref in references)
+            out[metric.name] = {"score": float(hit), "extracted": answer}
+        return out
 
     def _match_score(self, answer: str | None, p: PreparedItem) -> float:
         """1/0 for a match with the target (or any reference); the best F1 for f1."""

@@ -1,5 +1,6 @@
 """Scoring: answer extraction, comparison and task statistics."""
 
+from pytest_llmeval.scorer._exact_match import lmeval_exact_match
 from pytest_llmeval.scorer._extract import (
     Extraction,
     answers_match,
@@ -38,6 +39,7 @@ __all__ = [
     "extract",
     "extract_math_answer",
     "last_boxed",
+    "lmeval_exact_match",
     "math_equal",
     "mcnemar_exact",
     "mcnemar_one_sided",
