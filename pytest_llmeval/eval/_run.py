@@ -43,11 +43,11 @@ from pytest_llmeval.scorer import (
     answers_match,
     best_f1,
     extract,
-    lmeval_exact_match,
+    score_metric,
     strip_thinking,
     thinking_opened,
 )
-from pytest_llmeval.task import ExactMatchOptions, ExecutionSpec, TaskSpec
+from pytest_llmeval.task import ExecutionSpec, TaskSpec
 
 
 @dataclass(frozen=True)
@@ -830,13 +830,8 @@ class TaskRunner:
         references = p.references or (p.target,)
         out: dict[str, dict[str, Any]] = {}
         for metric in gen.metrics:
-            answer = extract(text, metric.extract, truncated=truncated).answer
-            if metric.compare == "exact_match":
-                options = metric.exact_match or ExactMatchOptions()
-                hit = any(lmeval_exact_match(answer, ref, options) for ref in references)
-            else:
-                hit = any(answers_match(answer, ref, metric.compare) for ref in references)
-            out[metric.name] = {"score": float(hit), "extracted": answer}
+            score, answer = score_metric(metric, text, references, truncated=truncated)
+            out[metric.name] = {"score": score, "extracted": answer}
         return out
 
     def _match_score(self, answer: str | None, p: PreparedItem) -> float:

@@ -25,6 +25,7 @@ from pytest_llmeval.scorer._metrics import (
     paired_difference,
     wilson_interval,
 )
+from pytest_llmeval.scorer._named import score_metric
 from pytest_llmeval.scorer._thinking import THINKING_STATES, strip_thinking, thinking_opened
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "numbers",
     "paired_difference",
     "parse_number",
+    "score_metric",
     "strip_thinking",
     "thinking_opened",
     "token_f1",
