@@ -156,3 +156,15 @@ def test_gsm8k_filters_agree_with_lm_eval() -> None:
             (theirs,) = list(lm.apply([[out]], [{}]))
             ours = extract(out, metric.extract).answer
             assert (ours if ours is not None else "[invalid]") == theirs[0], (metric.name, out)
+
+
+def test_an_items_description_shows_its_named_metrics() -> None:
+    """What a failing item's report shows: each named metric with its own answer."""
+    from pytest_llmeval.plugin._collect import describe
+
+    (result,) = TaskRunner(GSM8K, []).run(
+        [_item("#### 18")], ScriptedBackend(text=lambda r: " 9 * 2 = 18. The answer is 18. Q")
+    )
+    text = describe(result.to_dict())
+    assert "strict_match: 1.0 (answer '18.')" in text
+    assert "flexible_extract: 1.0 (answer '18.')" in text
