@@ -55,7 +55,7 @@ def _score_line(summary: dict[str, Any]) -> str:
         line += (
             f"\n  {name}: ours {m['ours']:.4f} / lm-eval {m['lmeval_filter']} {m['lmeval']:.4f};"
             f" per item {m['agree']}/{m['items']} agree ({m['scorer_agree']}/{m['items']} "
-            "scoring lm-eval's outputs)"
+            f"scoring lm-eval's outputs; answers {m['extracted_agree']}/{m['items']} the same)"
         )
     return line
 

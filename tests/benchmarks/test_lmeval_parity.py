@@ -412,6 +412,7 @@ def test_gsm8k_named_metrics_agree_with_lm_evals_own_scores(
         "lmeval": 1 / 3,
         "agree": 3,
         "scorer_agree": 3,
+        "extracted_agree": 3,
         "disagreeing_items": [],
     }
 
