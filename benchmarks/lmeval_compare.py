@@ -22,8 +22,11 @@ type (see :mod:`benchmarks.lmeval_tasks`):
 5. Per item: the contexts and continuations sent must be byte-identical (a difference
    means the harness YAMLs are wrong, not the scoring); then, for multiple choice, the
    log-likelihood of each choice (|difference| below :data:`LL_TOLERANCE`), the argmax and
-   ``is_greedy``; for generation, the output text after each tool's stop-sequence cut, and
-   our extraction and scoring applied to both outputs.
+   ``is_greedy``, and our ``acc`` against the harness's own per-item ``acc``; for
+   generation, the output text after each tool's stop-sequence cut, our extraction and
+   scoring applied to both outputs, and each named metric of ours against the harness's own
+   per-item ``exact_match`` under the filter it reproduces (its logged samples: what its
+   ``process_results`` returned per filter), so that a scorer difference is caught.
 
 Model FLOPs of a run are ``2 * decoder parameters (without the embedding table) * decoder
 tokens + 2 * LM-head parameters * LM-head rows + 4 * layers * attention width * (query x key
@@ -49,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.lmeval_tasks import (
+    DEFAULT_TASK_TYPES,
+    LMEVAL_FILTERS,
     REPO,
     SINGLE_FILE,
     TASK_TYPES,
@@ -71,7 +76,7 @@ from pytest_llmeval.model import (
     load_backend,
     resolve_model_path,
 )
-from pytest_llmeval.scorer import answers_match, extract
+from pytest_llmeval.scorer import answers_match, extract, score_metric
 
 LL_TOLERANCE = 1e-4
 DEFAULT_DATA_DIR = REPO.parent / "shared" / "benchmarks"
@@ -83,7 +88,7 @@ DEFAULT_DATA_DIR = REPO.parent / "shared" / "benchmarks"
 @dataclass(frozen=True)
 class Options:
     items: int = 200
-    tasks: tuple[str, ...] = TASK_TYPES
+    tasks: tuple[str, ...] = DEFAULT_TASK_TYPES
     batch_size: int = 8
     model: str = "smollm2-135m"
     data_dirs: tuple[Path, ...] = (DEFAULT_DATA_DIR,)
@@ -132,8 +137,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--tasks",
-        default=",".join(TASK_TYPES),
-        help=f"comma-separated task types (default {','.join(TASK_TYPES)})",
+        default=",".join(DEFAULT_TASK_TYPES),
+        help=f"comma-separated task types of {','.join(TASK_TYPES)} (default "
+        f"{','.join(DEFAULT_TASK_TYPES)})",
     )
     parser.add_argument("--batch-size", type=int, default=8, help="both tools (default 8)")
     parser.add_argument("--model", default="smollm2-135m", help="a local HF model directory")
@@ -706,6 +712,7 @@ def compare_generation(
             "lmeval_answer_regex": regex,
             "lmeval_exact_match": sample["metrics"].get("answer-regex", {}).get("exact_match"),
         }
+        record["metrics"] = _named_metrics(task_set, r, sample, lm_text, lm_truncated)
         if ctx_diff is not None:
             record["context_snippets"] = {
                 "ours": _snippet(req.context, ctx_diff),
@@ -713,6 +720,45 @@ def compare_generation(
             }
         records.append(record)
     return records
+
+
+def _named_metrics(
+    task_set: TaskSet,
+    ours: ItemResult,
+    sample: Mapping[str, Any],
+    lm_text: str,
+    lm_truncated: bool,
+) -> dict[str, dict[str, Any]]:
+    """Each named metric of ours against the harness's own value for the filter it
+    reproduces (``LMEVAL_FILTERS``): ours on our output vs lm-eval's ``exact_match`` on its
+    output (``agree``), and our metric scorer on lm-eval's output vs that value
+    (``scorer_agree``: a scorer difference, whatever the outputs). Answers: the harness's
+    filtered response (its ``[invalid]`` fallback kept) and ours (``None`` for none)."""
+    gen = task_set.spec.generate
+    assert gen is not None
+    out: dict[str, dict[str, Any]] = {}
+    for metric in gen.metrics:
+        lm_filter = LMEVAL_FILTERS.get(metric.name)
+        if lm_filter is None or lm_filter not in sample["metrics"]:
+            continue
+        lm_value = float(sample["metrics"][lm_filter]["exact_match"])
+        ours_value = (ours.metrics or {}).get(metric.name, {})
+        on_lm_output, _ = score_metric(metric, lm_text, [ours.target], truncated=lm_truncated)
+        filtered = sample["filtered"].get(lm_filter) or [None]
+        ours_answer = ours_value.get("extracted")
+        out[metric.name] = {
+            "lmeval_filter": lm_filter,
+            "ours": ours_value.get("score"),
+            "lmeval": lm_value,
+            "ours_extracted": ours_answer,
+            "lmeval_extracted": filtered[0],
+            "ours_scorer_on_lmeval_output": on_lm_output,
+            "agree": ours_value.get("score") == lm_value,
+            "scorer_agree": on_lm_output == lm_value,
+            # Our "no answer" is lm-eval's fallback text.
+            "extracted_agree": ("[invalid]" if ours_answer is None else ours_answer) == filtered[0],
+        }
+    return out
 
 
 def diagnose_divergence(
@@ -808,9 +854,17 @@ def summarize(
             acc_norm=_mean([float(r["acc_norm"]) for r in records]),
             lmeval_acc_norm=_mean([float(r["lmeval_acc_norm"]) for r in records]),
         )
+        acc_same = sum(1 for r in records if r["lmeval_acc"] == r["acc"])
+        acc_norm_same = sum(1 for r in records if r["lmeval_acc_norm"] == r["acc_norm"])
+        summary.update(acc_identical=acc_same, acc_norm_identical=acc_norm_same)
         criteria += [
             Criterion("continuations byte-identical", conts == n, f"{conts}/{n}"),
             Criterion("argmax identical", argmax == n, f"{argmax}/{n}"),
+            Criterion(
+                "acc = lm-eval's own acc (per item)",
+                acc_same == n,
+                f"{acc_same}/{n} (acc_norm {acc_norm_same}/{n})",
+            ),
             Criterion("is_greedy identical", greedy == n, f"{greedy}/{n}"),
             Criterion(
                 f"max |delta ll| < {LL_TOLERANCE:g}",
@@ -840,6 +894,53 @@ def summarize(
             Criterion("outputs identical (greedy)", outputs == n, f"{outputs}/{n}"),
             Criterion("extracted answers identical", extracted == n, f"{extracted}/{n}"),
             Criterion("correctness identical", correct == n, f"{correct}/{n}"),
+        ]
+        named, named_criteria = _summarize_named_metrics(records)
+        if named:
+            summary["metrics"] = named
+        criteria += named_criteria
+    return summary, criteria
+
+
+def _summarize_named_metrics(
+    records: Sequence[Mapping[str, Any]],
+) -> tuple[dict[str, Any], list[Criterion]]:
+    """Per named metric: both tools' means and the items where they agree, end to end
+    and on lm-eval's own outputs (the scorers alone)."""
+    names = list(dict.fromkeys(name for r in records for name in r.get("metrics", {})))
+    summary: dict[str, Any] = {}
+    criteria: list[Criterion] = []
+    for name in names:
+        rows = [r["metrics"][name] for r in records if name in r.get("metrics", {})]
+        n = len(rows)
+        agree = sum(1 for m in rows if m["agree"])
+        scorer = sum(1 for m in rows if m["scorer_agree"])
+        lm_filter = rows[0]["lmeval_filter"]
+        summary[name] = {
+            "lmeval_filter": lm_filter,
+            "items": n,
+            "ours": _mean([float(m["ours"] or 0.0) for m in rows]),
+            "lmeval": _mean([m["lmeval"] for m in rows]),
+            "agree": agree,
+            "scorer_agree": scorer,
+            "extracted_agree": sum(1 for m in rows if m["extracted_agree"]),
+            "disagreeing_items": [
+                r["item_id"]
+                for r in records
+                if not r.get("metrics", {}).get(name, {}).get("agree", True)
+            ],
+        }
+        criteria += [
+            Criterion(
+                f"{name} = lm-eval's {lm_filter} exact_match (per item)",
+                agree == n and n == len(records),
+                f"{agree}/{len(records)}",
+            ),
+            Criterion(
+                f"{name} scorer on lm-eval's outputs = its {lm_filter}",
+                scorer == n and n == len(records),
+                f"{scorer}/{len(records)}",
+            ),
         ]
     return summary, criteria
 
@@ -879,6 +980,14 @@ def worst_items(task_set: TaskSet, records: Sequence[Mapping[str, Any]], n: int 
             )
         if not differing:
             lines.append(f"all {len(records)} outputs identical")
+        for r in records:
+            for name, m in r.get("metrics", {}).items():
+                if not (m["agree"] and m["scorer_agree"]):
+                    lines.append(
+                        f"{r['item_id']}: {name} ours {m['ours']} ({m['ours_extracted']!r}) vs "
+                        f"lm-eval {m['lmeval_filter']} {m['lmeval']} ({m['lmeval_extracted']!r}); "
+                        f"our scorer on lm-eval's output {m['ours_scorer_on_lmeval_output']}"
+                    )
     return lines
 
 

@@ -19,6 +19,9 @@ Task types:
 - ``gsm8k``: our ``gsm8k`` spec, 8-shot chain of thought, greedy generation.
 - ``bbh``: our ``bbh`` spec, the published 3-shot chain-of-thought prompt of each of the 27
   subtasks (the harness gets it as the task's ``description``), greedy generation.
+- ``ceval``: our ``ceval`` spec, each subject as lm-eval's own ``ceval-valid_<subject>``
+  task is built (its template and subject description, read from the installed harness),
+  with C-Eval's "考试" and "答案：A" where lm-eval differs; only when asked (``--tasks``).
 
 Items: the first ``k`` test items of each MMLU subject, with the smallest ``k`` that gives
 at least ``n`` in all (``ceil(n / subjects)`` unless a subject has fewer), and the first
@@ -45,7 +48,9 @@ from pytest_llmeval.task import TaskSpec, load_task_spec
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
-TASK_TYPES = ("mmlu", "mmlu_continuation", "gsm8k", "bbh")
+TASK_TYPES = ("mmlu", "mmlu_continuation", "gsm8k", "bbh", "ceval")
+# What a run compares when not told (--tasks): C-Eval is asked for by name.
+DEFAULT_TASK_TYPES = ("mmlu", "mmlu_continuation", "gsm8k", "bbh")
 # Task types that are read from one file (no subsets to choose with --subjects).
 SINGLE_FILE = ("gsm8k",)
 # Every lm-eval task written here starts with this, so that it cannot shadow a harness task.
@@ -168,14 +173,14 @@ def _local(spec: TaskSpec, path: str | None, subset: str | None, dirs: Sequence[
     return found.resolve()
 
 
-def _csv_kwargs(test: Path, dev: Path) -> dict[str, Any]:
+def _csv_kwargs(test: Path, dev: Path, columns: Sequence[str] = _MMLU_COLUMNS) -> dict[str, Any]:
     # pandas would turn "None"/"NA" cells into NaN and all-number columns into numbers
     # ("1.50" -> 1.5); str converters keep every cell's text as it is in the file.
     return {
         "data_files": {"test": str(test), "dev": str(dev)},
         "keep_default_na": False,
         "na_filter": False,
-        "converters": {c: _FunctionRef("builtins.str") for c in _MMLU_COLUMNS},
+        "converters": {c: _FunctionRef("builtins.str") for c in columns},
     }
 
 
@@ -225,17 +230,85 @@ def _mmlu_config(
     }
 
 
+# lm-eval's filter that each of our named metrics reproduces (``generate.metrics`` of
+# gsm8k.yaml): the harness scores its own outputs under these, and the parity harness
+# compares its per-item values with ours.
+LMEVAL_FILTERS = {"strict_match": "strict-match", "flexible_extract": "flexible-extract"}
+
+
+def lmeval_task_yaml(relative: str) -> dict[str, Any]:
+    """One of the harness's own task YAMLs (``lm_eval/tasks/<relative>``), read as data
+    without importing lm-eval: the filters and metric options are taken from it, not from a
+    copy of ours, so that a difference between the two is found."""
+    import importlib.util
+
+    found = importlib.util.find_spec("lm_eval")
+    if found is None or not found.submodule_search_locations:
+        raise ModuleNotFoundError("lm-eval is not installed: pip install -e '.[parity]'")
+    path = Path(next(iter(found.submodule_search_locations))) / "tasks" / relative
+    data = yaml.load(path.read_text(encoding="utf-8"), Loader=_HarnessLoader)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a task config")
+    return data
+
+
+class _HarnessLoader(yaml.SafeLoader):
+    """The harness's YAMLs may hold ``!function`` tags; read them as plain strings."""
+
+
+_HarnessLoader.add_constructor(
+    "!function",
+    lambda loader, node: loader.construct_scalar(node),  # type: ignore[arg-type]
+)
+
+
+def _ceval_config(spec: TaskSpec, subset: str | None, dirs: Sequence[Path]) -> dict[str, Any]:
+    """One C-Eval subject as lm-eval builds its ``ceval-valid_<subject>`` task: the
+    template, choices, target and few-shot sampler of its ``_default_ceval_yaml``, and the
+    description of its per-subject YAML (the subject's Chinese name from lm-eval's table),
+    read from the installed lm-eval. Two settings follow our spec, which follows C-Eval's
+    own format where lm-eval differs: "考试" after the subject's name in the description,
+    and no space before the answer letter (``target_delimiter``)."""
+    assert spec.fewshot.source is not None and subset is not None
+    default = lmeval_task_yaml("ceval/_default_ceval_yaml")
+    subject = lmeval_task_yaml(f"ceval/ceval-valid_{subset}.yaml")
+    marker = "的单项选择题"
+    if subject.get("dataset_name") != subset or marker not in str(subject["description"]):
+        raise ValueError(f"lm-eval's ceval-valid_{subset}.yaml is not the expected format")
+    test = _local(spec, spec.dataset.path, subset, dirs)
+    dev = _local(spec, spec.fewshot.source.path, subset, dirs)
+    columns = ("id", "question", "A", "B", "C", "D", "answer")
+    return {
+        "task": f"{PREFIX}_ceval_{subset}",
+        "dataset_path": "csv",
+        # The dev files have an extra "explanation" column; both splits need the same ones.
+        "dataset_kwargs": {**_csv_kwargs(test, dev, columns), "usecols": list(columns)},
+        "test_split": "test",
+        "fewshot_split": "dev",
+        "fewshot_config": dict(default["fewshot_config"]),
+        "num_fewshot": spec.fewshot.k,
+        "output_type": default["output_type"],
+        "description": str(subject["description"]).replace(marker, "考试" + marker, 1),
+        "doc_to_text": default["doc_to_text"],
+        "doc_to_choice": default["doc_to_choice"],
+        "doc_to_target": default["doc_to_target"],
+        "target_delimiter": spec.prompt.target_delimiter,
+        "fewshot_delimiter": spec.prompt.fewshot_separator,
+        "metric_list": [dict(m) for m in default["metric_list"]],
+        "metadata": {"version": 1.0},
+    }
+
+
 def _gsm8k_config(spec: TaskSpec, dirs: Sequence[Path]) -> dict[str, Any]:
     gen = spec.generate
     assert gen is not None
-    exact_match = {
-        "metric": "exact_match",
-        "aggregation": "mean",
-        "higher_is_better": True,
-        "ignore_case": True,
-        "ignore_punctuation": False,
-        "regexes_to_ignore": [",", "\\$"],
-    }
+    # lm-eval's gsm8k_cot (the same 8-shot "Q:/A:" prompt): its exact_match options and its
+    # strict-match / flexible-extract filters, as its YAML writes them.
+    cot = lmeval_task_yaml("gsm8k/gsm8k-cot.yaml")
+    (exact_match,) = [m for m in cot["metric_list"] if m["metric"] == "exact_match"]
+    filters = [f for f in cot["filter_list"] if f["name"] in LMEVAL_FILTERS.values()]
+    if len(filters) != len(LMEVAL_FILTERS):
+        raise ValueError(f"lm-eval's gsm8k-cot.yaml lacks filters {sorted(LMEVAL_FILTERS)}")
     config: dict[str, Any] = {
         "task": f"{PREFIX}_gsm8k",
         "dataset_path": "json",
@@ -262,12 +335,12 @@ def _gsm8k_config(spec: TaskSpec, dirs: Sequence[Path]) -> dict[str, Any]:
             "temperature": 0.0,
             "max_gen_toks": gen.max_new_tokens,
         },
-        "metric_list": [exact_match],
+        "metric_list": [dict(exact_match)],
         "metadata": {"version": 1.0},
+        # The harness's own score on the answer our first extraction step finds, and its
+        # strict-match / flexible-extract scores (what our named metrics reproduce).
+        "filter_list": [*_answer_filter(spec), *filters],
     }
-    answer = _answer_filter(spec)
-    if answer:  # the harness's own score on the answer our first extraction step finds
-        config["filter_list"] = answer
     return config
 
 
@@ -353,6 +426,8 @@ def write_task_set(
             config = _gsm8k_config(spec, data_dirs)
         elif task_type == "bbh":
             config = _bbh_config(spec, subset, data_dirs)
+        elif task_type == "ceval":
+            config = _ceval_config(spec, subset, data_dirs)
         else:
             config = _mmlu_config(task_type, spec, subset, data_dirs)
         name = str(config["task"])

@@ -11,8 +11,14 @@ one record per item) into ``--out``. Exit status 1 when any criterion fails:
   difference means the harness YAMLs of ``benchmarks/lmeval_tasks.py`` are wrong);
 - multiple choice: per choice |log-likelihood difference| < 1e-4, identical argmax and
   ``is_greedy``;
+- multiple choice: our per-item ``acc`` equals lm-eval's own per-item ``acc`` (its
+  ``process_results``, read from its logged samples);
 - generation: identical generation settings, identical outputs under greedy decoding
-  (after each tool's stop-sequence cut), identical extracted answers and correctness;
+  (after each tool's stop-sequence cut), identical extracted answers and correctness
+  (our scorer on both outputs); each named metric of ours (GSM8K: ``strict_match``,
+  ``flexible_extract``) equals lm-eval's own per-item ``exact_match`` under the filter it
+  reproduces (``strict-match``, ``flexible-extract``, taken from lm-eval's
+  ``gsm8k-cot.yaml``), end to end and with our scorer applied to lm-eval's outputs;
 - at least ``--items`` items per task type.
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from benchmarks.lmeval_compare import (
     Report,
@@ -33,17 +40,24 @@ from benchmarks.lmeval_compare import (
 )
 
 
-def _score_line(summary: dict[str, object]) -> str:
+def _score_line(summary: dict[str, Any]) -> str:
     if "acc" in summary:
         return (
             f"acc ours {summary['acc']:.4f} / lm-eval {summary['lmeval_acc']:.4f}; acc_norm ours "
             f"{summary['acc_norm']:.4f} / lm-eval {summary['lmeval_acc_norm']:.4f}"
         )
-    return (
+    line = (
         f"exact_match ours {summary['exact_match']:.4f} / lm-eval outputs with our scorer "
         f"{summary['lmeval_exact_match_our_scorer']:.4f} / lm-eval's regex filter + "
         f"exact_match {summary['lmeval_exact_match_answer_regex']:.4f}"
     )
+    for name, m in summary.get("metrics", {}).items():
+        line += (
+            f"\n  {name}: ours {m['ours']:.4f} / lm-eval {m['lmeval_filter']} {m['lmeval']:.4f};"
+            f" per item {m['agree']}/{m['items']} agree ({m['scorer_agree']}/{m['items']} "
+            f"scoring lm-eval's outputs; answers {m['extracted_agree']}/{m['items']} the same)"
+        )
+    return line
 
 
 def render(report: Report) -> str:

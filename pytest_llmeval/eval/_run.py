@@ -49,6 +49,7 @@ from pytest_llmeval.scorer import (
     answers_match,
     best_f1,
     extract,
+    score_metric,
     strip_thinking,
     thinking_opened,
 )
@@ -181,9 +182,16 @@ class ItemResult:
     doc_hash: str | None = None
     prompt_hash: str | None = None
     target_hash: str | None = None
+    # Named metrics beside the primary score (the spec's ``generate.metrics``): name ->
+    # {"score": 1.0 or 0.0, "extracted": the metric's own answer or None}. None (and absent
+    # from the record) for a task without them, so that other tasks' records are unchanged.
+    metrics: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["metrics"] is None:
+            del data["metrics"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ItemResult:
@@ -777,12 +785,15 @@ class TaskRunner:
         assert gen is not None
         details: dict[str, Any] | None = None
         score: float | None = None
+        metrics: dict[str, dict[str, Any]] | None = None
         text, thinking = out.text, None
         if self.strip_thinking and out.finish_reason != "context_overflow":
             text, thinking = strip_thinking(out.text, p.prompt, *self.thinking_markers)
         if thinking == "unfinished":
             correct, extraction = False, Extraction(answer=None, kind="none")
             details = {"thinking": "unfinished"}
+            if gen.metrics:  # no answer after an unclosed thinking block, for any metric
+                metrics = {m.name: {"score": 0.0, "extracted": None} for m in gen.metrics}
         elif out.finish_reason == "context_overflow":
             correct, extraction = False, Extraction(answer=None, kind="none")
             details = {
@@ -802,6 +813,7 @@ class TaskRunner:
             extraction = extract(text, gen.extract, truncated=out.finish_reason == "length")
             score = self._match_score(extraction.answer, p)
             correct = score > 0.5 if gen.compare == "f1" else bool(score)
+            metrics = self._named_metrics(text, p, truncated=out.finish_reason == "length")
         if out.truncated_tokens:
             details = {**(details or {}), "truncated_prompt_tokens": out.truncated_tokens}
         if thinking == "stripped":
@@ -823,7 +835,24 @@ class TaskRunner:
             details=details,
             stop_token=out.stop_token,
             output_stripped=text if self.strip_thinking else None,
+            metrics=metrics,
         )
+
+    def _named_metrics(
+        self, text: str, p: PreparedItem, *, truncated: bool
+    ) -> dict[str, dict[str, Any]] | None:
+        """The spec's named metrics on the text extraction sees: each its own extraction
+        chain and comparison against the target (any reference), 1.0 or 0.0."""
+        gen = self.spec.generate
+        assert gen is not None
+        if not gen.metrics:
+            return None
+        references = p.references or (p.target,)
+        out: dict[str, dict[str, Any]] = {}
+        for metric in gen.metrics:
+            score, answer = score_metric(metric, text, references, truncated=truncated)
+            out[metric.name] = {"score": score, "extracted": answer}
+        return out
 
     def _match_score(self, answer: str | None, p: PreparedItem) -> float:
         """1/0 for a match with the target (or any reference); the best F1 for f1."""

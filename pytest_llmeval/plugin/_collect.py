@@ -61,6 +61,8 @@ def describe(result: dict[str, Any]) -> str:
     lines.append(f"extracted answer: {result.get('extracted')!r} (by {result.get('extractor')})")
     lines.append(f"target: {result['target']!r}")
     lines.append(f"correct: {result['correct']}")
+    for name, metric in (result.get("metrics") or {}).items():
+        lines.append(f"{name}: {metric['score']} (answer {metric['extracted']!r})")
     return "\n".join(lines)
 
 

@@ -238,6 +238,15 @@ class TaskTally:
     def estimate(self) -> Estimate:
         return accuracy([r["score"] for r in self.results.values()])
 
+    def metric_estimates(self) -> dict[str, Estimate]:
+        """Each named metric (``generate.metrics``) over the scored items that carry it,
+        in the order the spec names them."""
+        scores: dict[str, list[float]] = {}
+        for r in self.results.values():
+            for name, value in (r.get("metrics") or {}).items():
+                scores.setdefault(name, []).append(float(value["score"]))
+        return {name: accuracy(values) for name, values in scores.items()}
+
     def repeat_scores(self) -> list[float]:
         """The task score of each repeat (one entry when --llm-repeat is 1)."""
         per_item = [r.get("repeat_scores") or [r["score"]] for r in self.results.values()]
@@ -913,6 +922,17 @@ class LlmEvalSession:
             if v.repeats:
                 entry["repeats"] = list(v.repeats)
                 entry["spread"] = v.spread
+            named = self.tallies[v.task].metric_estimates()
+            if named:  # beside the primary score; the verdict is on the primary score only
+                entry["metrics"] = {
+                    name: {
+                        "n": est.n,
+                        "mean": est.value,
+                        "stderr": est.stderr,
+                        "ci95": [est.ci_low, est.ci_high],
+                    }
+                    for name, est in named.items()
+                }
             summary[v.task] = entry
         self._compare_with_baseline()
         self._analyse_failures()

@@ -69,6 +69,9 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             f"{floor:>6} {v.status:<10} {v.seconds:7.1f}s",
             **markup,
         )
+        for name, est in session.tallies[v.task].metric_estimates().items():
+            ci = f"[{_pct(est.ci_low).strip()},{_pct(est.ci_high).strip()}]"
+            tr.write_line(f"{'':<16} {'':>11} {name:<11} {_pct(est.value):>6} {ci:>13}")
         if v.repeats:
             runs = ", ".join(_pct(r).strip() for r in v.repeats)
             tr.write_line(

@@ -54,7 +54,10 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
     if spec.generate is not None:
         # The whole generate block: budgets, stops, extraction, comparison, the scorer and
         # its settings (sandbox templates and limits, IFEval fields), context overflow.
-        config["generation"] = {**SAMPLING, **_plain(asdict(spec.generate))}
+        generation = _plain(asdict(spec.generate))
+        if not generation["metrics"]:  # a task without named metrics keeps its config hash
+            del generation["metrics"]
+        config["generation"] = {**SAMPLING, **generation}
     if spec.multiple_choice is not None:
         config["multiple_choice"] = _plain(asdict(spec.multiple_choice))
     return config

@@ -1,5 +1,6 @@
 """Scoring: answer extraction, comparison and task statistics."""
 
+from pytest_llmeval.scorer._exact_match import lmeval_exact_match
 from pytest_llmeval.scorer._extract import (
     Extraction,
     answers_match,
@@ -24,6 +25,7 @@ from pytest_llmeval.scorer._metrics import (
     paired_difference,
     wilson_interval,
 )
+from pytest_llmeval.scorer._named import score_metric
 from pytest_llmeval.scorer._thinking import THINKING_STATES, strip_thinking, thinking_opened
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "extract",
     "extract_math_answer",
     "last_boxed",
+    "lmeval_exact_match",
     "math_equal",
     "mcnemar_exact",
     "mcnemar_one_sided",
@@ -46,6 +49,7 @@ __all__ = [
     "numbers",
     "paired_difference",
     "parse_number",
+    "score_metric",
     "strip_thinking",
     "thinking_opened",
     "token_f1",

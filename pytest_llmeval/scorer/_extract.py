@@ -51,6 +51,21 @@ def _choice_letter(text: str, letters: str, which: str) -> str | None:
     return None
 
 
+def _findall_answer(pattern: str, text: str, which: str) -> str | None:
+    """The answer lm-evaluation-harness's regex filter takes: the first or last item of
+    ``re.findall`` (a match's group, or the whole match without groups); of several groups
+    the first non-empty one, none when all are empty (its fallback); stripped."""
+    found = re.findall(pattern, text)
+    if not found:
+        return None
+    chosen = found[-1] if which == "last" else found[0]
+    if isinstance(chosen, tuple):
+        chosen = next((g for g in chosen if g), None)
+        if chosen is None:
+            return None
+    return str(chosen).strip()
+
+
 def _apply(step: Extractor, text: str) -> str | None:
     if step.kind == "strip":
         stripped = text.strip()
@@ -60,8 +75,11 @@ def _apply(step: Extractor, text: str) -> str | None:
         if not found:
             return None
         return found[-1] if step.kind == "last_number" else found[0]
-    if step.kind == "regex":
+    if step.kind == "regex" and step.group == "any":
         assert step.pattern is not None
+        return _findall_answer(step.pattern, text, step.which)
+    if step.kind == "regex":
+        assert step.pattern is not None and isinstance(step.group, int)
         matches = list(re.finditer(step.pattern, text))
         if not matches:
             return None

@@ -38,6 +38,9 @@ KNOWN_MARKERS = (*SUITE_MARKERS, *CAPABILITIES, "contamination")
 
 EXTRACTORS = ("last_number", "first_number", "regex", "choice_letter", "boxed", "strip")
 COMPARISONS = ("numeric", "exact", "exact_ignore_case", "math", "f1")
+# What a named metric (``generate.metrics``) may compare with: the primary comparisons, or
+# lm-evaluation-harness's ``exact_match`` with its preprocessing options.
+METRIC_COMPARISONS = (*COMPARISONS[:-1], "exact_match")
 SCORERS = ("match", "ifeval", "execution")
 # What generate.overflow may say; the model package's Overflow type reuses this tuple.
 OVERFLOW_POLICIES = ("skip", "truncate_middle", "truncate_left")
@@ -149,7 +152,10 @@ class Extractor:
 
     kind: str
     pattern: str | None = None
-    group: int = 1
+    # A group number, or "any": what lm-evaluation-harness's regex filter takes from a
+    # match (``re.findall``): of a pattern with several groups, the first non-empty one
+    # (no answer when all are empty); of one group, that group; of none, the whole match.
+    group: int | Literal["any"] = 1
     which: Literal["first", "last"] = "last"
     letters: str = "ABCD"
     if_finished: bool = False
@@ -186,6 +192,36 @@ class IFEvalSpec:
 
 
 @dataclass(frozen=True)
+class ExactMatchOptions:
+    """lm-evaluation-harness's ``exact_match`` metric options: each pattern of
+    ``regexes_to_ignore`` is removed (``re.sub``) from the answer and the reference in
+    order, then case, punctuation (``string.punctuation``) and digits are dropped as asked,
+    then the two strings must be equal. Kept apart from our own comparisons so that a
+    metric named after lm-eval's scores exactly what lm-eval scores."""
+
+    regexes_to_ignore: tuple[str, ...] = ()
+    ignore_case: bool = False
+    ignore_punctuation: bool = False
+    ignore_numbers: bool = False
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A named metric reported beside the primary score (``generate.metrics``).
+
+    Its own extraction chain and comparison over the same output and target: GSM8K reports
+    lm-evaluation-harness's ``strict-match`` and ``flexible-extract`` filters this way, so
+    that a score can be read against lm-eval's without changing our primary score. An item
+    passes or fails on the primary score only; these are recorded and summarised.
+    """
+
+    name: str
+    extract: tuple[Extractor, ...]
+    compare: str = "exact"
+    exact_match: ExactMatchOptions | None = None
+
+
+@dataclass(frozen=True)
 class GenerateSpec:
     """Greedy generation, then scoring.
 
@@ -211,6 +247,8 @@ class GenerateSpec:
     # Per-subset generation budgets (LongBench's per-dataset maximum lengths).
     max_new_tokens_by_subset: Mapping[str, int] = field(default_factory=dict)
     thinking: ThinkingSpec = field(default_factory=ThinkingSpec)
+    # Named metrics beside the primary score (scorer match only), in spec order.
+    metrics: tuple[MetricSpec, ...] = ()
 
     def budget(self, subset: str | None) -> int:
         """The max_new_tokens of an item of ``subset``."""
@@ -532,9 +570,13 @@ def _extractors(reader: _Reader, key: str) -> tuple[Extractor, ...]:
                 compiled = re.compile(pattern)
             except re.error as exc:
                 raise sub.fail("pattern", f"invalid regular expression: {exc}") from None
-            group = sub.int_("group", default=1 if compiled.groups else 0)
-            if group > compiled.groups:
-                raise sub.fail("group", f"pattern has only {compiled.groups} group(s)")
+            group: int | Literal["any"]
+            if sub.data.get("group") == "any":
+                group = "any"
+            else:
+                group = sub.int_("group", default=1 if compiled.groups else 0)
+                if group > compiled.groups:
+                    raise sub.fail("group", f"pattern has only {compiled.groups} group(s)")
         else:
             group = sub.int_("group", default=1)
         which = sub.choice("which", ("first", "last"), default="last")
@@ -549,6 +591,65 @@ def _extractors(reader: _Reader, key: str) -> tuple[Extractor, ...]:
             )
         )
     return tuple(steps)
+
+
+def _exact_match_options(metric: _Reader) -> ExactMatchOptions:
+    sub = metric.child("exact_match")
+    if sub is None:
+        return ExactMatchOptions()
+    sub.unknown_keys(("regexes_to_ignore", "ignore_case", "ignore_punctuation", "ignore_numbers"))
+    patterns = sub.str_list("regexes_to_ignore")
+    import re
+
+    for i, pattern in enumerate(patterns):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise sub.fail(
+                f"regexes_to_ignore[{i}]", f"invalid regular expression: {exc}"
+            ) from None
+    flags: dict[str, bool] = {}
+    for key in ("ignore_case", "ignore_punctuation", "ignore_numbers"):
+        value = sub.data.get(key, False)
+        if not isinstance(value, bool):
+            raise sub.fail(key, f"must be true or false, got {value!r}")
+        flags[key] = value
+    return ExactMatchOptions(regexes_to_ignore=patterns, **flags)
+
+
+def _metrics(gen: _Reader, scorer: str) -> tuple[MetricSpec, ...]:
+    """``generate.metrics``: a mapping of metric name -> ``extract`` chain and ``compare``
+    (``exact_match`` takes lm-eval's options in an ``exact_match`` block)."""
+    value = gen.data.get("metrics")
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping) or not value:
+        raise gen.fail("metrics", "must be a mapping of metric name -> {extract, compare}")
+    if scorer != "match":
+        raise gen.fail("metrics", f"named metrics apply to scorer match, not {scorer}")
+    out = []
+    for name, body in value.items():
+        key = f"metrics.{name}"
+        if not isinstance(name, str) or not name or not all(c.isalnum() or c == "_" for c in name):
+            raise gen.fail(key, "a metric name is letters, digits and '_'")
+        if not isinstance(body, Mapping):
+            raise gen.fail(key, f"must be a mapping with extract and compare, got {body!r}")
+        sub = _Reader(body, gen.source, f"{gen.path(key)}.")
+        sub.unknown_keys(("extract", "compare", "exact_match"))
+        if not sub.has("extract"):
+            raise sub.fail("extract", "is required (the metric's own extraction chain)")
+        compare = sub.choice("compare", METRIC_COMPARISONS, default="exact")
+        if sub.has("exact_match") and compare != "exact_match":
+            raise sub.fail("exact_match", f"options for compare exact_match, not {compare}")
+        out.append(
+            MetricSpec(
+                name=name,
+                extract=_extractors(sub, "extract"),
+                compare=compare,
+                exact_match=_exact_match_options(sub) if compare == "exact_match" else None,
+            )
+        )
+    return tuple(out)
 
 
 def _floor(reader: _Reader) -> float | None:
@@ -776,6 +877,7 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
                 "targets",
                 "max_new_tokens_by_subset",
                 "thinking",
+                "metrics",
             )
         )
         scorer = gen.choice("scorer", SCORERS, default="match")
@@ -805,6 +907,7 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
             targets=targets,
             max_new_tokens_by_subset=by_subset,
             thinking=_thinking(gen),
+            metrics=_metrics(gen, scorer),
         )
         _check_template(gen, "target", generate.target)
         if generate.compare == "f1" and scorer != "match":

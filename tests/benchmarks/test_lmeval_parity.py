@@ -9,8 +9,10 @@ lm-eval is not installed (``pip install -e ".[parity]"``; CI does not install it
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +31,17 @@ from benchmarks.lmeval_compare import (
     compare_multiple_choice,
     diagnose_divergence,
     first_difference,
+    run_lmeval,
     summarize,
+    worst_items,
 )
 from benchmarks.lmeval_tasks import (
+    LMEVAL_FILTERS,
+    REPO,
     TaskSet,
     build_lmeval_tasks,
     lmeval_requests,
+    lmeval_task_yaml,
     load_spec,
     select_items,
     write_task_set,
@@ -46,6 +53,7 @@ from pytest_llmeval.model import (
     LoglikelihoodRequest,
     LoglikelihoodResult,
 )
+from pytest_llmeval.task import load_task_spec
 
 # college_mathematics-0008's first option is the text "None", which pandas reads as a
 # missing value unless told otherwise.
@@ -307,6 +315,217 @@ def test_criteria_catch_a_different_output(shared_benchmarks: Path, tmp_path: Pa
     }
 
 
+# --------------------------------------------------------------------------- own scorers
+
+
+class _NoMeter:
+    """Stands in for the forward-pass meter: a scripted model has no forward passes."""
+
+    @contextmanager
+    def measure(self) -> Iterator[ForwardStats]:
+        yield ForwardStats()
+
+
+def _scripted_lmeval(reply: Callable[[str], str]) -> Any:
+    """An lm-eval model (its ``LM`` interface) answering every generation with
+    ``reply(context)``: lm-eval's own filters and ``process_results`` then score it."""
+    from lm_eval.api.model import LM
+
+    class ScriptedLM(LM):  # type: ignore[misc]
+        def loglikelihood(self, requests: Any, disable_tqdm: bool = False) -> Any:
+            raise AssertionError("no log-likelihood requests expected")
+
+        def loglikelihood_rolling(self, requests: Any, disable_tqdm: bool = False) -> Any:
+            raise AssertionError("no rolling requests expected")
+
+        def generate_until(self, requests: Any, disable_tqdm: bool = False) -> list[str]:
+            return [reply(r.args[0]) for r in requests]
+
+    return ScriptedLM()
+
+
+class _Replying(_Scripted):
+    def __init__(self, reply: Callable[[str], str]) -> None:
+        self.reply = reply
+
+    def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        return [GenerateResult(self.reply(r.context), 6, "stop") for r in requests]
+
+
+# Replies by the question's opening words: the first three GSM8K test items (targets 18, 3,
+# 70000) and what each of lm-eval's filters makes of the reply.
+GSM8K_REPLIES = {
+    "Janet": " She sells 16 - 3 - 4 = 9 eggs, 9 * 2 = 18. The answer is 18.",
+    "A robe": " It takes 2 + 1 = 3 bolts. The answer is 3",  # strict: "The answer is 3" + ?
+    "Josh": " The profit is $70,000. The answer is $70,000.",  # strict: "$" not allowed
+}
+
+
+def _reply(context: str) -> str:
+    question = context.rsplit("Q: ", 1)[-1]
+    return next(text for start, text in GSM8K_REPLIES.items() if question.startswith(start))
+
+
+def _gsm8k_with_own_scorers(task_set: TaskSet) -> list[dict[str, Any]]:
+    """Ours (the scripted backend) and lm-eval's real ``evaluate`` (a scripted LM, its own
+    filters and metrics, logged samples) on the same replies, compared item by item."""
+    backend = RecordingBackend(_Replying(_reply), Timing())
+    results = TaskRunner(task_set.spec, task_set.data_dirs).run(task_set.items, backend)
+    ours = OursRun(
+        timing=Timing(),
+        forward=ForwardStats(),
+        results=results,
+        ll_requests=[],
+        gen_requests=backend.gen_requests,
+    )
+    models = Models(None, _scripted_lmeval(_reply), None, _NoMeter(), {}, Path())  # type: ignore[arg-type]
+    lm = run_lmeval(task_set, models)
+    return compare_generation(task_set, ours, lm, count_tokens=len)
+
+
+def test_gsm8k_named_metrics_agree_with_lm_evals_own_scores(
+    shared_benchmarks: Path, tmp_path: Path
+) -> None:
+    """lm-eval's own strict-match / flexible-extract exact_match per item (its real filters
+    and metric, from its gsm8k-cot.yaml) equal our strict_match / flexible_extract."""
+    task_set = _task_set(shared_benchmarks, tmp_path, "gsm8k", 3, max_new_tokens=16)
+    records = _gsm8k_with_own_scorers(task_set)
+    assert _failed(task_set, records) == []
+    scores = {
+        r["item_id"]: {k: (m["ours"], m["lmeval"]) for k, m in r["metrics"].items()}
+        for r in records
+    }
+    assert scores == {
+        "gsm8k-0000": {"strict_match": (1.0, 1.0), "flexible_extract": (1.0, 1.0)},
+        # "The answer is 3" at the very end: lm-eval's pattern needs one more character.
+        "gsm8k-0001": {"strict_match": (0.0, 0.0), "flexible_extract": (1.0, 1.0)},
+        "gsm8k-0002": {"strict_match": (0.0, 0.0), "flexible_extract": (1.0, 1.0)},
+    }
+    assert records[0]["metrics"]["strict_match"]["lmeval_extracted"] == "18"
+    assert records[2]["metrics"]["strict_match"]["lmeval_extracted"] == "[invalid]"
+    assert records[2]["metrics"]["strict_match"]["ours_extracted"] is None
+    summary, _ = summarize(task_set, records, task_set.requested)
+    assert summary["metrics"]["strict_match"] == {
+        "lmeval_filter": "strict-match",
+        "items": 3,
+        "ours": 1 / 3,
+        "lmeval": 1 / 3,
+        "agree": 3,
+        "scorer_agree": 3,
+        "extracted_agree": 3,
+        "disagreeing_items": [],
+    }
+
+
+def test_a_scorer_difference_is_caught(shared_benchmarks: Path, tmp_path: Path) -> None:
+    """Our strict_match without lm-eval's final "\\.$" removal: the same outputs, but our
+    score differs from lm-eval's own on the item whose strict answer is "18." (the old
+    harness graded lm-eval's outputs with our scorer and could not see this)."""
+    task_set = _task_set(shared_benchmarks, tmp_path, "gsm8k", 3, max_new_tokens=16)
+    gen = task_set.spec.generate
+    assert gen is not None
+    strict = gen.metrics[0]
+    assert strict.exact_match is not None
+    changed = dataclasses.replace(
+        strict,
+        exact_match=dataclasses.replace(
+            strict.exact_match, regexes_to_ignore=strict.exact_match.regexes_to_ignore[:-1]
+        ),
+    )
+    spec = dataclasses.replace(
+        task_set.spec, generate=dataclasses.replace(gen, metrics=(changed, *gen.metrics[1:]))
+    )
+    task_set = dataclasses.replace(task_set, spec=spec)
+    replies_18 = " 9 * 2 = 18. The answer is 18. Done."
+    try:
+        GSM8K_REPLIES["Janet"], old = replies_18, GSM8K_REPLIES["Janet"]
+        records = _gsm8k_with_own_scorers(task_set)
+    finally:
+        GSM8K_REPLIES["Janet"] = old
+    assert _failed(task_set, records) == [
+        "strict_match = lm-eval's strict-match exact_match (per item)",
+        "strict_match scorer on lm-eval's outputs = its strict-match",
+    ]
+    summary, _ = summarize(task_set, records, task_set.requested)
+    assert summary["metrics"]["strict_match"]["disagreeing_items"] == ["gsm8k-0000"]
+    (line,) = [w for w in worst_items(task_set, records) if "strict_match" in w]
+    assert line.startswith("gsm8k-0000: strict_match ours 0.0 ('18.') vs lm-eval strict-match 1.0")
+
+
+def test_gsm8k_named_metrics_are_lm_evals_filters() -> None:
+    """Our GSM8K spec's strict_match / flexible_extract use the patterns and exact_match
+    options of lm-eval's gsm8k-cot.yaml (read from the installed lm-eval)."""
+    cot = lmeval_task_yaml("gsm8k/gsm8k-cot.yaml")
+    gen = load_spec("gsm8k").generate
+    assert gen is not None
+    (em,) = cot["metric_list"]
+    for metric in gen.metrics:
+        (lm_filter,) = [f for f in cot["filter_list"] if f["name"] == LMEVAL_FILTERS[metric.name]]
+        regex, take_first = lm_filter["filter"]
+        assert take_first == {"function": "take_first"}
+        (step,) = metric.extract
+        assert step.pattern == regex["regex_pattern"]
+        assert step.which == ("last" if regex.get("group_select", 0) == -1 else "first")
+        assert step.group == "any"
+        assert metric.compare == "exact_match" and metric.exact_match is not None
+        assert list(metric.exact_match.regexes_to_ignore) == em["regexes_to_ignore"]
+        assert metric.exact_match.ignore_case is em["ignore_case"]
+        assert metric.exact_match.ignore_punctuation is em["ignore_punctuation"]
+
+
+def test_ceval_descriptions_name_the_subjects_as_lm_eval_does() -> None:
+    """For each of lm-eval's 52 ceval-valid tasks, our description for that subject is
+    lm-eval's with C-Eval's own "考试" ("exam") after the subject's Chinese name: the same
+    name for every subject, and no other difference."""
+    from pytest_llmeval.prompt import render
+
+    ours = load_task_spec(REPO / "benchmarks" / "ceval.yaml").prompt.description
+    group = lmeval_task_yaml("ceval/_ceval-valid.yaml")
+    assert len(group["task"]) == 52
+    for name in group["task"]:
+        theirs = lmeval_task_yaml(f"ceval/{name}.yaml")
+        subset = theirs["dataset_name"]
+        assert name == f"ceval-valid_{subset}"
+        mine = render(ours, {"subset": subset})
+        assert mine.replace("考试的单项选择题", "的单项选择题", 1) == theirs["description"], subset
+
+
+CEVAL_SUBJECTS = ("advanced_mathematics", "mao_zedong_thought", "law")
+
+
+def test_ceval_contexts_and_continuations_are_byte_identical(
+    shared_benchmarks: Path, tmp_path: Path
+) -> None:
+    """lm-eval builds each subject's requests from its own ceval template and subject
+    description (with C-Eval's "考试" and delimiter, as our spec): byte for byte ours."""
+    task_set = write_task_set("ceval", [shared_benchmarks], tmp_path, 6, subsets=CEVAL_SUBJECTS)
+    assert task_set.limit == 2 and len(task_set.items) == 6
+    requests = lmeval_requests(task_set, build_lmeval_tasks(task_set))
+    runner = TaskRunner(task_set.spec, [shared_benchmarks])
+    for item in task_set.items:
+        p = runner.prepare(item)
+        args = requests[item.id]
+        assert [a[0] for a in args] == [p.prompt] * 4, item.id
+        assert [a[1] for a in args] == list(p.choices) == ["A", "B", "C", "D"], item.id
+    first = requests["ceval-mao_zedong_thought-0000"][0][0]
+    assert first.startswith(
+        "以下是中国关于毛泽东思想和中国特色社会主义理论体系概论考试的单项选择题"
+    )
+    assert first.count("\n答案：") == 6
+
+
+def test_criteria_catch_an_acc_that_differs_from_lm_evals_own(
+    shared_benchmarks: Path, tmp_path: Path
+) -> None:
+    task_set = _task_set(shared_benchmarks, tmp_path, "mmlu", 2)
+    ours, lm = _runs(task_set, lambda item, i, v: v)
+    assert _failed(task_set, compare_multiple_choice(task_set, ours, lm)) == []
+    first = task_set.items[0].id
+    lm.samples[first]["metrics"]["none"]["acc"] = 1.0 - lm.samples[first]["metrics"]["none"]["acc"]
+    records = compare_multiple_choice(task_set, ours, lm)
+    assert _failed(task_set, records) == ["acc = lm-eval's own acc (per item)"]
+
+
 # --------------------------------------------------------------------------- real run
 
 
@@ -320,6 +539,8 @@ def test_parity_cli_on_the_default_model(
     code = main(
         [
             "--items=2",
+            # The default task types include BBH, whose subtasks --subjects cannot name.
+            "--tasks=mmlu,mmlu_continuation,gsm8k",
             "--subjects=abstract_algebra",
             "--max-new-tokens=16",
             f"--model={default_model}",
@@ -341,3 +562,9 @@ def test_parity_cli_on_the_default_model(
             assert task[tool]["forward"]["decoder_tokens"] > 0
     assert tasks["mmlu"]["summary"]["max_abs_delta"] < 1e-4
     assert tasks["gsm8k"]["summary"]["outputs_identical"] == 2
+    # lm-eval's own per-item scores, compared with ours.
+    assert tasks["mmlu"]["summary"]["acc_identical"] == 2
+    named = tasks["gsm8k"]["summary"]["metrics"]
+    assert list(named) == ["strict_match", "flexible_extract"]
+    assert all(m["agree"] == m["scorer_agree"] == 2 for m in named.values())
+    assert "strict_match: ours" in out

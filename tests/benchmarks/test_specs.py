@@ -385,6 +385,51 @@ def test_cmmlu_description_names_every_subject_in_chinese() -> None:
         assert render(description, {"subset": english}).startswith(f"以下是关于{chinese}的")
 
 
+# --------------------------------------------------------------------------- C-Eval
+
+CEVAL_DESCRIPTION = "以下是中国关于{}考试的单项选择题，请选出其中的正确答案。\n\n"
+
+
+def test_ceval_prompt_names_every_local_subject_in_chinese(shared_benchmarks: Path) -> None:
+    """The 52 subjects of the local val split each have a Chinese name in the table, and
+    each subject's prompt opens with C-Eval's description naming it (never the English file
+    name)."""
+    spec = load_task_spec(BENCHMARKS / "ceval.yaml")
+    names = dict(re.findall(r"'(\w+)': '([^']+)'", spec.prompt.description))
+    items = load_items(spec, [shared_benchmarks])
+    first = {i.subset: i for i in reversed(items)}
+    assert len(first) == 52 and sorted(first) == sorted(names)
+    runner = TaskRunner(spec, [shared_benchmarks])
+    for subset, item in sorted(first.items()):
+        assert subset is not None
+        prompt = runner.prepare(item).prompt
+        assert prompt.startswith(CEVAL_DESCRIPTION.format(names[subset])), subset
+        assert subset not in prompt
+    prompt = runner.prepare(first["advanced_mathematics"]).prompt
+    assert prompt.startswith(CEVAL_DESCRIPTION.format("高等数学"))
+    assert len(re.findall(r"\n答案：[ABCD]\n\n", prompt)) == 5  # C-Eval's own "答案：A"
+
+
+def test_ceval_subject_without_a_chinese_name_is_an_error(tmp_path: Path) -> None:
+    """A subject file the table does not name fails, naming the spec, its field and the
+    subject; it does not fall back to the English name."""
+    for split in ("val", "dev"):
+        folder = tmp_path / "ceval" / split
+        folder.mkdir(parents=True)
+        (folder / f"astrology_{split}.csv").write_text(
+            "id,question,A,B,C,D,answer\n"
+            + "".join(f"{i},问题{i},甲,乙,丙,丁,A\n" for i in range(5)),
+            encoding="utf-8",
+        )
+    spec = load_task_spec(BENCHMARKS / "ceval.yaml")
+    items = load_items(spec, [tmp_path])
+    with pytest.raises(SpecError) as info:
+        TaskRunner(spec, [tmp_path]).prepare(items[0])
+    assert info.value.field == "prompt.description"
+    assert info.value.source.endswith("ceval.yaml")
+    assert "astrology" in str(info.value)
+
+
 # --------------------------------------------------------------------------- TruthfulQA
 
 

@@ -372,3 +372,36 @@ def test_one_task_per_process_combined_into_one_record(
     assert set(config["tasks"]) == {"arith", "colors"}
     text = step_summary.read_text()
     assert "| arith |" in text and "| colors |" in text
+
+
+def test_named_metrics_in_records_summary_and_terminal(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    """A task with ``generate.metrics``: each item's record carries them, the summary gives
+    each its mean and interval beside the primary score, the terminal a line each; a task
+    without them has none anywhere."""
+    write_project(pytester)
+    spec = pytester.path / "arith.yaml"
+    spec.write_text(
+        spec.read_text()
+        + "  metrics:\n"
+        + "    any_text: {extract: [strip], compare: exact_match,"
+        + " exact_match: {regexes_to_ignore: ['.*'], ignore_case: true}}\n"
+        + "    never: {extract: [{kind: regex, pattern: 'zzz(q)'}], compare: exact}\n"
+    )
+    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-output=out"))
+    assert result.ret == 0
+    (run,) = _runs(pytester.path / "out")
+    for line in _lines(run, "arith"):
+        metrics = line["metrics"]
+        assert isinstance(metrics, dict) and list(metrics) == ["any_text", "never"]
+        assert metrics["never"] == {"score": 0.0, "extracted": None}
+        # Everything removed from both sides: equal whenever the output had any text.
+        assert metrics["any_text"]["score"] == float(metrics["any_text"]["extracted"] is not None)
+    assert all("metrics" not in line for line in _lines(run, "colors"))
+    summary = json.loads((run / "metrics_summary.json").read_text())
+    assert summary["arith"]["metrics"]["never"]["n"] == 5
+    assert summary["arith"]["metrics"]["never"]["mean"] == 0.0
+    assert summary["arith"]["metrics"]["never"]["ci95"][0] == 0.0
+    assert "metrics" not in summary["colors"]
+    result.stdout.re_match_lines([r"^\s+never\s+0\.0\s+\[0\.0,\d+\.\d\]$"])

@@ -102,6 +102,18 @@ def test_real_gsm8k_spec_loads() -> None:
     assert spec.source == str(BENCHMARKS / "gsm8k.yaml")
 
 
+def test_real_gsm8k_spec_has_lmeval_named_metrics() -> None:
+    spec = load_task_spec(BENCHMARKS / "gsm8k.yaml")
+    assert spec.generate is not None
+    strict, flexible = spec.generate.metrics
+    assert (strict.name, flexible.name) == ("strict_match", "flexible_extract")
+    assert [(e.kind, e.group, e.which) for e in strict.extract] == [("regex", "any", "first")]
+    assert [(e.kind, e.group, e.which) for e in flexible.extract] == [("regex", "any", "last")]
+    assert strict.compare == flexible.compare == "exact_match"
+    assert strict.exact_match == flexible.exact_match
+    assert strict.exact_match is not None and strict.exact_match.ignore_case
+
+
 def test_real_mmlu_spec_loads() -> None:
     spec = load_task_spec(BENCHMARKS / "mmlu.yaml")
     assert spec.name == "mmlu"
@@ -308,6 +320,76 @@ ERROR_CASES = [
         ["last_number", {"kind": "regex", "pattern": "(unclosed"}],
         "generate.extract[1].pattern",
         "invalid regular expression",
+    ),
+    (
+        "metrics-not-mapping",
+        _generate_spec,
+        "generate.metrics",
+        ["strict"],
+        "generate.metrics",
+        "mapping of metric name",
+    ),
+    (
+        "metric-without-extract",
+        _generate_spec,
+        "generate.metrics",
+        {"strict": {"compare": "exact_match"}},
+        "generate.metrics.strict.extract",
+        "is required",
+    ),
+    (
+        "metric-bad-name",
+        _generate_spec,
+        "generate.metrics",
+        {"strict-match": {"extract": "strip"}},
+        "generate.metrics.strict-match",
+        "letters, digits",
+    ),
+    (
+        "metric-unknown-compare",
+        _generate_spec,
+        "generate.metrics",
+        {"m": {"extract": "strip", "compare": "f1"}},
+        "generate.metrics.m.compare",
+        "unknown value 'f1'",
+    ),
+    (
+        "metric-options-without-exact-match",
+        _generate_spec,
+        "generate.metrics",
+        {"m": {"extract": "strip", "compare": "numeric", "exact_match": {"ignore_case": True}}},
+        "generate.metrics.m.exact_match",
+        "compare exact_match",
+    ),
+    (
+        "metric-bad-ignore-regex",
+        _generate_spec,
+        "generate.metrics",
+        {
+            "m": {
+                "extract": "strip",
+                "compare": "exact_match",
+                "exact_match": {"regexes_to_ignore": ["("]},
+            }
+        },
+        "generate.metrics.m.exact_match.regexes_to_ignore[0]",
+        "invalid regular expression",
+    ),
+    (
+        "metric-bad-flag",
+        _generate_spec,
+        "generate.metrics",
+        {"m": {"extract": "strip", "compare": "exact_match", "exact_match": {"ignore_case": 1}}},
+        "generate.metrics.m.exact_match.ignore_case",
+        "true or false",
+    ),
+    (
+        "metric-extractor-field",
+        _generate_spec,
+        "generate.metrics",
+        {"m": {"extract": [{"kind": "regex", "pattern": "(a)", "group": 3}]}},
+        "generate.metrics.m.extract[0].group",
+        "1 group",
     ),
     (
         "regex-group-too-big",
