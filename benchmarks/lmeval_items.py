@@ -62,6 +62,8 @@ def run_ours(opts: argparse.Namespace, include: Path, out: Path, env: Mapping[st
         f"--llm-device={opts.device}", f"--llm-chat-template={opts.chat}",
         f"--llm-output={out / 'runs'}", "--llm-show=none",
     ]  # fmt: skip
+    if opts.num_fewshot is not None:
+        cmd.append(f"--llm-lmeval-num-fewshot={opts.num_fewshot}")
     return _run(cmd, out / "pytest.log", env)
 
 
@@ -77,6 +79,8 @@ def run_lmeval(
     ]  # fmt: skip
     if opts.chat == "on":
         cmd += ["--apply_chat_template", "--fewshot_as_multiturn"]
+    if opts.num_fewshot is not None:
+        cmd += ["--num_fewshot", str(opts.num_fewshot)]
     return _run(cmd, out / "lmeval.log", env)
 
 
@@ -187,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--chat", choices=("on", "off"), default="off")
+    parser.add_argument(
+        "--num-fewshot", type=int, default=None, help="as lm_eval --num_fewshot (both tools)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "benchmarks")
     parser.add_argument("--out", type=Path, default=Path("lmeval-items"))
@@ -211,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tasks_option": opts.tasks,
         "limit": opts.limit,
         "chat": opts.chat,
+        "num_fewshot": opts.num_fewshot,
         "model": opts.model,
         "dtype": opts.dtype,
         "device": opts.device,
