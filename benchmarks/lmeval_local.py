@@ -9,9 +9,10 @@ files in the data directory (``../shared/benchmarks``):
 - ``gsm8k_cot_local``: the harness's ``gsm8k_cot`` (8-shot chain of thought,
   ``generate_until``, the ``strict-match`` and ``flexible-extract`` regex filters);
 - ``ceval-valid-local_<subject>``: the harness's ``ceval-valid_<subject>`` for each of
-  the 52 C-Eval subjects (log-likelihood multiple choice; zero-shot unless a few-shot count is given, as in the harness), and the group
-  ``ceval-valid-local`` over them with the harness's ``ceval-valid`` aggregation (mean
-  of ``acc`` and ``acc_norm`` weighted by subject size).
+  the 52 C-Eval subjects (log-likelihood multiple choice; zero-shot unless a few-shot
+  count is given, as in the harness), and the group ``ceval-valid-local`` over them
+  with the harness's ``ceval-valid`` aggregation (mean of ``acc`` and ``acc_norm``
+  weighted by subject size).
 
 Used by ``python -m benchmarks.lmeval_items`` (the same items through ``pytest
 --llm-lmeval-tasks`` and through the ``lm_eval`` CLI). lm-eval is imported only to find
