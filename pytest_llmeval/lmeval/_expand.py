@@ -11,18 +11,8 @@ from typing import Any
 from pytest_llmeval.eval import ChatSettings
 from pytest_llmeval.task import TaskSpec
 
-from ._load import LoadedTask, import_lmeval, load_tasks
-from ._runner import LmEvalRunner, leaf_spec
-
-
-def _aggregation_names(loaded: LoadedTask) -> dict[str, str]:
-    from lm_eval.api.registry import AGGREGATION_REGISTRY
-
-    by_function = {fn: name for name, fn in AGGREGATION_REGISTRY.items()}
-    return {
-        metric: by_function.get(fn, "unregistered")
-        for metric, fn in loaded.task.aggregation().items()
-    }
+from ._load import import_lmeval, load_tasks
+from ._runner import LmEvalRunner, aggregation_names, leaf_spec
 
 
 def expand(
@@ -54,7 +44,7 @@ def expand(
             own,
             lmeval=replace(
                 own.lmeval,
-                aggregation=_aggregation_names(leaf),
+                aggregation=aggregation_names(leaf),
                 groups=tuple(asdict(g) for g in leaf.groups),
             ),
         )

@@ -67,15 +67,40 @@ def _common_prefix(texts: Sequence[str]) -> int:
     return n
 
 
+def aggregation_names(loaded: LoadedTask) -> dict[str, str]:
+    """Each metric's aggregation, by its name in the harness's registry ("mean",
+    "perplexity", "bleu", ...; "unregistered" for a task's own callable)."""
+    from lm_eval.api.registry import AGGREGATION_REGISTRY
+
+    by_function = {fn: name for name, fn in AGGREGATION_REGISTRY.items()}
+    return {
+        metric: by_function.get(fn, "unregistered")
+        for metric, fn in loaded.task.aggregation().items()
+    }
+
+
 def primary_metric(loaded: LoadedTask, requested: str | None, where: str) -> str:
-    """The ``metric,filter`` key a floor is checked against: ``requested`` (a metric name,
-    or ``metric,filter``), else the task's first metric under its first filter."""
+    """The ``metric,filter`` key an item is scored by and a floor checked against:
+    ``requested`` (a metric name, or ``metric,filter``), else the task's first metric that
+    the harness aggregates by mean (a per-document number: ``acc``, ``exact_match``; not a
+    corpus-level ``bleu`` or a ``perplexity``) under its first filter."""
     task = loaded.task
-    metrics = list(task.aggregation())
+    aggregations = aggregation_names(loaded)
+    metrics = list(aggregations)
     filters = [f.name for f in getattr(task, "_filters", [])] or ["none"]
     keys = [f"{m},{f}" for f in filters for m in metrics]
     if requested is None:
-        return f"{metrics[0]},{filters[0]}"
+        means = [m for m in metrics if aggregations[m] == "mean"]
+        if not means:
+            listed = ", ".join(f"{m} ({a})" for m, a in aggregations.items())
+            raise SpecError(
+                where,
+                "lmeval.task",
+                f"lm-eval task {loaded.name} has no metric aggregated by mean ({listed}): "
+                "its documents have no score of their own to be items of; this plugin runs "
+                "tasks with a per-document metric",
+            )
+        return f"{means[0]},{filters[0]}"
     key = requested if "," in requested else f"{requested},{filters[0]}"
     if key not in keys:
         raise SpecError(
