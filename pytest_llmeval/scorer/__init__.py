@@ -14,6 +14,7 @@ from pytest_llmeval.scorer._math import (
     math_equal,
     normalize_math_answer,
 )
+from pytest_llmeval.scorer._math_verify import MathVerifyVerdict, math_verify_judge
 from pytest_llmeval.scorer._metrics import (
     Estimate,
     accuracy,
@@ -30,6 +31,7 @@ __all__ = [
     "THINKING_STATES",
     "Estimate",
     "Extraction",
+    "MathVerifyVerdict",
     "accuracy",
     "answers_match",
     "auroc",
@@ -39,6 +41,7 @@ __all__ = [
     "extract_math_answer",
     "last_boxed",
     "math_equal",
+    "math_verify_judge",
     "mcnemar_exact",
     "mcnemar_one_sided",
     "normalize_answer",
