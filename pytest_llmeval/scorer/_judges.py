@@ -51,7 +51,10 @@ JUDGES: dict[str, Judge] = {
 def judge_version(name: str) -> str | None:
     """The installed version of judge ``name``'s distribution, or ``None``."""
     judge = JUDGES[name]
-    if importlib.util.find_spec(judge.module) is None:
+    try:
+        if importlib.util.find_spec(judge.module) is None:
+            return None
+    except (ImportError, ValueError):  # a broken or blocked install
         return None
     try:
         return importlib.metadata.version(judge.distribution)

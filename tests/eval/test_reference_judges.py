@@ -64,6 +64,18 @@ def test_math500_spec_uses_math_verify_and_ours_stays_available() -> None:
     assert ours.generate is not None and ours.generate.compare == "math"
 
 
+def test_ifeval_spec_uses_langdetect_and_our_sentence_splitter() -> None:
+    spec = load_task_spec(REPO / "benchmarks" / "ifeval.yaml")
+    assert spec.generate is not None and spec.generate.ifeval is not None
+    assert (spec.generate.ifeval.language, spec.generate.ifeval.sentences) == (
+        "langdetect",
+        "heuristic",
+    )
+    with pytest.raises(SpecError) as info:
+        _ifeval_spec(language="fasttext")
+    assert info.value.field == "generate.ifeval.language"
+
+
 def test_math_verify_refuses_an_extract_step() -> None:
     with pytest.raises(SpecError) as info:
         _math_spec(extract=["boxed"], compare="math_verify")
