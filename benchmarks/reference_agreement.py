@@ -202,12 +202,16 @@ def math_gold(data_dir: Path) -> dict[str, Any]:
 
 def math_model(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     pairs, diff = [], []
+    found: Counter[str] = Counter()  # which judge found an answer at all
     for r in records:
         output = str(r.get("output_stripped") or r["output"])
         gold = str(r["target"])
         ours, ours_x = _ours_math(output, gold)
         ref, ref_x = _mv(output, gold)
         pairs.append((ours, ref))
+        found[
+            f"ours {'found' if ours_x else 'none'}, math-verify {'found' if ref_x else 'none'}"
+        ] += 1
         if ours != ref:
             diff.append(
                 {
@@ -220,7 +224,11 @@ def math_model(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                     "output_tail": output[-300:],
                 }
             )
-    return {"rows": {"model outputs": _agreement(pairs)}, "disagreements": diff}
+    return {
+        "rows": {"model outputs": _agreement(pairs)},
+        "answers_found": dict(found),
+        "disagreements": diff,
+    }
 
 
 # --------------------------------------------------------------------------- IFEval
@@ -459,6 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.math_run is not None:
         report["math_model"] = math_model(_records(args.math_run, "math500"))
         _print_math("MATH-500 model outputs", report["math_model"], args.show)
+        print(f"answers found: {report['math_model']['answers_found']}\n")
     report["ifeval_prompts"] = ifeval_prompts(args.data_dir, punkt, args.unseeded_runs)
     print("### IFEval prompts (541)\n")
     print(json.dumps(report["ifeval_prompts"], indent=2))
