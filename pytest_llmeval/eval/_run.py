@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_llmeval._errors import DataError, LlmEvalError, ModelError, SpecError
 from pytest_llmeval.dataset import (
@@ -54,6 +54,9 @@ from pytest_llmeval.scorer import (
     thinking_opened,
 )
 from pytest_llmeval.task import ExecutionSpec, TaskSpec
+
+if TYPE_CHECKING:
+    from pytest_llmeval.ifeval import TextJudges
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,31 @@ class TaskRunner:
         self._bound = False
         self._bos: Mapping[str, Any] = {}
         self.model_name = "the model"
+        self.judges = self._require_judges()
+        self._text_judges: TextJudges | None = None
+
+    def _require_judges(self) -> dict[str, str]:
+        """The reference judges this task's scoring names, each checked installed now (at
+        collection, before any model loads) and labelled with its version for the records.
+        Raises :class:`SpecError` naming the field and the extra to install."""
+        from pytest_llmeval.scorer._judges import judge_label, require_judge
+
+        gen = self.spec.generate
+        if gen is None:
+            return {}
+        named: dict[str, tuple[str, str]] = {}  # role -> (judge, field)
+        if gen.scorer == "match" and gen.compare == "math_verify":
+            named["answer"] = ("math_verify", "generate.compare")
+        if gen.scorer == "ifeval" and gen.ifeval is not None:
+            if gen.ifeval.language != "heuristic":
+                named["language"] = (gen.ifeval.language, "generate.ifeval.language")
+            if gen.ifeval.sentences != "heuristic":
+                named["sentences"] = (gen.ifeval.sentences, "generate.ifeval.sentences")
+        labels = {}
+        for role, (judge, field_name) in named.items():
+            require_judge(judge, self.spec.source, field_name)
+            labels[role] = judge_label(judge)
+        return labels
 
     def _fail(self, field: str, item: Item, exc: Exception) -> SpecError:
         return SpecError(self.spec.source, field, f"item {item.id}: {exc}")
@@ -809,11 +837,15 @@ class TaskRunner:
         elif gen.scorer == "ifeval":
             correct, details = self._ifeval(p, text)
             extraction = Extraction(answer=text, kind="ifeval")
+        elif gen.compare == "math_verify":
+            correct, extraction, details = self._math_verify(text, p)
         else:
             extraction = extract(text, gen.extract, truncated=out.finish_reason == "length")
             score = self._match_score(extraction.answer, p)
             correct = score > 0.5 if gen.compare == "f1" else bool(score)
             metrics = self._named_metrics(text, p, truncated=out.finish_reason == "length")
+            if gen.compare == "math":
+                details = {"judge": "math (ours: pytest_llmeval.scorer._math)"}
         if out.truncated_tokens:
             details = {**(details or {}), "truncated_prompt_tokens": out.truncated_tokens}
         if thinking == "stripped":
@@ -862,6 +894,14 @@ class TaskRunner:
         if gen.compare == "f1":
             return best_f1(answer, references)
         return float(any(answers_match(answer, ref, gen.compare) for ref in references))
+
+    def _math_verify(self, output: str, p: PreparedItem) -> tuple[bool, Extraction, dict[str, Any]]:
+        """The whole output judged by math-verify against the target (or any reference)."""
+        from pytest_llmeval.scorer._math_verify import math_verify_judge
+
+        verdict = math_verify_judge(output, p.references or (p.target,))
+        details = {"judge": self.judges["answer"], **verdict.details()}
+        return verdict.correct, Extraction(answer=verdict.extracted, kind="math_verify"), details
 
     def _execute(self, p: PreparedItem, output: str) -> tuple[bool, str, dict[str, Any]]:
         """Run the extracted completion against the item's tests, in the sandbox only."""
@@ -946,10 +986,21 @@ class TaskRunner:
         except KeyError as exc:
             raise self._fail("generate.ifeval", p.item, KeyError(f"no field {exc}")) from None
         try:
-            result = evaluate_item(p.question, output, ids, kwargs)
+            result = evaluate_item(p.question, output, ids, kwargs, self._ifeval_judges())
         except ValueError as exc:
             raise self._fail("generate.ifeval", p.item, exc) from None
-        return result.prompt_strict, result.to_dict()
+        return result.prompt_strict, {**result.to_dict(), "judges": self._ifeval_judges().labels}
+
+    def _ifeval_judges(self) -> TextJudges:
+        """The spec's language and sentence judges (built once), labelled with versions."""
+        if self._text_judges is None:
+            from pytest_llmeval.ifeval import text_judges
+
+            spec = self.spec.generate.ifeval if self.spec.generate else None
+            assert spec is not None
+            labels = {k: v for k, v in self.judges.items() if k in ("language", "sentences")}
+            self._text_judges = text_judges(spec.language, spec.sentences, labels)
+        return self._text_judges
 
     def _run_multiple_choice(
         self, prepared: Sequence[PreparedItem], backend: Backend

@@ -11,11 +11,13 @@ argument with a random value; here a missing argument is a :class:`ValueError`.
 that compare with the prompt). A check judges the text it is given: that a blank
 response follows nothing is the evaluation's rule (:func:`~pytest_llmeval.ifeval.evaluate_item`).
 
-Where the reference relies on a library this project does not depend on, the check uses
-a documented heuristic: sentence counting and word tokenization (nltk) in
-:mod:`pytest_llmeval.ifeval._text`, language identification (langdetect) in
-:mod:`pytest_llmeval.ifeval._language`. Keywords are matched literally (the reference
-passes them to ``re`` unescaped; the IFEval keywords contain no regex syntax).
+Language identification, sentence counting and word tokenization are the reference's
+libraries (langdetect, NLTK) or our dependency-free heuristics
+(:mod:`pytest_llmeval.ifeval._language`, :mod:`pytest_llmeval.ifeval._text`), whichever
+:mod:`pytest_llmeval.ifeval._judges` has made current (the spec chooses;
+:func:`~pytest_llmeval.ifeval.evaluate_item` defaults to the heuristics). Keywords are
+matched literally (the reference passes them to ``re`` unescaped; the IFEval keywords
+contain no regex syntax).
 
 Relations are ``"less than"`` (count < threshold) and ``"at least"`` (count >= threshold).
 """
@@ -29,8 +31,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from pytest_llmeval.ifeval._language import detect_language
-from pytest_llmeval.ifeval._text import count_sentences, count_words, word_tokens
+from pytest_llmeval.ifeval._judges import current
+from pytest_llmeval.ifeval._text import count_words
 
 CheckFn = Callable[[str, Mapping[str, Any], str], bool]
 
@@ -128,10 +130,11 @@ def keywords_letter_frequency(response: str, kwargs: Mapping[str, Any], prompt: 
 def language_response_language(response: str, kwargs: Mapping[str, Any], prompt: str) -> bool:
     """The response's detected language is ``language`` (an ISO 639-1 code).
 
-    Detection is the heuristic of :func:`~pytest_llmeval.ifeval.detect_language`;
-    undeterminable text (no letters) counts as followed, as in the reference.
+    Detection is the current judge's (langdetect, or the heuristic of
+    :func:`~pytest_llmeval.ifeval.detect_language`); undeterminable text counts as
+    followed, as in the reference.
     """
-    detected = detect_language(response)
+    detected = current().detect_language(response)
     return detected is None or detected == _str(kwargs, "language")
 
 
@@ -139,8 +142,9 @@ def language_response_language(response: str, kwargs: Mapping[str, Any], prompt:
 
 
 def length_number_sentences(response: str, kwargs: Mapping[str, Any], prompt: str) -> bool:
-    """Sentence count (Punkt-like heuristic) against ``num_sentences``."""
-    count = count_sentences(response)
+    """Sentence count (the current judge: NLTK's Punkt or our Punkt-like heuristic) against
+    ``num_sentences``."""
+    count = current().count_sentences(response)
     return compare(count, _relation(kwargs, "relation"), _int(kwargs, "num_sentences"))
 
 
@@ -359,18 +363,18 @@ def startend_quotation(response: str, kwargs: Mapping[str, Any], prompt: str) ->
 def case_capital_word_frequency(response: str, kwargs: Mapping[str, Any], prompt: str) -> bool:
     """Words in all capitals (Treebank-like tokens, see :func:`word_tokens`) against
     ``capital_frequency``."""
-    count = sum(1 for token in word_tokens(response) if token.isupper())
+    count = sum(1 for token in current().word_tokens(response) if token.isupper())
     return compare(count, _relation(kwargs, "capital_relation"), _int(kwargs, "capital_frequency"))
 
 
 def case_english_capital(response: str, kwargs: Mapping[str, Any], prompt: str) -> bool:
     """All cased characters are upper case and the language is English (or undetermined)."""
-    return response.isupper() and detect_language(response) in ("en", None)
+    return response.isupper() and current().detect_language(response) in ("en", None)
 
 
 def case_english_lowercase(response: str, kwargs: Mapping[str, Any], prompt: str) -> bool:
     """All cased characters are lower case and the language is English (or undetermined)."""
-    return response.islower() and detect_language(response) in ("en", None)
+    return response.islower() and current().detect_language(response) in ("en", None)
 
 
 def punctuation_no_comma(response: str, kwargs: Mapping[str, Any], prompt: str) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_llmeval.ifeval._checks import clean_kwargs, get_instruction
+from pytest_llmeval.ifeval._judges import HEURISTIC, TextJudges, using
 
 
 def loose_variants(response: str) -> tuple[str, ...]:
@@ -96,15 +97,28 @@ def evaluate_item(
     response: str,
     instruction_ids: Sequence[str],
     kwargs: Sequence[Mapping[str, Any]],
+    judges: TextJudges = HEURISTIC,
 ) -> IFEvalResult:
     """Score ``response`` to ``prompt`` against each instruction, strictly and loosely.
 
-    ``kwargs`` is parallel to ``instruction_ids``; ``None`` values are ignored. Raises
+    ``kwargs`` is parallel to ``instruction_ids``; ``None`` values are ignored. ``judges``:
+    the language identifier and tokenizers the checks use (default: our heuristics, no
+    dependency; :func:`~pytest_llmeval.ifeval.text_judges` builds the reference's). Raises
     :class:`ValueError` for an unknown instruction id (naming it), invalid arguments, or
     lists of different lengths. Arguments are validated even for a blank response.
     """
     if len(instruction_ids) != len(kwargs):
         raise ValueError(f"{len(instruction_ids)} instruction ids but {len(kwargs)} kwargs entries")
+    with using(judges):
+        return _evaluate(prompt, response, instruction_ids, kwargs)
+
+
+def _evaluate(
+    prompt: str,
+    response: str,
+    instruction_ids: Sequence[str],
+    kwargs: Sequence[Mapping[str, Any]],
+) -> IFEvalResult:
     variants = [v for v in loose_variants(response)[1:] if v.strip()]
     results = []
     for instruction_id, raw in zip(instruction_ids, kwargs, strict=True):

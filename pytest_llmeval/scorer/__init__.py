@@ -15,6 +15,7 @@ from pytest_llmeval.scorer._math import (
     math_equal,
     normalize_math_answer,
 )
+from pytest_llmeval.scorer._math_verify import MathVerifyVerdict, math_verify_judge
 from pytest_llmeval.scorer._metrics import (
     Estimate,
     accuracy,
@@ -32,6 +33,7 @@ __all__ = [
     "THINKING_STATES",
     "Estimate",
     "Extraction",
+    "MathVerifyVerdict",
     "accuracy",
     "answers_match",
     "auroc",
@@ -42,6 +44,7 @@ __all__ = [
     "last_boxed",
     "lmeval_exact_match",
     "math_equal",
+    "math_verify_judge",
     "mcnemar_exact",
     "mcnemar_one_sided",
     "normalize_answer",

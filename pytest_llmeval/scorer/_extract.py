@@ -154,4 +154,9 @@ def answers_match(predicted: str | None, target: str, how: str) -> bool:
         from pytest_llmeval.scorer._math import math_equal
 
         return math_equal(predicted, target)
+    if how == "math_verify":
+        raise ValueError(
+            "math_verify judges a whole output, not an extracted answer: "
+            "use pytest_llmeval.scorer.math_verify_judge"
+        )
     raise ValueError(f"unknown comparison {how!r}")

@@ -37,10 +37,15 @@ CAPABILITIES = (
 KNOWN_MARKERS = (*SUITE_MARKERS, *CAPABILITIES, "contamination")
 
 EXTRACTORS = ("last_number", "first_number", "regex", "choice_letter", "boxed", "strip")
-COMPARISONS = ("numeric", "exact", "exact_ignore_case", "math", "f1")
-# What a named metric (``generate.metrics``) may compare with: the primary comparisons, or
-# lm-evaluation-harness's ``exact_match`` with its preprocessing options.
-METRIC_COMPARISONS = (*COMPARISONS[:-1], "exact_match")
+# `math` is our own MATH evaluator (scorer/_math.py); `math_verify` is the field's reference
+# judge (math-verify, the `reference` extra), which extracts the answer from the whole output.
+COMPARISONS = ("numeric", "exact", "exact_ignore_case", "math", "math_verify", "f1")
+# What a named metric (``generate.metrics``) may compare with: the comparisons that take an
+# extraction chain, or lm-evaluation-harness's ``exact_match`` with its preprocessing options.
+METRIC_COMPARISONS = ("numeric", "exact", "exact_ignore_case", "math", "exact_match")
+# Judges that a comparison or IFEval check names (see pytest_llmeval.scorer._judges).
+IFEVAL_LANGUAGE_JUDGES = ("langdetect", "heuristic")
+IFEVAL_SENTENCE_JUDGES = ("nltk", "heuristic")
 SCORERS = ("match", "ifeval", "execution")
 # What generate.overflow may say; the model package's Overflow type reuses this tuple.
 OVERFLOW_POLICIES = ("skip", "truncate_middle", "truncate_left")
@@ -189,6 +194,11 @@ class IFEvalSpec:
 
     instructions: str = "instruction_id_list"
     kwargs: str = "kwargs"
+    # Language identification: `langdetect` (the reference's, seeded) or `heuristic` (ours,
+    # no dependency). Sentence splitting and word tokens: `nltk` (the reference's Punkt;
+    # needs NLTK's punkt_tab data) or `heuristic` (ours). See docs/PARITY.md.
+    language: str = "langdetect"
+    sentences: str = "heuristic"
 
 
 @dataclass(frozen=True)
@@ -744,10 +754,12 @@ def _ifeval(gen: _Reader) -> IFEvalSpec:
     sub = gen.child("ifeval")
     if sub is None:
         return IFEvalSpec()
-    sub.unknown_keys(("instructions", "kwargs"))
+    sub.unknown_keys(("instructions", "kwargs", "language", "sentences"))
     return IFEvalSpec(
         instructions=sub.str_("instructions", default="instruction_id_list") or "",
         kwargs=sub.str_("kwargs", default="kwargs") or "",
+        language=sub.choice("language", IFEVAL_LANGUAGE_JUDGES, default="langdetect"),
+        sentences=sub.choice("sentences", IFEVAL_SENTENCE_JUDGES, default="heuristic"),
     )
 
 
@@ -912,6 +924,15 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
         _check_template(gen, "target", generate.target)
         if generate.compare == "f1" and scorer != "match":
             raise gen.fail("compare", f"f1 applies to scorer match, not {scorer}")
+        if generate.compare == "math_verify":
+            if scorer != "match":
+                raise gen.fail("compare", f"math_verify applies to scorer match, not {scorer}")
+            if gen.has("extract"):
+                raise gen.fail(
+                    "extract",
+                    "compare: math_verify extracts the answer from the whole output itself "
+                    "(math-verify's LaTeX and expression extraction); remove 'extract'",
+                )
         if top.has("multiple_choice"):
             raise top.fail("multiple_choice", "given, but mode is 'generate'")
     else:
