@@ -21,6 +21,12 @@ class SpecError(LlmEvalError):
         super().__init__(f"{source}: field '{field}': {message}")
 
 
+class JudgeNotInstalled(SpecError):
+    """A spec names a scorer whose package (or data) is not installed: like benchmark
+    data that is not installed, the task is reported as not runnable (skipped, or failed
+    when it has a floor) instead of breaking the collection of every other task."""
+
+
 class DataError(LlmEvalError):
     """Benchmark data could not be found or read."""
 

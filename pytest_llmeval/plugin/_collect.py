@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_llmeval._errors import LlmEvalError
+from pytest_llmeval._errors import JudgeNotInstalled, LlmEvalError
 from pytest_llmeval.dataset import DataNotInstalled, Item, describe_no_rows, first_n, load_items
 from pytest_llmeval.eval import ItemResult
 from pytest_llmeval.task import TaskSpec, is_task_file, load_task_spec
@@ -198,10 +198,15 @@ class TaskFile(pytest.File):
             try:
                 items = load_items(spec, session.options.data_dirs)
             except DataNotInstalled as exc:
-                spec = session.register_task(spec)
+                spec = self._register(spec)
                 yield self._no_items(spec, "data", str(exc))
                 return
-            spec = session.register_task(spec)
+            try:
+                spec = session.register_task(spec)
+            except JudgeNotInstalled as exc:
+                spec = session.specs.get(spec.name, spec)
+                yield self._no_items(spec, "judge", str(exc))
+                return
             loaded = len(items)
             if session.excluded:
                 session.exclusions_matched.update(i.id for i in items if i.id in session.excluded)
@@ -227,6 +232,15 @@ class TaskFile(pytest.File):
 
     def _no_items(self, spec: TaskSpec, suffix: str, reason: str) -> MissingDataItem:
         return _no_items(self, spec, suffix, reason)
+
+    def _register(self, spec: TaskSpec) -> TaskSpec:
+        """Register a task whose data is not installed: a scorer that is not installed
+        either does not matter then (nothing runs)."""
+        session = get_session(self.config)
+        try:
+            return session.register_task(spec)
+        except JudgeNotInstalled:
+            return session.specs.get(spec.name, spec)
 
 
 def collect_lmeval(parent: pytest.Collector, spec: TaskSpec) -> Iterator[pytest.Item]:

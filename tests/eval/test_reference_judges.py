@@ -188,3 +188,55 @@ def test_math_verify_refuses_to_run_off_the_main_thread() -> None:
     thread.start()
     thread.join()
     assert errors and "main thread" in str(errors[0])
+
+
+MISSING_JUDGE_CONFTEST = """
+from pytest_llmeval.scorer import _judges
+
+real = _judges.judge_version
+_judges.judge_version = lambda name: None if name == "math_verify" else real(name)
+"""
+JUDGED_SPEC = """\
+task: {name}
+{floor}dataset: {{path: m.jsonl}}
+prompt: {{template: "{{{{ problem }}}}"}}
+mode: generate
+generate: {{target: "{{{{ answer }}}}", compare: math_verify}}
+"""
+
+
+def test_a_task_whose_judge_is_not_installed_does_not_break_the_others(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    """Like a task whose data is not installed: the task's one item says why (skipped, or
+    failed when the task has a floor), and the other tasks are collected and run."""
+    pytester.makeconftest(MISSING_JUDGE_CONFTEST)
+    (pytester.path / "m.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+    (pytester.path / "nofloor.yaml").write_text(JUDGED_SPEC.format(name="nofloor", floor=""))
+    (pytester.path / "gated.yaml").write_text(
+        JUDGED_SPEC.format(name="gated", floor="floor: 0.5\n")
+    )
+    (pytester.path / "plain.yaml").write_text(
+        JUDGED_SPEC.format(name="plain", floor="").replace("math_verify", "exact")
+    )
+    result = pytester.runpytest(
+        "--collect-only", "-q", "--llm-data-dir=.", "-p", "no:cacheprovider"
+    )
+    result.stdout.fnmatch_lines(["*gated-judge*", "*nofloor-judge*", "*plain-0000*"])
+    assert result.ret == pytest.ExitCode.OK
+    run = pytester.runpytest(
+        f"--llm-model={tiny_model_dir}",
+        "--llm-data-dir=.",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        "-k",
+        "judge",
+    )
+    assert run.ret == pytest.ExitCode.TESTS_FAILED  # the floor that nothing is measured against
+    run.stdout.fnmatch_lines(
+        [
+            "*gated-judge*floor of 0.5 but runs no item*'math_verify'*not installed*",
+            "*nofloor*'math_verify'*not installed*reference*",
+        ]
+    )
