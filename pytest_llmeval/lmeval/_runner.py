@@ -196,6 +196,7 @@ class LmEvalRunner(TaskRunner):
         self.limit = limit
         self.metric_key = spec.lmeval.metric
         self._instances: dict[int, list[Any]] = {}
+        self._built: set[str] = set()
         self._shared = 0
         self._chat_built = False
         self.items: list[Item] = self._build(None)
@@ -232,11 +233,15 @@ class LmEvalRunner(TaskRunner):
             insts.sort(key=lambda i: i.idx)
         self._instances = by_doc
         self._shared = _common_prefix([insts[0].args[0] for insts in by_doc.values()])
-        width = max(4, len(str(max(by_doc, default=0))))
-        return [
+        # Ids as wide as the whole task needs, so that a document's id does not depend on
+        # --llm-limit (resume and baselines match items by id).
+        width = max(4, len(str(max(len(task.eval_docs) - 1, 0))))
+        items = [
             Item(id=f"{self.spec.name}-{doc_id:0{width}d}", index=doc_id, doc=insts[0].doc)
             for doc_id, insts in sorted(by_doc.items())
         ]
+        self._built = {item.id for item in items}
+        return items
 
     def bind(self, backend: Backend) -> None:
         """Take the chat template from ``backend`` (our chat settings); with one, the
@@ -296,11 +301,13 @@ class LmEvalRunner(TaskRunner):
         }
 
     def _requests_of(self, item: Item) -> list[Any]:
+        """The harness's requests of one of its documents, or of a probe's rewrite of one
+        (an item of another id: ``<id>~s0``)."""
         insts = self._instances.get(item.index)
-        if insts and (insts[0].doc is item.doc or insts[0].doc == item.doc):
-            return insts
-        if insts is None or not insts:
+        if not insts:
             raise DataError(f"{item.id}: lm-eval built no request for document {item.index}")
+        if item.id in self._built:
+            return insts
         return self._requests_for_rewrite(item)
 
     def rewrite_problem(self) -> str | None:
