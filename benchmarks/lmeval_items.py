@@ -182,6 +182,26 @@ def compare(
     return tasks
 
 
+def compare_aggregates(runs: Path, root: Path) -> dict[str, Any]:
+    """Every task and group score of the harness's results file against ours
+    (``lmeval_results.json``): the keys both report, and those that differ."""
+    (run,) = sorted(p for p in runs.iterdir() if p.is_dir())
+    ours = json.loads((run / "lmeval_results.json").read_text(encoding="utf-8"))
+    mine = {**ours["tasks"], **ours["groups"]}
+    (path,) = sorted(root.rglob("results_*.json"))
+    theirs = json.loads(path.read_text(encoding="utf-8"))["results"]
+    compared, differing = 0, []
+    for name, metrics in theirs.items():
+        for key, value in metrics.items():
+            if "," not in key or "_stderr" in key or not isinstance(value, (int, float)):
+                continue
+            other = (mine.get(name) or {}).get(key)
+            compared += 1
+            if not isinstance(other, (int, float)) or not math.isclose(value, other):
+                differing.append(f"{name} {key}: lm-eval {value} vs ours {other}")
+    return {"compared": compared, "differing": differing}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="gsm8k_cot_local,ceval-valid-local")
@@ -212,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours_s = run_ours(opts, include, out / "ours", env)
     lmeval_s = run_lmeval(opts, include, out / "theirs", model_dir, env)
     tasks = compare(read_ours(out / "ours" / "runs"), read_lmeval(out / "theirs" / "lmeval"))
+    aggregates = compare_aggregates(out / "ours" / "runs", out / "theirs" / "lmeval")
     documents = sum(t["documents"] for t in tasks.values())
     identical = sum(t["identical"] for t in tasks.values())
     result = {
@@ -229,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "documents": documents,
         "identical": identical,
         "max_ll_difference": max((t["max_ll_difference"] for t in tasks.values()), default=0.0),
+        "aggregates": aggregates,
         "tasks": tasks,
     }
     (out / "comparison.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
@@ -239,7 +261,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"all: {identical}/{documents} documents identical; ours {ours_s:.1f} s, lm_eval "
         f"{lmeval_s:.1f} s ({result['speedup']}x)"
     )
-    return 0 if identical == documents and documents > 0 else 1
+    print(
+        f"task and group scores: {aggregates['compared'] - len(aggregates['differing'])}/"
+        f"{aggregates['compared']} equal"
+        + "".join(f"\n  {line}" for line in aggregates["differing"])
+    )
+    same = identical == documents and documents > 0 and not aggregates["differing"]
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
