@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_llmeval._errors import LlmEvalError
-from pytest_llmeval.dataset import DataNotInstalled
+from pytest_llmeval.dataset import DataNotInstalled, hub_allowed
 
 if TYPE_CHECKING:
     from ._session import LlmEvalSession
@@ -41,8 +41,15 @@ class DriftCheck:
                 "add_bos": (backend.get("bos") or {}).get("add"),
             }
             for name in sorted(llm.runners):
+                runner = llm.runners[name]
                 try:
-                    state = evaluator.state(llm.runners[name])
+                    if (
+                        runner.spec.dataset.path is not None
+                        and not runner.data_files()
+                        and not hub_allowed()
+                    ):
+                        raise DataNotInstalled(name)  # none of its files is here
+                    state = evaluator.state(runner)
                 except DataNotInstalled:  # recorded as such: installing it is a change too
                     extra[f"tasks.{name}.config_hash"] = "not installed"
                     extra[f"tasks.{name}.prompt_hash"] = "not installed"
