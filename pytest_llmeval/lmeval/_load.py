@@ -167,7 +167,7 @@ def load_tasks(
     ``simple_evaluate`` configures them (``num_fewshot`` override, few-shot seed)."""
     for path in include_path:
         if not Path(path).is_dir():
-            raise SpecError(where, "include_path", f"{path} is not a directory")
+            raise SpecError(where, "lmeval.include_path", f"{path} is not a directory")
     manager = _manager_for(name, include_path)
     if name not in manager.all_tasks:
         close = difflib.get_close_matches(name, list(manager.all_tasks), n=5, cutoff=0.6)
@@ -175,7 +175,7 @@ def load_tasks(
         searched = f" and in {', '.join(include_path)}" if include_path else ""
         raise SpecError(
             where,
-            "task",
+            "lmeval.task",
             f"lm-eval has no task or group {name!r} (searched its own tasks{searched}){hint}",
         )
     try:
