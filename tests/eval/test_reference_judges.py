@@ -219,12 +219,13 @@ def test_a_task_whose_judge_is_not_installed_does_not_break_the_others(
     (pytester.path / "plain.yaml").write_text(
         JUDGED_SPEC.format(name="plain", floor="").replace("math_verify", "exact")
     )
-    result = pytester.runpytest(
+    # In subprocesses: the conftest replaces a module attribute for the whole process.
+    result = pytester.runpytest_subprocess(
         "--collect-only", "-q", "--llm-data-dir=.", "-p", "no:cacheprovider"
     )
     result.stdout.fnmatch_lines(["*gated-judge*", "*nofloor-judge*", "*plain-0000*"])
     assert result.ret == pytest.ExitCode.OK
-    run = pytester.runpytest(
+    run = pytester.runpytest_subprocess(
         f"--llm-model={tiny_model_dir}",
         "--llm-data-dir=.",
         "-p",
