@@ -11,6 +11,7 @@ records, resume and floors apply as for our own specs.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,6 @@ from pytest_llmeval.model import (
     GenerateRequest,
     GenerateResult,
     LoglikelihoodRequest,
-    LoglikelihoodResult,
 )
 from pytest_llmeval.task import GenerateSpec, MultipleChoiceSpec, TaskSpec
 
@@ -53,18 +53,6 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
-
-
-def _common_prefix(texts: Sequence[str]) -> int:
-    if not texts:
-        return 0
-    first, last = min(texts), max(texts)
-    n = 0
-    for a, b in zip(first, last, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
 
 
 def aggregation_names(loaded: LoadedTask) -> dict[str, str]:
@@ -197,6 +185,7 @@ class LmEvalRunner(TaskRunner):
         self.metric_key = spec.lmeval.metric
         self._instances: dict[int, list[Any]] = {}
         self._built: set[str] = set()
+        self.total_docs = -1  # the task's documents, not only the first `limit`
         self._shared = 0
         self._chat_built = False
         self.items: list[Item] = self._build(None)
@@ -208,6 +197,8 @@ class LmEvalRunner(TaskRunner):
         few-shot sampler seeded anew, so that a rebuild draws the same examples)."""
         task = self.task
         task.set_fewshot_seed(seed=self.lmeval.fewshot_seed)
+        if self.total_docs < 0:
+            self.total_docs = len(task.eval_docs)  # processes the documents: once
         chat: dict[str, Any] = {}
         if template is not None:
             chat = {
@@ -232,10 +223,12 @@ class LmEvalRunner(TaskRunner):
         for insts in by_doc.values():
             insts.sort(key=lambda i: i.idx)
         self._instances = by_doc
-        self._shared = _common_prefix([insts[0].args[0] for insts in by_doc.values()])
+        # The characters every context starts with (description, a fixed few-shot block).
+        contexts = [insts[0].args[0] for insts in by_doc.values()]
+        self._shared = len(os.path.commonprefix(contexts))  # noqa: RUF071 (text, not paths)
         # Ids as wide as the whole task needs, so that a document's id does not depend on
         # --llm-limit (resume and baselines match items by id).
-        width = max(4, len(str(max(len(task.eval_docs) - 1, 0))))
+        width = max(4, len(str(max(self.total_docs - 1, 0))))
         items = [
             Item(id=f"{self.spec.name}-{doc_id:0{width}d}", index=doc_id, doc=insts[0].doc)
             for doc_id, insts in sorted(by_doc.items())
@@ -453,7 +446,7 @@ class LmEvalRunner(TaskRunner):
         results = []
         for p, (a, b) in zip(prepared, spans, strict=True):
             lls = outs[a:b]
-            problem = self._ll_problem(p, lls)
+            problem = self._loglikelihood_problem(p, lls)
             if problem is not None:
                 results.append(self.error_result(p.item, problem, p))
                 continue
@@ -472,19 +465,6 @@ class LmEvalRunner(TaskRunner):
                 result.details = {**(result.details or {}), "truncated_prompt_tokens": truncated}
             results.append(result)
         return results
-
-    def _ll_problem(self, p: PreparedItem, lls: Sequence[LoglikelihoodResult]) -> str | None:
-        for i, r in enumerate(lls):
-            if r.error is not None:
-                return self._model_problem(f"could not score request {i}: {r.error}")
-        bad = [f"{i}: {r.logprob!r}" for i, r in enumerate(lls) if not math.isfinite(r.logprob)]
-        if bad:
-            return self._model_problem(
-                f"gave log-likelihoods that are not finite numbers for request(s) "
-                f"{'; '.join(bad)}: the harness would score them as answers. Damaged "
-                "weights, or an overflow in float16 (try --llm-dtype float32 or bfloat16)"
-            )
-        return None
 
     # ------------------------------------------------------------------ scoring
 

@@ -254,7 +254,7 @@ def collect_lmeval(parent: pytest.Collector, spec: TaskSpec) -> Iterator[pytest.
         if session.excluded:
             session.exclusions_matched.update(i.id for i in items if i.id in session.excluded)
             items = [item for item in items if item.id not in session.excluded]
-        total = len(runner.task.eval_docs)
+        total = runner.total_docs
         session.total_items[leaf.name] = total
         if not items:
             yield _no_items(parent, leaf, "empty", f"lm-eval task {runner.loaded.name}: no item")
