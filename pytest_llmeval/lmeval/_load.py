@@ -190,7 +190,10 @@ def load_tasks(
                 "task at local files (dataset_path: json or csv, with dataset_kwargs."
                 "data_files) in a YAML under an include path"
             ) from None
-        raise DataError(f"{where}: lm-eval task {name!r} could not be loaded: {text}") from None
+        hint = "" if str(exc) else " (an empty or unreadable data file raises this)"
+        raise DataError(
+            f"{where}: lm-eval task {name!r} could not be loaded: {text}{hint}"
+        ) from None
     out = LoadedTasks()
     for group_name, group in loaded.get("groups", {}).items():
         out.groups[group_name] = GroupInfo(
