@@ -181,8 +181,41 @@ class HFBackend:
         self._prefixes: OrderedDict[tuple[int, ...], _State] = OrderedDict()
         self._prefix_bytes = 0
         self._text_tokens: dict[str, list[int]] = {}
+        # Decode steps: the fused step (model/_step.py) where it supports the model, built
+        # at the first generation; otherwise the decoder's own forward pass.
+        self._fused: Any = None
+        self._fused_skipped = self._fused_reason(settings.decode_step)
         if not settings.batch_size:
             self._batch_size, self.batch_size_source = self._auto_batch_size()
+
+    def _fused_reason(self, requested: str) -> str | None:
+        """Why decode steps take the model's own forward pass (None: the fused step)."""
+        import torch
+
+        if requested == "transformers":
+            return "--llm-decode-step=transformers"
+        if not self._share:
+            return "the model's caches cannot be laid out again (no continuous batching)"
+        if self.dtype != torch.float32:
+            return f"dtype {str(self.dtype).replace('torch.', '')} (measured in float32 only)"
+        from pytest_llmeval.model._step import unsupported_reason
+
+        reason = unsupported_reason(self.model, self.device)
+        if reason is None:
+            size = sum(p.numel() * p.element_size() for p in self.model.parameters())
+            if size > _FUSED_MAX_BYTES:  # the packed weights are a second copy
+                reason = f"{size / 2**30:.1f} GiB of weights (the fused step copies them)"
+        return reason
+
+    def decode_step_info(self) -> dict[str, Any]:
+        """How decode steps run, as the record states it."""
+        if self._fused_skipped is None:
+            return {"step": "fused", "kernels": "onednn", "requested": self.settings.decode_step}
+        return {
+            "step": "transformers",
+            "requested": self.settings.decode_step,
+            "reason": self._fused_skipped,
+        }
 
     # ------------------------------------------------------------------ batch size
 
@@ -276,6 +309,7 @@ class HFBackend:
             "batch_size_source": self.batch_size_source,
             "device_map": self.settings.device_map,
             "prefix_sharing": self._share,
+            "decode_step": self.decode_step_info(),
             "max_length": self.max_length,
             "chat_template": self._chat.describe() if self._chat is not None else None,
             "bos": self.bos_info(),
@@ -882,9 +916,12 @@ class HFBackend:
     def _choose(self, hidden: Any) -> tuple[Any, list[int], list[bool]]:
         """The greedy next token of each row of ``hidden`` (one position per row): the
         token tensor, its values, and whether each row's logits were finite."""
+        return self._pick(self._head(hidden))
+
+    def _pick(self, logits: Any) -> tuple[Any, list[int], list[bool]]:
+        """``_choose`` from next-token logits (one row per sequence)."""
         import torch
 
-        logits = self._head(hidden)
         tokens = logits.argmax(-1)
         return tokens, tokens.tolist(), torch.isfinite(logits).all(-1).tolist()
 
@@ -960,14 +997,7 @@ class HFBackend:
                 if rows:
                     positions = mask.sum(1, keepdim=True)
                     mask = torch.cat([mask, mask.new_ones((len(slots), 1))], 1)
-                    out = self._decoder(
-                        input_ids=pending.unsqueeze(-1),
-                        attention_mask=mask,
-                        position_ids=positions,
-                        use_cache=True,
-                        **{self._cache_arg: cache},
-                    )
-                    chosen, values, finite = self._choose(out.last_hidden_state[:, -1])
+                    chosen, values, finite = self._step(pending, positions, mask, cache)
                     still = []
                     for j, row in enumerate(rows):
                         if self._take(row, values[j], finite[j]):
@@ -986,6 +1016,26 @@ class HFBackend:
                     else:
                         pending = chosen
             yield from done
+
+    def _step(
+        self, tokens: Any, positions: Any, mask: Any, cache: Any
+    ) -> tuple[Any, list[int], list[bool]]:
+        """One decode step of continuous batching: each row's next token (``_choose``)
+        after ``tokens`` at ``positions``, the cache extended in place."""
+        if self._fused_skipped is None:
+            if self._fused is None:
+                from pytest_llmeval.model._step import FusedStep
+
+                self._fused = FusedStep(self.model, self.batch_size)
+            return self._pick(self._fused(tokens, positions, mask, cache))
+        out = self._decoder(
+            input_ids=tokens.unsqueeze(-1),
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{self._cache_arg: cache},
+        )
+        return self._choose(out.last_hidden_state[:, -1])
 
     def _greedy(self, jobs: Sequence[_Job]) -> list[_Row]:
         """Greedy decoding of a fixed batch (the path of models whose caches cannot be laid
@@ -1042,6 +1092,10 @@ class HFBackend:
                 seen = seen + 1
                 hidden = out.last_hidden_state[:, -1]
         return rows
+
+
+#: The fused decode step keeps a packed copy of the weights: not for models above this.
+_FUSED_MAX_BYTES = 4 * 2**30
 
 
 def _read_template_file(path: str | None) -> str | None:

@@ -262,6 +262,9 @@ class Backend(Protocol):
 
 
 BOS_POLICIES = ("auto", "yes", "no")
+#: How the hf backend runs a decode step: "auto" (its fused step where the model type and
+#: device are supported, see model/_step.py) or "transformers" (the model's own forward).
+DECODE_STEPS = ("auto", "transformers")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICE_MAPS = ("auto", "balanced", "sequential")
 
@@ -312,6 +315,8 @@ class ModelSettings:
     chat_template_file: str | None = None
     # hf: BOS before every prompt: "auto" (as the tokenizer's config says), "yes", "no".
     add_bos: str = "auto"
+    # hf: "auto" (the fused decode step where supported) or "transformers" (DECODE_STEPS).
+    decode_step: str = "auto"
 
     def __post_init__(self) -> None:
         """Every setting is checked here, once, whoever builds the settings (the pytest
@@ -341,6 +346,10 @@ class ModelSettings:
         if self.add_bos not in BOS_POLICIES:
             raise SettingsError(
                 "add-bos", self.add_bos, f"expected one of {'|'.join(BOS_POLICIES)}"
+            )
+        if self.decode_step not in DECODE_STEPS:
+            raise SettingsError(
+                "decode-step", self.decode_step, f"expected one of {'|'.join(DECODE_STEPS)}"
             )
         if self.max_length is not None and self.max_length < 16:
             raise SettingsError("max-length", self.max_length, "must be >= 16 (tokens)")

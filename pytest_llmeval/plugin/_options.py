@@ -244,6 +244,14 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "auto",
     ),
     (
+        "--llm-decode-step",
+        "llm_decode_step",
+        "auto|transformers: how the hf backend runs a generation step (auto: its fused "
+        "step where the model type and device are supported; transformers: the model's own "
+        "forward pass)",
+        "auto",
+    ),
+    (
         "--llm-thinking-markers",
         "llm_thinking_markers",
         "START,END markers of a reasoning block (default <think>,</think>)",
@@ -691,6 +699,7 @@ class Options:
     system_prompt: str | None = None
     fewshot_multiturn: bool = True
     add_bos: str = "auto"
+    decode_step: str = "auto"
     strip_thinking: bool = False
     thinking_markers: tuple[str, str] = ("<think>", "</think>")
     # Per floor override: where it was given (CLI_FLOOR or INI_FLOORS) and its # note.
@@ -739,6 +748,7 @@ class Options:
                 str(self.chat_template_file) if self.chat_template_file is not None else None
             ),
             add_bos=self.add_bos,
+            decode_step=self.decode_step,
         )
 
     @classmethod
@@ -797,6 +807,7 @@ class Options:
             system_prompt=str(system_prompt) if system_prompt else None,
             fewshot_multiturn=_choice(config, "llm_fewshot_multiturn", ("on", "off")) == "on",
             add_bos=_text(config, "llm_add_bos") or "auto",
+            decode_step=_text(config, "llm_decode_step") or "auto",
             strip_thinking=bool(
                 strip_thinking
                 if strip_thinking is not None

@@ -25,9 +25,16 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
-    return load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=3))
+@pytest.fixture(scope="module", params=["auto", "transformers"])
+def backend(tiny_model_dir: Path, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """The backend with each way of running decode steps: the fused step (``auto`` on
+    this CPU, float32 Llama) and the model's own forward pass."""
+    loaded = load_backend(
+        ModelSettings(model=str(tiny_model_dir), batch_size=3, decode_step=request.param)
+    )
+    expected = "fused" if request.param == "auto" else "transformers"
+    assert loaded.info()["decode_step"]["step"] == expected
+    return loaded
 
 
 def _requests(stop: str | None = None) -> list[GenerateRequest]:
@@ -51,19 +58,19 @@ def _requests(stop: str | None = None) -> list[GenerateRequest]:
 
 
 def _decode_steps(backend: Any, run: Any) -> tuple[Any, list[int]]:
-    """``run()``'s value and the rows of each one-token decoder call it made."""
+    """``run()``'s value and the rows of each decode step it made."""
     rows: list[int] = []
+    step = backend._step
 
-    def hook(module: Any, args: Any, kwargs: Any) -> None:
-        ids = kwargs.get("input_ids")
-        if ids is not None and ids.shape[1] == 1:
-            rows.append(int(ids.shape[0]))
+    def counted(tokens: Any, *args: Any) -> Any:
+        rows.append(int(tokens.shape[0]))
+        return step(tokens, *args)
 
-    handle = backend._decoder.register_forward_pre_hook(hook, with_kwargs=True)
+    backend._step = counted
     try:
         return run(), rows
     finally:
-        handle.remove()
+        del backend._step
 
 
 def test_the_batch_is_refilled_as_sequences_end(backend) -> None:  # type: ignore[no-untyped-def]

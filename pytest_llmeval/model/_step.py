@@ -1,0 +1,181 @@
+"""One decode step of a Llama-shaped decoder, without transformers' per-layer machinery.
+
+Greedy generation spends most of its time in decode steps: the decoder on one new token
+per running row. On the CPU with a small model such a step is mostly overhead, not
+arithmetic (see docs/ARCHITECTURE.md, "Where generation time goes"): BLAS kernels that
+are slow for a handful of rows, seven separate projections per layer, an attention kernel
+built for long query blocks, and a few dozen small tensor operations per layer.
+
+``FusedStep`` computes the same function as the model's own forward pass on one token per
+row, over the same key/value cache (``_kv.ReservedLayer`` buffers, written in place):
+
+- the query/key/value projections are one matrix product, and so are the gate and up
+  projections of the MLP (their weights concatenated once);
+- on the CPU every linear layer and the LM head use oneDNN's inner product with weights
+  packed once for the step's row count (MKL's SGEMM is several times slower on a few rows);
+- attention is one grouped product per key/value head (the query heads of a group share
+  their keys, as transformers' ``pack_gqa`` does), a masked softmax in float32 and one
+  product with the values;
+- RMSNorm and the rotary embeddings are transformers' own formulas, the rotary tables
+  from the model's own ``rotary_emb`` (so RoPE scaling variants agree).
+
+The results differ from transformers' forward pass only by floating-point summation order
+(the tests compare logits and greedy tokens with the model's own forward pass);
+``--llm-decode-step transformers`` turns it off. It is used only for the model types it
+was written and tested for (``SUPPORTED``) and only where it has been measured (the CPU);
+anything else takes transformers' forward pass, and ``HFBackend.info()`` records which
+ran. Imported only by the HF backend (it needs torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+#: Model types whose decoder layer this step reproduces: pre-norm RMSNorm, rotary
+#: embeddings applied to the whole head, grouped-query attention without sliding window,
+#: soft-capping or per-head norms, a SiLU-gated MLP (biases allowed on the projections).
+SUPPORTED = ("llama", "qwen2", "mistral")
+
+
+def unsupported_reason(model: Any, device: Any) -> str | None:
+    """Why ``FusedStep`` cannot run this model on this device (None when it can)."""
+    config = model.config
+    kind = getattr(config, "model_type", None)
+    if kind not in SUPPORTED:
+        return f"model type {kind!r} (the fused step supports {', '.join(SUPPORTED)})"
+    if getattr(device, "type", str(device)) != "cpu":
+        return "not measured off the CPU"
+    if not torch.backends.mkldnn.is_available():
+        return "torch was built without oneDNN"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r}"
+    for key in ("sliding_window", "attn_logit_softcapping", "final_logit_softcapping"):
+        if getattr(config, key, None) and getattr(config, "use_sliding_window", True):
+            return f"config.{key}"
+    if getattr(config, "logit_scale", None):
+        return "config.logit_scale"
+    decoder = model.get_decoder()
+    attention = decoder.layers[0].self_attn
+    if any(hasattr(attention, name) for name in ("q_norm", "k_norm")):
+        return "per-head query/key norms"
+    if getattr(config, "pretraining_tp", 1) != 1:
+        return "config.pretraining_tp"
+    return None
+
+
+class _Linear:
+    """``F.linear`` with weights packed once for oneDNN's inner product."""
+
+    def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor | None], rows: int):
+        weight = torch.cat([w.detach() for w in weights]) if len(weights) > 1 else weights[0]
+        self.out_features = int(weight.shape[0])
+        if any(b is not None for b in biases):
+            self.bias: torch.Tensor | None = torch.cat(
+                [
+                    b.detach() if b is not None else w.new_zeros(w.shape[0])
+                    for w, b in zip(weights, biases, strict=True)
+                ]
+            )
+        else:
+            self.bias = None
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+class _Layer:
+    def __init__(self, layer: Any, rows: int) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.qkv = _Linear(
+            [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight],
+            [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias],
+            rows,
+        )
+        self.o = _Linear([attn.o_proj.weight], [attn.o_proj.bias], rows)
+        self.gate_up = _Linear(
+            [mlp.gate_proj.weight, mlp.up_proj.weight], [mlp.gate_proj.bias, mlp.up_proj.bias], rows
+        )
+        self.down = _Linear([mlp.down_proj.weight], [mlp.down_proj.bias], rows)
+        self.norm1 = (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+        self.norm2 = (
+            layer.post_attention_layernorm.weight,
+            layer.post_attention_layernorm.variance_epsilon,
+        )
+        self.scaling = float(attn.scaling)
+
+
+def _rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
+    """transformers' ``LlamaRMSNorm.forward``, the same operations in the same order."""
+    weight, eps = norm
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(variance + eps)
+    return weight * x.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class FusedStep:
+    """The decoder and LM head on one new token per row (see the module)."""
+
+    def __init__(self, model: Any, rows: int) -> None:
+        config = model.config
+        decoder = model.get_decoder()
+        self.rows = rows
+        self.embed = decoder.embed_tokens
+        self.rotary = decoder.rotary_emb
+        self.final_norm = (decoder.norm.weight, decoder.norm.variance_epsilon)
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
+        attention = decoder.layers[0].self_attn
+        self.head_dim = int(attention.head_dim)
+        self.layers = [_Layer(layer, rows) for layer in decoder.layers[: config.num_hidden_layers]]
+        head = model.get_output_embeddings()
+        self.head = _Linear([head.weight], [getattr(head, "bias", None)], rows)
+
+    def __call__(
+        self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        """Logits of the next token of each row: ``tokens`` (rows,) at ``positions``
+        (rows, 1), attending to the cache positions where ``mask`` (rows, cache positions
+        including this step's) is 1. Writes each layer's new keys/values into ``cache``."""
+        rows = tokens.shape[0]
+        groups = self.heads // self.kv_heads
+        d = self.head_dim
+        q_size, kv_size = self.heads * d, self.kv_heads * d
+        hidden = self.embed(tokens)  # (rows, hidden)
+        cos, sin = self.rotary(hidden.unsqueeze(1), positions)  # (rows, 1, d)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (rows, 1, 1, d)
+        # Additive mask over the cache positions, as transformers builds it for sdpa.
+        blocked = (mask == 0).view(rows, 1, 1, -1)
+        for index, layer in enumerate(self.layers):
+            residual = hidden
+            x = _rms_norm(hidden, layer.norm1)
+            qkv = layer.qkv(x)
+            q = qkv[:, :q_size].view(rows, self.heads, 1, d)
+            k = qkv[:, q_size : q_size + kv_size].view(rows, self.kv_heads, 1, d)
+            v = qkv[:, q_size + kv_size :].view(rows, self.kv_heads, 1, d)
+            q = (q * cos) + (_rotate_half(q) * sin)
+            k = (k * cos) + (_rotate_half(k) * sin)
+            keys, values = cache.layers[index].update(k, v)
+            # (rows, kv heads, group, d) x (rows, kv heads, d, positions)
+            q = q.view(rows, self.kv_heads, groups, d)
+            scores = torch.matmul(q, keys.transpose(-1, -2)) * layer.scaling
+            scores = scores.masked_fill(blocked, float("-inf"))
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
+            attended = torch.matmul(probs, values).reshape(rows, q_size)
+            hidden = residual + layer.o(attended)
+            residual = hidden
+            x = _rms_norm(hidden, layer.norm2)
+            gate, up = layer.gate_up(x).chunk(2, dim=-1)
+            hidden = residual + layer.down(F.silu(gate) * up)
+        hidden = _rms_norm(hidden, self.final_norm)
+        return self.head(hidden)

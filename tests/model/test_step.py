@@ -1,0 +1,163 @@
+"""The fused decode step (``model/_step.py``) against the model's own forward pass: the
+same logits to float32 summation noise and the same greedy tokens, on ragged caches with
+holes, for each supported architecture; and the cases where it must not run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_llmeval.model import ModelSettings, SettingsError, load_backend
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from pytest_llmeval.model._kv import reserved_cache  # noqa: E402
+from pytest_llmeval.model._step import FusedStep, unsupported_reason  # noqa: E402
+
+
+def _model(kind: str) -> Any:
+    """A small random model of ``kind`` (grouped-query attention: 4 heads over 2)."""
+    torch.manual_seed(0)
+    common = dict(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    if kind == "llama":
+        config: Any = transformers.LlamaConfig(**common)
+    elif kind == "llama-biased":  # attention and MLP biases, RoPE scaling
+        config = transformers.LlamaConfig(
+            **common,
+            attention_bias=True,
+            mlp_bias=True,
+            rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+        )
+    elif kind == "qwen2":  # query/key/value biases
+        config = transformers.Qwen2Config(**common, use_sliding_window=False)
+    elif kind == "mistral":
+        config = transformers.MistralConfig(**common, sliding_window=None)
+    else:
+        raise AssertionError(kind)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():  # biases are zero at init: make them matter
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0.0, 0.5)
+    return model
+
+
+def _ragged_cache(model: Any, rows: int, lengths: list[int]) -> tuple[Any, Any]:
+    """A cache laid out as continuous batching lays it: row i's ``lengths[i]`` tokens
+    left-aligned, the rest a masked hole, room for more; and its mask."""
+    decoder = model.get_decoder()
+    width = max(lengths)
+    layers: list[tuple[Any, Any]] = []
+    gen = torch.Generator().manual_seed(1)
+    with torch.inference_mode():
+        states = []
+        for length in lengths:
+            ids = torch.randint(0, model.config.vocab_size, (1, length), generator=gen)
+            out = decoder(input_ids=ids, use_cache=True)
+            states.append(out.past_key_values)
+        for layer in range(model.config.num_hidden_layers):
+            k0 = states[0].layers[layer].keys
+            keys = k0.new_zeros((rows, k0.shape[1], width + 40, k0.shape[3]))
+            values = torch.zeros_like(keys)
+            for i, state in enumerate(states):
+                keys[i, :, : lengths[i]] = state.layers[layer].keys[0]
+                values[i, :, : lengths[i]] = state.layers[layer].values[0]
+            layers.append((keys, values))
+    mask = torch.zeros((rows, width), dtype=torch.long)
+    for i, length in enumerate(lengths):
+        mask[i, :length] = 1
+    return reserved_cache(layers, width, 40), mask
+
+
+@pytest.mark.parametrize("kind", ["llama", "llama-biased", "qwen2", "mistral"])
+def test_fused_step_computes_the_models_forward_pass(kind: str) -> None:
+    model = _model(kind)
+    assert unsupported_reason(model, torch.device("cpu")) is None
+    lengths = [23, 7, 31]
+    fused_cache, mask = _ragged_cache(model, 3, lengths)
+    own_cache, _ = _ragged_cache(model, 3, lengths)
+    step = FusedStep(model, rows=3)
+    tokens = torch.tensor([5, 17, 60])
+    fused_mask = own_mask = mask
+    with torch.inference_mode():
+        for _ in range(12):  # greedy, each path feeding its own tokens back
+            positions = fused_mask.sum(1, keepdim=True)
+            fused_mask = torch.cat([fused_mask, fused_mask.new_ones((3, 1))], 1)
+            own_mask = torch.cat([own_mask, own_mask.new_ones((3, 1))], 1)
+            fused = step(tokens, positions, fused_mask, fused_cache)
+            out = model.get_decoder()(
+                input_ids=tokens.unsqueeze(-1),
+                attention_mask=own_mask,
+                position_ids=positions,
+                use_cache=True,
+                cache=own_cache,
+            )
+            own = model.get_output_embeddings()(out.last_hidden_state[:, -1])
+            assert fused.shape == own.shape
+            assert torch.allclose(fused, own, atol=1e-5, rtol=1e-5), (fused - own).abs().max()
+            assert fused.argmax(-1).tolist() == own.argmax(-1).tolist()
+            tokens = fused.argmax(-1)
+    # Both wrote the same keys and values into their caches.
+    for a, b in zip(fused_cache.layers, own_cache.layers, strict=True):
+        assert torch.allclose(a.keys, b.keys, atol=1e-5)
+        assert torch.allclose(a.values, b.values, atol=1e-5)
+
+
+def test_unsupported_models_and_devices_are_named() -> None:
+    model = _model("llama")
+    assert "not measured off the CPU" in str(unsupported_reason(model, torch.device("cuda")))
+    gemma = transformers.AutoModelForCausalLM.from_config(
+        transformers.Gemma2Config(
+            vocab_size=97,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+        )
+    )
+    assert "model type 'gemma2'" in str(unsupported_reason(gemma, torch.device("cpu")))
+    sliding = transformers.AutoModelForCausalLM.from_config(
+        transformers.MistralConfig(
+            vocab_size=97,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            sliding_window=16,
+        )
+    )
+    assert "sliding_window" in str(unsupported_reason(sliding, torch.device("cpu")))
+
+
+def test_the_record_says_which_step_ran(tiny_model_dir: Any) -> None:
+    fused = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=2))
+    assert fused.info()["decode_step"] == {
+        "step": "fused",
+        "kernels": "onednn",
+        "requested": "auto",
+    }
+    plain = load_backend(
+        ModelSettings(model=str(tiny_model_dir), batch_size=2, decode_step="transformers")
+    )
+    assert plain.info()["decode_step"] == {
+        "step": "transformers",
+        "requested": "transformers",
+        "reason": "--llm-decode-step=transformers",
+    }
+    bf16 = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=2, dtype="bfloat16"))
+    assert "dtype bfloat16" in bf16.info()["decode_step"]["reason"]
+    with pytest.raises(SettingsError, match="decode-step"):
+        ModelSettings(model=str(tiny_model_dir), decode_step="fast")
