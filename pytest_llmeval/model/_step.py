@@ -48,7 +48,7 @@ def unsupported_reason(model: Any, device: Any) -> str | None:
         return f"model type {kind!r} (the fused step supports {', '.join(SUPPORTED)})"
     if getattr(device, "type", str(device)) != "cpu":
         return "not measured off the CPU"
-    if not torch.backends.mkldnn.is_available():
+    if not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
         return "torch was built without oneDNN"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"activation {config.hidden_act!r}"
@@ -84,7 +84,10 @@ class _Linear:
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(
+            x, self.packed, self.bias, "none", [], ""
+        )
+        return out
 
 
 class _Layer:
