@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_llmeval._errors import ModelError
+from pytest_llmeval.model._lookup import PromptLookup
 from pytest_llmeval.model._resolve import resolve_model_path
 from pytest_llmeval.model._types import (
     ChatTemplate,
@@ -65,6 +66,8 @@ class _Row:
     job: _Job
     new: list[int] = field(default_factory=list)
     ended: int | None = None
+    # Prompt-lookup drafts (ModelSettings.prompt_lookup): the row's prompt and output.
+    lookup: PromptLookup | None = None
 
 
 def set_seeds(seed: int) -> dict[str, int]:
@@ -210,11 +213,17 @@ class HFBackend:
     def decode_step_info(self) -> dict[str, Any]:
         """How decode steps run, as the record states it."""
         if self._fused_skipped is None:
-            return {"step": "fused", "kernels": "onednn", "requested": self.settings.decode_step}
+            return {
+                "step": "fused",
+                "kernels": "onednn",
+                "requested": self.settings.decode_step,
+                "prompt_lookup": self.settings.prompt_lookup,
+            }
         return {
             "step": "transformers",
             "requested": self.settings.decode_step,
             "reason": self._fused_skipped,
+            "prompt_lookup": 0,  # drafts need the fused step
         }
 
     # ------------------------------------------------------------------ batch size
@@ -916,12 +925,9 @@ class HFBackend:
     def _choose(self, hidden: Any) -> tuple[Any, list[int], list[bool]]:
         """The greedy next token of each row of ``hidden`` (one position per row): the
         token tensor, its values, and whether each row's logits were finite."""
-        return self._pick(self._head(hidden))
-
-    def _pick(self, logits: Any) -> tuple[Any, list[int], list[bool]]:
-        """``_choose`` from next-token logits (one row per sequence)."""
         import torch
 
+        logits = self._head(hidden)
         tokens = logits.argmax(-1)
         return tokens, tokens.tolist(), torch.isfinite(logits).all(-1).tolist()
 
@@ -995,15 +1001,33 @@ class HFBackend:
                         pending = torch.cat(([pending[slots]] if slots else []) + firsts)
                         slots = list(range(len(rows)))
                 if rows:
-                    positions = mask.sum(1, keepdim=True)
-                    mask = torch.cat([mask, mask.new_ones((len(slots), 1))], 1)
-                    chosen, values, finite = self._step(pending, positions, mask, cache)
+                    drafts = [self._draft(row) for row in rows]
+                    width = 1 + max(map(len, drafts))
+                    block = pending.unsqueeze(1).repeat(1, width)
+                    for j, draft in enumerate(drafts):
+                        if draft:
+                            block[j, 1 : 1 + len(draft)] = torch.tensor(draft)
+                    positions = mask.sum(1, keepdim=True) + torch.arange(width, device=mask.device)
+                    picked, finite_at = self._step(block, positions, mask, cache)
+                    # Each row keeps its token and the drafted tokens the model chose
+                    # itself, up to the first it did not: the real positions of the block.
+                    real = mask.new_zeros((len(rows), width))
+                    nexts: list[int] = []
                     still = []
                     for j, row in enumerate(rows):
-                        if self._take(row, values[j], finite[j]):
+                        kept = 0
+                        while kept < len(drafts[j]) and picked[j][kept] == drafts[j][kept]:
+                            kept += 1
+                        real[j, : kept + 1] = 1
+                        nexts.append(picked[j][kept])
+                        if all(
+                            self._take(row, picked[j][t], finite_at[j][t]) for t in range(kept + 1)
+                        ):
                             still.append(j)
                         else:
                             done.append(row)
+                    mask = torch.cat([mask, real], 1)
+                    chosen = torch.tensor(nexts, device=mask.device)
                     if len(still) < len(rows):
                         rows = [rows[j] for j in still]
                         if waiting:  # the next admission lays the cache out again
@@ -1015,27 +1039,58 @@ class HFBackend:
                             slots = list(range(len(still)))
                     else:
                         pending = chosen
+                    if rows and not (waiting and len(rows) < self.batch_size):
+                        # Rejected drafts leave holes that every step's attention reads:
+                        # squeeze them out when they pass a 64-position, 1/8 margin.
+                        longest = int(mask.sum(1).max())
+                        if mask.shape[1] - longest > max(64, mask.shape[1] // 8):
+                            cache, mask = self._laid_out(
+                                [self._row_state(cache, mask, s) for s in slots], reserve
+                            )
+                            slots = list(range(len(rows)))
             yield from done
+
+    def _draft(self, row: _Row) -> list[int]:
+        """The row's prompt-lookup draft for this step (none without the fused step or
+        with ``prompt_lookup`` 0): never more tokens than its budget has left after the
+        one it chooses anyway."""
+        k = min(self.settings.prompt_lookup, row.job.max_new - len(row.new) - 1)
+        if k <= 0 or self._fused_skipped is not None:
+            return []
+        if row.lookup is None:
+            row.lookup = PromptLookup([*row.job.prefix, *row.job.own])
+            known = 0
+        else:
+            known = len(row.lookup.tokens) - len(row.job.prefix) - len(row.job.own)
+        row.lookup.extend(row.new[known:])
+        return row.lookup.draft(k)
 
     def _step(
         self, tokens: Any, positions: Any, mask: Any, cache: Any
-    ) -> tuple[Any, list[int], list[bool]]:
-        """One decode step of continuous batching: each row's next token (``_choose``)
-        after ``tokens`` at ``positions``, the cache extended in place."""
+    ) -> tuple[list[list[int]], list[list[bool]]]:
+        """One decode step of continuous batching over ``tokens`` (rows, width) at
+        ``positions``, after the cache positions where ``mask`` is 1, the cache extended
+        in place: per row and token, the greedy next token and whether its logits were
+        finite. More than one token per row (a draft) needs the fused step."""
+        import torch
+
         if self._fused_skipped is None:
             if self._fused is None:
                 from pytest_llmeval.model._step import FusedStep
 
                 self._fused = FusedStep(self.model, self.batch_size)
-            return self._pick(self._fused(tokens, positions, mask, cache))
-        out = self._decoder(
-            input_ids=tokens.unsqueeze(-1),
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{self._cache_arg: cache},
-        )
-        return self._choose(out.last_hidden_state[:, -1])
+            logits = self._fused(tokens, positions, mask, cache)
+        else:
+            out = self._decoder(
+                input_ids=tokens,
+                attention_mask=torch.cat([mask, mask.new_ones(tokens.shape)], 1),
+                position_ids=positions,
+                use_cache=True,
+                **{self._cache_arg: cache},
+            )
+            logits = self._head(out.last_hidden_state)
+        chosen = logits.argmax(-1)
+        return chosen.tolist(), torch.isfinite(logits).all(-1).tolist()
 
     def _greedy(self, jobs: Sequence[_Job]) -> list[_Row]:
         """Greedy decoding of a fixed batch (the path of models whose caches cannot be laid

@@ -147,38 +147,53 @@ class FusedStep:
     def __call__(
         self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Any
     ) -> torch.Tensor:
-        """Logits of the next token of each row: ``tokens`` (rows,) at ``positions``
-        (rows, 1), attending to the cache positions where ``mask`` (rows, cache positions
-        including this step's) is 1. Writes each layer's new keys/values into ``cache``."""
-        rows = tokens.shape[0]
+        """Next-token logits (rows, width, vocabulary) after each of ``tokens`` (rows,
+        width) at ``positions`` (rows, width). Each row attends to the cache positions where
+        ``mask`` (rows, cache positions before this step) is 1 and, causally, to its own
+        tokens of this step. Writes each layer's new keys/values into ``cache`` (``width``
+        positions per row, after the ones ``mask`` covers)."""
+        rows, width = tokens.shape
         groups = self.heads // self.kv_heads
         d = self.head_dim
         q_size, kv_size = self.heads * d, self.kv_heads * d
-        hidden = self.embed(tokens)  # (rows, hidden)
-        cos, sin = self.rotary(hidden.unsqueeze(1), positions)  # (rows, 1, d)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (rows, 1, 1, d)
-        # Additive mask over the cache positions, as transformers builds it for sdpa.
-        blocked = (mask == 0).view(rows, 1, 1, -1)
+        hidden = self.embed(tokens).reshape(rows * width, -1)
+        cos, sin = self.rotary(hidden, positions)  # (rows, width, d)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (rows, 1, width, d)
+        # Which cache positions each query must not see: the holes of its row, and this
+        # step's later tokens.
+        past = mask.shape[1]
+        blocked = torch.ones((rows, width, past + width), dtype=torch.bool, device=mask.device)
+        blocked[:, :, :past] = (mask == 0).unsqueeze(1)
+        blocked[:, :, past:] = torch.ones(
+            (width, width), dtype=torch.bool, device=mask.device
+        ).triu(1)
+        blocked = blocked.view(rows, 1, 1, width, past + width)
         for index, layer in enumerate(self.layers):
             residual = hidden
             x = _rms_norm(hidden, layer.norm1)
-            qkv = layer.qkv(x)
-            q = qkv[:, :q_size].view(rows, self.heads, 1, d)
-            k = qkv[:, q_size : q_size + kv_size].view(rows, self.kv_heads, 1, d)
-            v = qkv[:, q_size + kv_size :].view(rows, self.kv_heads, 1, d)
+            qkv = layer.qkv(x).view(rows, width, -1)
+            q = qkv[..., :q_size].view(rows, width, self.heads, d).transpose(1, 2)
+            k = qkv[..., q_size : q_size + kv_size].view(rows, width, self.kv_heads, d)
+            v = qkv[..., q_size + kv_size :].view(rows, width, self.kv_heads, d)
+            k, v = k.transpose(1, 2), v.transpose(1, 2)
             q = (q * cos) + (_rotate_half(q) * sin)
             k = (k * cos) + (_rotate_half(k) * sin)
             keys, values = cache.layers[index].update(k, v)
-            # (rows, kv heads, group, d) x (rows, kv heads, d, positions)
-            q = q.view(rows, self.kv_heads, groups, d)
+            # The query heads of a key/value head together: (rows, kv heads, group x
+            # width, d) against (rows, kv heads, d, positions).
+            q = q.reshape(rows, self.kv_heads, groups * width, d)
             scores = torch.matmul(q, keys.transpose(-1, -2)) * layer.scaling
-            scores = scores.masked_fill(blocked, float("-inf"))
+            scores = scores.view(rows, self.kv_heads, groups, width, -1).masked_fill(
+                blocked, float("-inf")
+            )
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-            attended = torch.matmul(probs, values).reshape(rows, q_size)
-            hidden = residual + layer.o(attended)
+            attended = torch.matmul(probs.view(rows, self.kv_heads, groups * width, -1), values)
+            # back to (rows x width, heads x d), heads in the model's order
+            attended = attended.view(rows, self.heads, width, d).transpose(1, 2)
+            hidden = residual + layer.o(attended.reshape(rows * width, q_size))
             residual = hidden
             x = _rms_norm(hidden, layer.norm2)
             gate, up = layer.gate_up(x).chunk(2, dim=-1)
             hidden = residual + layer.down(F.silu(gate) * up)
         hidden = _rms_norm(hidden, self.final_norm)
-        return self.head(hidden)
+        return self.head(hidden).view(rows, width, -1)

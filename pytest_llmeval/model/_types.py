@@ -317,6 +317,9 @@ class ModelSettings:
     add_bos: str = "auto"
     # hf: "auto" (the fused decode step where supported) or "transformers" (DECODE_STEPS).
     decode_step: str = "auto"
+    # hf: draft up to this many tokens per decode step by prompt lookup (model/_lookup.py),
+    # checked in the same step; 0: one token per step. Needs the fused decode step.
+    prompt_lookup: int = 5
 
     def __post_init__(self) -> None:
         """Every setting is checked here, once, whoever builds the settings (the pytest
@@ -351,6 +354,8 @@ class ModelSettings:
             raise SettingsError(
                 "decode-step", self.decode_step, f"expected one of {'|'.join(DECODE_STEPS)}"
             )
+        if not 0 <= self.prompt_lookup <= 32:
+            raise SettingsError("prompt-lookup", self.prompt_lookup, "expected 0 to 32 tokens")
         if self.max_length is not None and self.max_length < 16:
             raise SettingsError("max-length", self.max_length, "must be >= 16 (tokens)")
         if self.concurrency < 1:

@@ -252,6 +252,14 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "auto",
     ),
     (
+        "--llm-prompt-lookup",
+        "llm_prompt_lookup",
+        "K: with the fused decode step, guess up to K next tokens of each sequence from "
+        "its own prompt and output and check them in the same step (greedy output "
+        "unchanged; 0: one token per step; default 5)",
+        "5",
+    ),
+    (
         "--llm-thinking-markers",
         "llm_thinking_markers",
         "START,END markers of a reasoning block (default <think>,</think>)",
@@ -700,6 +708,7 @@ class Options:
     fewshot_multiturn: bool = True
     add_bos: str = "auto"
     decode_step: str = "auto"
+    prompt_lookup: int = 5
     strip_thinking: bool = False
     thinking_markers: tuple[str, str] = ("<think>", "</think>")
     # Per floor override: where it was given (CLI_FLOOR or INI_FLOORS) and its # note.
@@ -749,6 +758,7 @@ class Options:
             ),
             add_bos=self.add_bos,
             decode_step=self.decode_step,
+            prompt_lookup=self.prompt_lookup,
         )
 
     @classmethod
@@ -808,6 +818,7 @@ class Options:
             fewshot_multiturn=_choice(config, "llm_fewshot_multiturn", ("on", "off")) == "on",
             add_bos=_text(config, "llm_add_bos") or "auto",
             decode_step=_text(config, "llm_decode_step") or "auto",
+            prompt_lookup=_default(_int(config, "llm_prompt_lookup", None), 5),
             strip_thinking=bool(
                 strip_thinking
                 if strip_thinking is not None

@@ -25,14 +25,21 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture(scope="module", params=["auto", "transformers"])
+@pytest.fixture(scope="module", params=["auto", "transformers", "auto+lookup"])
 def backend(tiny_model_dir: Path, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     """The backend with each way of running decode steps: the fused step (``auto`` on
-    this CPU, float32 Llama) and the model's own forward pass."""
+    this CPU, float32 Llama), the model's own forward pass, and the fused step checking
+    prompt-lookup drafts of up to 3 tokens."""
+    step, _, lookup = request.param.partition("+")
     loaded = load_backend(
-        ModelSettings(model=str(tiny_model_dir), batch_size=3, decode_step=request.param)
+        ModelSettings(
+            model=str(tiny_model_dir),
+            batch_size=3,
+            decode_step=step,
+            prompt_lookup=3 if lookup else 0,
+        )
     )
-    expected = "fused" if request.param == "auto" else "transformers"
+    expected = "fused" if step == "auto" else "transformers"
     assert loaded.info()["decode_step"]["step"] == expected
     return loaded
 
@@ -84,6 +91,29 @@ def test_the_batch_is_refilled_as_sequences_end(backend) -> None:  # type: ignor
     assert rows.count(3) >= len(rows) // 2
     # Every new token but those chosen at prefill came from a decode step.
     assert sum(rows) <= sum(r.n_tokens for r in results)
+
+
+def test_prompt_lookup_keeps_the_greedy_tokens(tiny_model_dir: Path) -> None:
+    """Drafts checked in the decode step: fewer row-steps than tokens, and every sequence
+    exactly as one token per step gives it (a random model repeats itself a lot)."""
+    reqs = [
+        GenerateRequest(FEWSHOT + q, max_new_tokens=40, shared_prefix=len(FEWSHOT))
+        for q in QUESTIONS
+    ]
+
+    def run(lookup: int) -> tuple[Any, list[int]]:
+        loaded = load_backend(
+            ModelSettings(model=str(tiny_model_dir), batch_size=3, prompt_lookup=lookup)
+        )
+        return _decode_steps(loaded, lambda: loaded.generate(reqs))
+
+    plain, plain_rows = run(0)
+    drafted, drafted_rows = run(4)
+    assert [(r.text, r.n_tokens, r.finish_reason) for r in drafted] == [
+        (r.text, r.n_tokens, r.finish_reason) for r in plain
+    ]
+    assert sum(plain_rows) == sum(r.n_tokens for r in plain) - len(reqs)
+    assert sum(drafted_rows) < sum(plain_rows) * 0.8, (drafted_rows, plain_rows)
 
 
 def test_each_sequence_gets_the_tokens_it_gets_alone(backend) -> None:  # type: ignore[no-untyped-def]

@@ -92,9 +92,9 @@ def test_fused_step_computes_the_models_forward_pass(kind: str) -> None:
     with torch.inference_mode():
         for _ in range(12):  # greedy, each path feeding its own tokens back
             positions = fused_mask.sum(1, keepdim=True)
+            fused = step(tokens.unsqueeze(1), positions, fused_mask, fused_cache)[:, 0]
             fused_mask = torch.cat([fused_mask, fused_mask.new_ones((3, 1))], 1)
             own_mask = torch.cat([own_mask, own_mask.new_ones((3, 1))], 1)
-            fused = step(tokens, positions, fused_mask, fused_cache)
             out = model.get_decoder()(
                 input_ids=tokens.unsqueeze(-1),
                 attention_mask=own_mask,
@@ -148,6 +148,7 @@ def test_the_record_says_which_step_ran(tiny_model_dir: Any) -> None:
         "step": "fused",
         "kernels": "onednn",
         "requested": "auto",
+        "prompt_lookup": 5,
     }
     plain = load_backend(
         ModelSettings(model=str(tiny_model_dir), batch_size=2, decode_step="transformers")
@@ -156,8 +157,33 @@ def test_the_record_says_which_step_ran(tiny_model_dir: Any) -> None:
         "step": "transformers",
         "requested": "transformers",
         "reason": "--llm-decode-step=transformers",
+        "prompt_lookup": 0,
     }
     bf16 = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=2, dtype="bfloat16"))
     assert "dtype bfloat16" in bf16.info()["decode_step"]["reason"]
     with pytest.raises(SettingsError, match="decode-step"):
         ModelSettings(model=str(tiny_model_dir), decode_step="fast")
+    with pytest.raises(SettingsError, match="prompt-lookup"):
+        ModelSettings(model=str(tiny_model_dir), prompt_lookup=-1)
+
+
+def test_a_step_of_several_tokens_per_row_equals_steps_of_one() -> None:
+    """Checking a draft: one step over a token and its draft gives, at each position, the
+    logits that one-token steps over the same tokens give (rows with drafts of different
+    lengths, the unused tail of a short row's block never seen by its real tokens)."""
+    model = _model("llama")
+    lengths = [23, 7, 31]
+    step = FusedStep(model, rows=3)
+    block = torch.tensor([[5, 9, 9, 40], [17, 3, 0, 0], [60, 61, 62, 63]])
+    keep = [4, 2, 4]  # real tokens of each row's block
+    wide_cache, mask = _ragged_cache(model, 3, lengths)
+    one_cache, one_mask = _ragged_cache(model, 3, lengths)
+    with torch.inference_mode():
+        positions = mask.sum(1, keepdim=True) + torch.arange(4)
+        wide = step(block, positions, mask, wide_cache)
+        for t in range(4):
+            logits = step(block[:, t : t + 1], positions[:, t : t + 1], one_mask, one_cache)
+            one_mask = torch.cat([one_mask, one_mask.new_ones((3, 1))], 1)
+            for row in range(3):
+                if t < keep[row]:
+                    assert torch.allclose(wide[row, t], logits[row, 0], atol=1e-5, rtol=1e-5)
