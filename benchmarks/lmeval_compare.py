@@ -275,10 +275,12 @@ class ForwardStats:
 
 
 class ForwardMeter:
-    """Counts what a causal LM's forward passes process (hooks on decoder and LM head)."""
+    """Counts what a causal LM's forward passes process (hooks on decoder and LM head;
+    with ``backend``, also our HF backend's fused decode steps, which call neither)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, backend: Any = None) -> None:
         self.model = model
+        self.backend = backend
         self.decoder = model.get_decoder()
         self.head = model.get_output_embeddings()
         embed = model.get_input_embeddings()
@@ -316,6 +318,17 @@ class ForwardMeter:
     def _post_head(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         self.stats.head_rows += int(args[0].numel()) // self.hidden
 
+    def _fused_step(self, tokens: Any, positions: Any, mask: Any, cache: Any) -> None:
+        """A fused decode step: rows x tokens through the decoder and the LM head, each
+        attending to the cache positions before the step and the step's own tokens."""
+        rows, width = (int(n) for n in tokens.shape)
+        s = self.stats
+        s.forward_calls += 1
+        s.decoder_tokens += rows * width
+        s.real_tokens += rows * width
+        s.attention_pairs += rows * width * (int(mask.shape[1]) + width)
+        s.head_rows += rows * width
+
     @contextmanager
     def measure(self) -> Iterator[ForwardStats]:
         self.stats = ForwardStats()
@@ -323,11 +336,22 @@ class ForwardMeter:
             self.decoder.register_forward_pre_hook(self._pre_decoder, with_kwargs=True),
             self.head.register_forward_hook(self._post_head),
         ]
+        fused = getattr(self.backend, "_fused_skipped", "none") is None
+        if fused:
+            step = self.backend._step
+
+            def counted(*args: Any) -> Any:
+                self._fused_step(*args)
+                return step(*args)
+
+            self.backend._step = counted
         try:
             yield self.stats
         finally:
             for h in handles:
                 h.remove()
+            if fused:
+                del self.backend._step
             s = self.stats
             s.flops = float(
                 2 * self.decoder_params * s.decoder_tokens
@@ -438,7 +462,7 @@ def load_models(opts: Options) -> Models:
     return Models(
         ours=ours,
         lmeval=lm,
-        ours_meter=ForwardMeter(_torch_model(ours)),
+        ours_meter=ForwardMeter(_torch_model(ours), ours),
         lmeval_meter=ForwardMeter(lm.model),
         load_s={"ours": ours_s, "lmeval": lmeval_s},
         model_path=path,
@@ -1073,6 +1097,7 @@ def environment(opts: Options, models: Models) -> dict[str, Any]:
         | {"data_dirs": [str(d) for d in opts.data_dirs], "out": str(opts.out)},
         "model_path": str(models.model_path),
         "model_load_s": models.load_s,
+        "ours_decode_step": dict(models.ours.info().get("decode_step") or {}),
         "torch_threads": torch.get_num_threads(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "versions": {

@@ -1,25 +1,30 @@
 """Where generation time goes: our HF backend on a generative task, under cProfile.
 
     python -m benchmarks.profile_generation [--task gsm8k] [--items 32] [--chunk-items 8|all]
-        [--batch-size 8] [--model smollm2-135m] [--data-dir ../shared/benchmarks]
+        [--batch-size 8] [--decode-step auto|transformers] [--prompt-lookup K]
+        [--model smollm2-135m] [--data-dir ../shared/benchmarks]
 
 Runs ``TaskRunner.run`` on the first ``--items`` items of a task (``--chunk-items`` at a
 time, as ``benchmarks.speed`` does; ``all``: one call, continuous batching over all of
 them) and prints the wall time split into parts, each measured by cProfile as the time
 spent inside the named functions (cumulative, so a part includes what it calls):
 
-- prefill and decode steps: the decoder's calls on prompts (cached few-shot prefixes and
-  each prompt's own tokens) and on one new token per running row, timed by forward hooks;
-- LM head: the next-token logits, one row per running sequence;
+- prefill: the decoder's calls on prompts (cached few-shot prefixes and each prompt's own
+  tokens), timed by forward hooks;
+- decode steps: the backend's ``_step`` (one new token per running row, and its
+  prompt-lookup draft), whichever way it runs (``--decode-step``), with its LM head;
+- LM head: the next-token logits of prefill calls (and of decode steps on the
+  ``transformers`` path, where they are also inside the decode steps' time);
 - stop checks: giving each row its token (decoding its text and looking for the stop
   sequences after every token, as lm-eval does);
 - cache layout: continuous batching's admissions (each running row's state without its
   holes, one new cache for all rows) and rows leaving the batch;
-- the decoder's time (prefill and decode steps together) split into its linear layers,
-  attention (``scaled_dot_product_attention``) and the rest of the layer code (norms,
-  rotary embeddings, reshapes, cache writes, Python).
+- on the ``transformers`` path, the decoder's time (prefill and decode steps together)
+  split into its linear layers, attention (``scaled_dot_product_attention``) and the rest
+  of the layer code (norms, rotary embeddings, reshapes, cache writes, Python).
 
-Also the decode steps' rows: how full the batch was. Needs ``pip install -e ".[hf]"``.
+Also the decode steps' rows (how full the batch was) and tokens per row (1, or more with
+prompt-lookup drafts). Needs ``pip install -e ".[hf]"``.
 Profiling slows Python-heavy parts more than the matrix products; compare runs made the
 same way, not with ``benchmarks.speed``'s wall times.
 """
@@ -51,6 +56,17 @@ def _cumulative(stats: pstats.Stats, file_part: str, function: str) -> float:
     return total
 
 
+def _called_from(stats: pstats.Stats, function: str, caller: str) -> float:
+    """Cumulative seconds of the ``_hf.py`` function ``function`` when called by ``caller``."""
+    total = 0.0
+    for (path, _, name), entry in stats.stats.items():  # type: ignore[attr-defined]
+        if name == function and "_hf.py" in path:
+            for (_, _, calling), timing in entry[4].items():
+                if calling == caller:
+                    total += timing[3]
+    return total
+
+
 def _own(stats: pstats.Stats, function: str) -> float:
     """Own (total) seconds of built-in functions named ``function``."""
     total = 0.0
@@ -63,23 +79,24 @@ def _own(stats: pstats.Stats, function: str) -> float:
 def breakdown(
     stats: pstats.Stats, total: float, prefill: float, decode: float
 ) -> list[tuple[str, float]]:
-    """The run's wall time in disjoint parts (``prefill``/``decode``: the decoder calls on
-    several tokens per row / on one, timed by hooks), then the decoder's own split."""
-    head = _cumulative(stats, "_hf.py", "_head")
+    """The run's wall time in disjoint parts (``prefill``: the decoder's calls outside
+    decode steps, timed by hooks; ``decode``: the backend's decode steps, LM head
+    included), then the decoder's own split (the ``transformers`` path)."""
+    head = _called_from(stats, "_head", "_choose")  # prefill's next tokens
     take = _cumulative(stats, "_hf.py", "_take")
     layout = (
         _cumulative(stats, "_hf.py", "_laid_out")
         + _cumulative(stats, "_hf.py", "_row_state")
         + _cumulative(stats, "cache_utils.py", "batch_select_indices")
     )
-    linear = max(0.0, _own(stats, "_nn.linear") - head)
+    linear = max(0.0, _own(stats, "_nn.linear") - _cumulative(stats, "_hf.py", "_head"))
     attention = _own(stats, "scaled_dot_product_attention")
     rest = total - prefill - decode - head - take - layout
     decoder = prefill + decode
     return [
         ("prefill: decoder on prompts (after cached prefixes)", prefill),
-        ("decode steps: decoder on one token per row", decode),
-        ("LM head (next-token rows only)", head),
+        ("decode steps: one token per row (and its draft), LM head", decode),
+        ("LM head after prefill (each prompt's first token)", head),
         ("stop checks (text decoded after every token)", take),
         ("cache layout (admissions, rows leaving)", layout),
         ("the rest (tokenizing, scoring, Python)", rest),
@@ -98,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--items", type=int, default=32)
     parser.add_argument("--chunk-items", default="8", help="items per call, or 'all'")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--decode-step", default="auto", help="auto (default) or transformers")
+    parser.add_argument("--prompt-lookup", type=int, default=5, help="draft tokens (0: none)")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     ns = parser.parse_args(argv)
@@ -111,25 +130,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     items = items[: ns.items]
     chunk = len(items) if ns.chunk_items == "all" else int(ns.chunk_items)
     backend: Any = load_backend(
-        ModelSettings(model=ns.model, device="cpu", dtype="float32", batch_size=ns.batch_size)
+        ModelSettings(
+            model=ns.model,
+            device="cpu",
+            dtype="float32",
+            batch_size=ns.batch_size,
+            decode_step=ns.decode_step,
+            prompt_lookup=ns.prompt_lookup,
+        )
     )
     runner = TaskRunner(spec, dirs, ChatSettings(mode="off"))
     runner.run(items[:1], backend)  # warm-up (its prefix is forgotten below)
     backend.clear_prefix_cache()
     rows: list[int] = []
-    calls: list[tuple[int, float]] = []  # (tokens per row, started)
+    widths: list[int] = []
+    calls: list[float] = []  # when each decoder call outside a decode step started
     seconds = {"prefill": 0.0, "decode": 0.0}
+    stepping = [False]
+    step = backend._step
+
+    def timed_step(tokens: Any, *args: Any) -> Any:
+        rows.append(int(tokens.shape[0]))
+        widths.append(int(tokens.shape[1]))
+        began = time.perf_counter()
+        stepping[0] = True
+        try:
+            return step(tokens, *args)
+        finally:
+            stepping[0] = False
+            seconds["decode"] += time.perf_counter() - began
+
+    backend._step = timed_step
 
     def before(module: Any, args: Any, kwargs: Any) -> None:
-        ids = kwargs.get("input_ids")
-        width = int(ids.shape[1]) if ids is not None else 0
-        if width == 1:
-            rows.append(int(ids.shape[0]))
-        calls.append((width, time.perf_counter()))
+        calls.append(time.perf_counter())
 
     def after(module: Any, args: Any, kwargs: Any, output: Any) -> None:
-        width, began = calls.pop()
-        seconds["decode" if width == 1 else "prefill"] += time.perf_counter() - began
+        began = calls.pop()
+        if not stepping[0]:
+            seconds["prefill"] += time.perf_counter() - began
 
     hooks = [
         backend._decoder.register_forward_pre_hook(before, with_kwargs=True),
@@ -154,7 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(
         f"decode steps: {len(rows)}, rows per step: mean {sum(rows) / max(1, len(rows)):.2f} "
-        f"of {ns.batch_size} ({100 * sum(rows) / max(1, len(rows) * ns.batch_size):.0f}% full)"
+        f"of {ns.batch_size} ({100 * sum(rows) / max(1, len(rows) * ns.batch_size):.0f}% full), "
+        f"tokens per row {sum(widths) / max(1, len(widths)):.2f}; "
+        f"decode step: {backend.info()['decode_step']}"
     )
     for label, part in breakdown(stats, total, seconds["prefill"], seconds["decode"]):
         print(f"  {label:<58} {part:7.1f}s  {100 * part / total:5.1f}%")

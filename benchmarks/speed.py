@@ -208,6 +208,15 @@ def _handover(chunk_items: int | None) -> str:
     return f"{chunk_items} items per call"
 
 
+def _decode_step(info: Any) -> str:
+    """How our backend ran decode steps, as its record says."""
+    if not info:
+        return "not recorded"
+    if info.get("step") == "fused":
+        return f"fused ({info.get('kernels')}), prompt lookup {info.get('prompt_lookup')}"
+    return f"transformers ({info.get('reason')})"
+
+
 def render(report: Report, matmul: list[dict[str, Any]], markdown: bool) -> str:
     table = markdown_table if markdown else format_table
     peak = max(m["gflop_per_s"] for m in matmul)
@@ -220,7 +229,7 @@ def render(report: Report, matmul: list[dict[str, Any]], markdown: bool) -> str:
         f"torch {cfg['versions']['torch']}, transformers {cfg['versions']['transformers']}, "
         f"lm-eval {cfg['versions']['lm_eval']}; model loading: ours "
         f"{cfg['model_load_s']['ours']:.1f}s, lm-eval {cfg['model_load_s']['lmeval']:.1f}s "
-        "(not counted)"
+        f"(not counted); our decode step: {_decode_step(cfg.get('ours_decode_step'))}"
     )
     matmul_rows = [[m["shape"], f"{m['m']}x{m['k']} @ {m['k']}x{m['n']}", f"{m['gflop_per_s']:.1f}"]
                    for m in matmul]  # fmt: skip
