@@ -1006,7 +1006,7 @@ class HFBackend:
                     block = pending.unsqueeze(1).repeat(1, width)
                     for j, draft in enumerate(drafts):
                         if draft:
-                            block[j, 1 : 1 + len(draft)] = torch.tensor(draft)
+                            block[j, 1 : 1 + len(draft)] = torch.tensor(draft, device=block.device)
                     positions = mask.sum(1, keepdim=True) + torch.arange(width, device=mask.device)
                     picked, finite_at = self._step(block, positions, mask, cache)
                     # Each row keeps its token and the drafted tokens the model chose
@@ -1015,14 +1015,10 @@ class HFBackend:
                     nexts: list[int] = []
                     still = []
                     for j, row in enumerate(rows):
-                        kept = 0
-                        while kept < len(drafts[j]) and picked[j][kept] == drafts[j][kept]:
-                            kept += 1
-                        real[j, : kept + 1] = 1
-                        nexts.append(picked[j][kept])
-                        if all(
-                            self._take(row, picked[j][t], finite_at[j][t]) for t in range(kept + 1)
-                        ):
+                        count, goes_on = self._advance(row, drafts[j], picked[j], finite_at[j])
+                        real[j, :count] = 1
+                        nexts.append(picked[j][count - 1])
+                        if goes_on:
                             still.append(j)
                         else:
                             done.append(row)
@@ -1049,6 +1045,20 @@ class HFBackend:
                             )
                             slots = list(range(len(rows)))
             yield from done
+
+    def _advance(
+        self, row: _Row, draft: Sequence[int], picked: Sequence[int], finite: Sequence[bool]
+    ) -> tuple[int, bool]:
+        """Give ``row`` the tokens of its decode step (``picked``: the greedy token after
+        each position of the step): the drafted tokens the model chose itself, up to the
+        first it did not, then its own next token, each through :meth:`_take`. Returns how
+        many of the step's positions hold real tokens (the row's token and the kept
+        drafts) and whether the row goes on."""
+        kept = 0
+        while kept < len(draft) and picked[kept] == draft[kept]:
+            kept += 1
+        goes_on = all(self._take(row, picked[t], finite[t]) for t in range(kept + 1))
+        return kept + 1, goes_on
 
     def _draft(self, row: _Row) -> list[int]:
         """The row's prompt-lookup draft for this step (none without the fused step or

@@ -39,6 +39,10 @@ class DriftCheck:
                 "chat_template.sha256": template.get("sha256"),
                 "chat_template.end_of_turn": template.get("end_of_turn"),
                 "add_bos": (backend.get("bos") or {}).get("add"),
+                # How generation steps run (model/_step.py): the numbers differ by summation
+                # order between the fused step and the model's own forward pass.
+                "decode_step": (backend.get("decode_step") or {}).get("step"),
+                "prompt_lookup": (backend.get("decode_step") or {}).get("prompt_lookup"),
             }
             for name in sorted(llm.runners):
                 runner = llm.runners[name]
