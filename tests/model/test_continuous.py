@@ -174,3 +174,35 @@ def test_stop_sequences_end_rows_mid_batch(backend) -> None:  # type: ignore[no-
         assert whole.text.startswith(part.text)
         assert stop not in part.text
         assert part.finish_reason == ("stop" if stop in whole.text else whole.finish_reason)
+
+
+def test_logits_that_turn_non_finite_mid_generation_end_the_row_as_an_error(
+    backend,
+) -> None:  # type: ignore[no-untyped-def]
+    """NaN logits from the third decode step on (however the step runs, drafts or not):
+    every sequence still running then ends as an error naming the output token, never
+    with a token chosen from them."""
+    reqs = [GenerateRequest(FEWSHOT + q, max_new_tokens=30) for q in QUESTIONS[:3]]
+    clean = backend.generate(reqs)
+    step = backend._step
+    calls = [0]
+
+    def poisoned(tokens: Any, positions: Any, mask: Any, cache: Any) -> Any:
+        calls[0] += 1
+        picked, finite = step(tokens, positions, mask, cache)
+        if calls[0] >= 3:
+            finite = [[False] * len(row) for row in finite]
+        return picked, finite
+
+    backend._step = poisoned
+    try:
+        got = backend.generate(reqs)
+    finally:
+        del backend._step
+    for before, after in zip(clean, got, strict=True):
+        if before.n_tokens <= 2:  # ended before the third step
+            continue
+        assert after.finish_reason == "error"
+        assert after.text == ""
+        assert "not finite" in str(after.error)
+        assert 2 <= after.n_tokens < before.n_tokens
