@@ -7,7 +7,8 @@ are slow for a handful of rows, seven separate projections per layer, an attenti
 built for long query blocks, and a few dozen small tensor operations per layer.
 
 ``FusedStep`` computes the same function as the model's own forward pass on one token per
-row, over the same key/value cache (``_kv.ReservedLayer`` buffers, written in place):
+row, or on a block of tokens per row (a prompt-lookup draft to check, causal within the
+block), over the same key/value cache (``_kv.ReservedLayer`` buffers, written in place):
 
 - the query/key/value projections are one matrix product, and so are the gate and up
   projections of the MLP (their weights concatenated once);
@@ -52,8 +53,10 @@ def unsupported_reason(model: Any, device: Any) -> str | None:
         return "torch was built without oneDNN"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"activation {config.hidden_act!r}"
-    for key in ("sliding_window", "attn_logit_softcapping", "final_logit_softcapping"):
-        if getattr(config, key, None) and getattr(config, "use_sliding_window", True):
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return "config.sliding_window"
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if getattr(config, key, None):
             return f"config.{key}"
     if getattr(config, "logit_scale", None):
         return "config.logit_scale"
