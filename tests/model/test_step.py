@@ -16,19 +16,22 @@ transformers = pytest.importorskip("transformers")
 from pytest_llmeval.model._kv import reserved_cache  # noqa: E402
 from pytest_llmeval.model._step import FusedStep, unsupported_reason  # noqa: E402
 
+#: The sizes of the small random models (grouped-query attention: 4 heads over 2).
+SIZES: dict[str, Any] = dict(
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+)
+
 
 def _model(kind: str) -> Any:
-    """A small random model of ``kind`` (grouped-query attention: 4 heads over 2)."""
+    """A small random model of ``kind``."""
     torch.manual_seed(0)
-    common = dict(
-        vocab_size=97,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
+    common = SIZES
     if kind == "llama":
         config: Any = transformers.LlamaConfig(**common)
     elif kind == "llama-biased":  # attention and MLP biases, RoPE scaling
@@ -117,27 +120,11 @@ def test_unsupported_models_and_devices_are_named() -> None:
     model = _model("llama")
     assert "not measured off the CPU" in str(unsupported_reason(model, torch.device("cuda")))
     gemma = transformers.AutoModelForCausalLM.from_config(
-        transformers.Gemma2Config(
-            vocab_size=97,
-            hidden_size=64,
-            intermediate_size=96,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=16,
-        )
+        transformers.Gemma2Config(**SIZES, head_dim=16)
     )
     assert "model type 'gemma2'" in str(unsupported_reason(gemma, torch.device("cpu")))
     sliding = transformers.AutoModelForCausalLM.from_config(
-        transformers.MistralConfig(
-            vocab_size=97,
-            hidden_size=64,
-            intermediate_size=96,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            sliding_window=16,
-        )
+        transformers.MistralConfig(**SIZES, sliding_window=16)
     )
     assert "sliding_window" in str(unsupported_reason(sliding, torch.device("cpu")))
 
