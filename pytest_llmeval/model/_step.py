@@ -17,8 +17,9 @@ block), over the same key/value cache (``_kv.ReservedLayer`` buffers, written in
 - attention is one grouped product per key/value head (the query heads of a group share
   their keys, as transformers' ``pack_gqa`` does), a masked softmax in float32 and one
   product with the values;
-- RMSNorm and the rotary embeddings are transformers' own formulas, the rotary tables
-  from the model's own ``rotary_emb`` (so RoPE scaling variants agree).
+- RMSNorm is the model's own norm modules, rotary embeddings transformers' own
+  ``rotate_half`` on the tables of the model's own ``rotary_emb`` (so RoPE scaling
+  variants agree).
 
 The results differ from transformers' forward pass only by floating-point summation order
 (the tests compare logits and greedy tokens with the model's own forward pass);
@@ -34,6 +35,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import rotate_half
 
 #: Model types whose decoder layer this step reproduces: pre-norm RMSNorm, rotary
 #: embeddings applied to the whole head, grouped-query attention without sliding window,
@@ -106,27 +108,10 @@ class _Layer:
             [mlp.gate_proj.weight, mlp.up_proj.weight], [mlp.gate_proj.bias, mlp.up_proj.bias], rows
         )
         self.down = _Linear([mlp.down_proj.weight], [mlp.down_proj.bias], rows)
-        self.norm1 = (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
-        self.norm2 = (
-            layer.post_attention_layernorm.weight,
-            layer.post_attention_layernorm.variance_epsilon,
-        )
+        # The model's own RMSNorm modules (their own formula, dtype handling and epsilon).
+        self.norm1 = layer.input_layernorm
+        self.norm2 = layer.post_attention_layernorm
         self.scaling = float(attn.scaling)
-
-
-def _rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
-    """transformers' ``LlamaRMSNorm.forward``, the same operations in the same order."""
-    weight, eps = norm
-    dtype = x.dtype
-    x = x.to(torch.float32)
-    variance = x.pow(2).mean(-1, keepdim=True)
-    x = x * torch.rsqrt(variance + eps)
-    return weight * x.to(dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class FusedStep:
@@ -138,7 +123,7 @@ class FusedStep:
         self.rows = rows
         self.embed = decoder.embed_tokens
         self.rotary = decoder.rotary_emb
-        self.final_norm = (decoder.norm.weight, decoder.norm.variance_epsilon)
+        self.final_norm = decoder.norm
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         attention = decoder.layers[0].self_attn
@@ -173,14 +158,14 @@ class FusedStep:
         blocked = blocked.view(rows, 1, 1, width, past + width)
         for index, layer in enumerate(self.layers):
             residual = hidden
-            x = _rms_norm(hidden, layer.norm1)
+            x = layer.norm1(hidden)
             qkv = layer.qkv(x).view(rows, width, -1)
             q = qkv[..., :q_size].view(rows, width, self.heads, d).transpose(1, 2)
             k = qkv[..., q_size : q_size + kv_size].view(rows, width, self.kv_heads, d)
             v = qkv[..., q_size + kv_size :].view(rows, width, self.kv_heads, d)
             k, v = k.transpose(1, 2), v.transpose(1, 2)
-            q = (q * cos) + (_rotate_half(q) * sin)
-            k = (k * cos) + (_rotate_half(k) * sin)
+            q = (q * cos) + (rotate_half(q) * sin)  # type: ignore[no-untyped-call]
+            k = (k * cos) + (rotate_half(k) * sin)  # type: ignore[no-untyped-call]
             keys, values = cache.layers[index].update(k, v)
             # The query heads of a key/value head together: (rows, kv heads, group x
             # width, d) against (rows, kv heads, d, positions).
@@ -195,8 +180,8 @@ class FusedStep:
             attended = attended.view(rows, self.heads, width, d).transpose(1, 2)
             hidden = residual + layer.o(attended.reshape(rows * width, q_size))
             residual = hidden
-            x = _rms_norm(hidden, layer.norm2)
+            x = layer.norm2(hidden)
             gate, up = layer.gate_up(x).chunk(2, dim=-1)
             hidden = residual + layer.down(F.silu(gate) * up)
-        hidden = _rms_norm(hidden, self.final_norm)
+        hidden = self.final_norm(hidden)
         return self.head(hidden).view(rows, width, -1)
