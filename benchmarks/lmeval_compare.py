@@ -274,6 +274,29 @@ class ForwardStats:
     flops: float = 0.0
 
 
+class _CountedStep:
+    """Our backend's fused step (``model/_step.py``), each call counted before it runs."""
+
+    def __init__(self, step: Any, count: Callable[..., None]) -> None:
+        self.step = step
+        self.count = count
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.step, name)
+
+    def __call__(
+        self,
+        tokens: Any,
+        positions: Any,
+        mask: Any,
+        cache: Any,
+        lengths: list[int] | None = None,
+        logits: str = "all",
+    ) -> Any:
+        self.count(tokens, mask, lengths, logits)
+        return self.step(tokens, positions, mask, cache, lengths, logits)
+
+
 class ForwardMeter:
     """Counts what a causal LM's forward passes process (hooks on decoder and LM head;
     with ``backend``, also our HF backend's fused decode steps, which call neither)."""
@@ -318,16 +341,20 @@ class ForwardMeter:
     def _post_head(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         self.stats.head_rows += int(args[0].numel()) // self.hidden
 
-    def _fused_step(self, tokens: Any, positions: Any, mask: Any, cache: Any) -> None:
-        """A fused decode step: rows x tokens through the decoder and the LM head, each
-        attending to the cache positions before the step and the step's own tokens."""
+    def _fused_step(
+        self, tokens: Any, mask: Any, lengths: list[int] | None, logits: str
+    ) -> None:
+        """A fused step (a decode step or a prompt block): each row's real tokens through
+        the decoder and (as asked) the LM head, each row's block attending to the cache
+        positions before the step and the block."""
         rows, width = (int(n) for n in tokens.shape)
+        real = sum(lengths) if lengths is not None else rows * width
         s = self.stats
         s.forward_calls += 1
-        s.decoder_tokens += rows * width
-        s.real_tokens += rows * width
+        s.decoder_tokens += real
+        s.real_tokens += real
         s.attention_pairs += rows * width * (int(mask.shape[1]) + width)
-        s.head_rows += rows * width
+        s.head_rows += {"all": real, "last": rows}.get(logits, 0)
 
     @contextmanager
     def measure(self) -> Iterator[ForwardStats]:
@@ -338,20 +365,15 @@ class ForwardMeter:
         ]
         fused = getattr(self.backend, "_fused_skipped", "none") is None
         if fused:
-            step = self.backend._step
-
-            def counted(*args: Any) -> Any:
-                self._fused_step(*args)
-                return step(*args)
-
-            self.backend._step = counted
+            step = self.backend._fused_step()
+            self.backend._fused = _CountedStep(step, self._fused_step)
         try:
             yield self.stats
         finally:
             for h in handles:
                 h.remove()
             if fused:
-                del self.backend._step
+                self.backend._fused = step
             s = self.stats
             s.flops = float(
                 2 * self.decoder_params * s.decoder_tokens

@@ -9,16 +9,16 @@ time, as ``benchmarks.speed`` does; ``all``: one call, continuous batching over 
 them) and prints the wall time split into parts, each measured by cProfile as the time
 spent inside the named functions (cumulative, so a part includes what it calls):
 
-- prefill: the decoder's calls on prompts (cached few-shot prefixes and each prompt's own
-  tokens), timed by forward hooks;
+- prefill: cached few-shot prefixes and each prompt's own tokens (``_prefix_state`` and
+  ``_prefill``: the fused step in blocks or transformers' forward pass, and the LM head
+  on each prompt's last token);
 - decode steps: the backend's ``_step`` (one new token per running row, and its
   prompt-lookup draft), whichever way it runs (``--decode-step``), with its LM head;
-- LM head: the next-token logits of prefill calls (and of decode steps on the
-  ``transformers`` path, where they are also inside the decode steps' time);
 - stop checks: giving each row its token (decoding its text and looking for the stop
   sequences after every token, as lm-eval does);
 - cache layout: continuous batching's admissions (each running row's state without its
-  holes, one new cache for all rows) and rows leaving the batch;
+  holes, one new cache for all rows) and rows leaving the batch (the prompt blocks' own
+  layout is prefill's);
 - on the ``transformers`` path, the decoder's time (prefill and decode steps together)
   split into its linear layers, attention (``scaled_dot_product_attention``) and the rest
   of the layer code (norms, rotary embeddings, reshapes, cache writes, Python).
@@ -88,27 +88,30 @@ def _own(stats: pstats.Stats, function: str) -> float:
 
 
 def breakdown(
-    stats: pstats.Stats, total: float, prefill: float, decode: float
+    stats: pstats.Stats, total: float, decoder_prefill: float, decode: float
 ) -> list[tuple[str, float]]:
-    """The run's wall time in disjoint parts (``prefill``: the decoder's calls outside
-    decode steps, timed by hooks; ``decode``: the backend's decode steps, LM head
-    included), then the decoder's own split (the ``transformers`` path)."""
-    head = _called_from(stats, "_head", "_choose")  # prefill's next tokens
+    """The run's wall time in disjoint parts (``decode``: the backend's decode steps, LM
+    head included), then the decoder's own split (the ``transformers`` path;
+    ``decoder_prefill``: the decoder's calls outside decode steps, timed by hooks)."""
+    prefill = _cumulative(stats, "_hf.py", "_prefix_state") + _cumulative(
+        stats, "_hf.py", "_prefill"
+    )
     take = _cumulative(stats, "_hf.py", "_take")
     layout = (
         _cumulative(stats, "_hf.py", "_laid_out")
+        - _called_from(stats, "_laid_out", "_prefill")
         + _cumulative(stats, "_hf.py", "_row_state")
+        - _called_from(stats, "_row_state", "_prefill")
         # the cache's method, which calls each layer's method of the same name
         + _largest(stats, "cache_utils.py", "batch_select_indices")
     )
     linear = max(0.0, _own(stats, "_nn.linear") - _cumulative(stats, "_hf.py", "_head"))
     attention = _own(stats, "scaled_dot_product_attention")
-    rest = total - prefill - decode - head - take - layout
-    decoder = prefill + decode
+    rest = total - prefill - decode - take - layout
+    decoder = decoder_prefill + decode
     return [
-        ("prefill: decoder on prompts (after cached prefixes)", prefill),
+        ("prefill: prompts after cached prefixes, first token's LM head", prefill),
         ("decode steps: one token per row (and its draft), LM head", decode),
-        ("LM head after prefill (each prompt's first token)", head),
         ("stop checks (text decoded after every token)", take),
         ("cache layout (admissions, rows leaving)", layout),
         ("the rest (tokenizing, scoring, Python)", rest),
@@ -211,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parts = breakdown(stats, total, seconds["prefill"], seconds["decode"])
     if backend.info()["decode_step"]["step"] == "fused":
-        parts = parts[:6]  # the decoder split below times transformers' own layers only
+        parts = parts[:5]  # the decoder split below times transformers' own layers only
     for label, part in parts:
         print(f"  {label:<58} {part:7.1f}s  {100 * part / total:5.1f}%")
     return 0

@@ -565,29 +565,47 @@ class HFBackend:
                 mask[i, : len(state[1])] = state[1]
         return DynamicCache(ddp_cache_data=layers), mask
 
-    def _laid_out(self, states: Sequence[_State], reserve: int) -> tuple[Any, Any]:
+    def _laid_out(self, states: Sequence[_State | None], reserve: int) -> tuple[Any, Any]:
         """One cache for rows that continue ``states`` (as ``_past`` lays them out: each
-        left-aligned, the rest a masked hole), written once into buffers with room for
-        ``reserve`` more positions (``_kv.ReservedLayer``), and the mask of its positions."""
+        left-aligned, the rest a masked hole; None: a row with no positions yet), written
+        once into buffers with room for ``reserve`` more positions (``_kv.ReservedLayer``),
+        and the mask of its positions."""
         import torch
 
         from pytest_llmeval.model._kv import reserved_cache
 
         rows = len(states)
-        width = max(len(s[1]) for s in states)
+        width = max((len(s[1]) for s in states if s is not None), default=0)
         mask = torch.zeros((rows, width), dtype=torch.long, device=self.device)
         layers = []
-        for layer, (k0, v0) in enumerate(states[0][0]):
+        for layer, (k0, v0) in enumerate(self._kv_shapes(states)):
             keys = k0.new_zeros((rows, k0.shape[1], width + reserve, k0.shape[3]))
             values = v0.new_zeros((rows, v0.shape[1], width + reserve, v0.shape[3]))
             for i, state in enumerate(states):
-                k, v = state[0][layer]
-                keys[i, :, : k.shape[2]] = k[0]
-                values[i, :, : v.shape[2]] = v[0]
+                if state is not None:
+                    k, v = state[0][layer]
+                    keys[i, :, : k.shape[2]] = k[0]
+                    values[i, :, : v.shape[2]] = v[0]
             layers.append((keys, values))
         for i, state in enumerate(states):
-            mask[i, : len(state[1])] = state[1]
+            if state is not None:
+                mask[i, : len(state[1])] = state[1]
         return reserved_cache(layers, width, reserve), mask
+
+    def _kv_shapes(self, states: Sequence[_State | None]) -> list[tuple[Any, Any]]:
+        """Per layer, a (keys, values) pair whose batch, head and head-size dimensions,
+        dtype and device a cache for ``states`` takes: a state's own, or empty tensors of
+        the fused step's sizes when no row has a state yet."""
+        import torch
+
+        for state in states:
+            if state is not None:
+                return state[0]
+        fused = self._fused_step()
+        empty = torch.empty(
+            (1, fused.kv_heads, 0, fused.head_dim), dtype=fused.dtype, device=self.device
+        )
+        return [(empty, empty)] * len(fused.layers)
 
     def _decode(
         self, past: Sequence[_State | None], ids: Any, mask: Any, want_state: bool = False
@@ -980,13 +998,9 @@ class HFBackend:
                             for _ in range(min(self.batch_size - len(rows), len(waiting)))
                         ]
                         states = [self._prefix_state(job.prefix, keep=True) for job in admitted]
-                        ids, own_mask = self._right_padded([job.own for job in admitted])
-                        hidden, computed = self._decode(states, ids, own_mask, want_state=True)
-                        last = hidden[
-                            torch.arange(len(admitted), device=hidden.device),
-                            own_mask.sum(1) - 1,
-                        ]
-                        chosen, values, finite = self._choose(last)
+                        chosen, values, finite, computed = self._prefill(
+                            states, [job.own for job in admitted]
+                        )
                         for j, job in enumerate(admitted):
                             row = _Row(job)
                             if self._take(row, values[j], finite[j]):
@@ -1002,13 +1016,14 @@ class HFBackend:
                         slots = list(range(len(rows)))
                 if rows:
                     drafts = [self._draft(row) for row in rows]
-                    width = 1 + max(map(len, drafts))
+                    lengths = [1 + len(draft) for draft in drafts]
+                    width = max(lengths)
                     block = pending.unsqueeze(1).repeat(1, width)
                     for j, draft in enumerate(drafts):
                         if draft:
                             block[j, 1 : 1 + len(draft)] = torch.tensor(draft, device=block.device)
                     positions = mask.sum(1, keepdim=True) + torch.arange(width, device=mask.device)
-                    picked, finite_at = self._step(block, positions, mask, cache)
+                    picked, finite_at = self._step(block, positions, mask, cache, lengths)
                     # Each row keeps its token and the drafted tokens the model chose
                     # itself, up to the first it did not: the real positions of the block.
                     real = mask.new_zeros((len(rows), width))
@@ -1046,6 +1061,58 @@ class HFBackend:
                             slots = list(range(len(rows)))
             yield from done
 
+    def _prefill(
+        self, states: Sequence[_State | None], owns: Sequence[Sequence[int]]
+    ) -> tuple[Any, list[int], list[bool], list[_State]]:
+        """Each row's own prompt tokens ``owns[i]`` after its cached prefix ``states[i]``:
+        the greedy first output token of each row (tensor and values), whether its logits
+        were finite, and each row's state after its prompt.
+
+        With the fused step the prompts go through it in blocks of at most
+        ``_PREFILL_BLOCK`` tokens per row (aligned on each prompt's end, so the last block
+        holds every row's last token and only it needs the LM head); a shorter prompt's
+        rows are holes in the blocks before it starts. Otherwise transformers' forward
+        pass runs on the right-padded prompts."""
+        import torch
+
+        if self._fused_skipped is not None:
+            ids, own_mask = self._right_padded(owns)
+            hidden, computed = self._decode(states, ids, own_mask, want_state=True)
+            last = hidden[torch.arange(len(owns), device=hidden.device), own_mask.sum(1) - 1]
+            chosen, values, finite = self._choose(last)
+            return chosen, values, finite, computed
+        fused = self._fused_step()
+        longest = max(map(len, owns))
+        cache, mask = self._laid_out(states, longest)
+        logits = None
+        for end in range(longest % _PREFILL_BLOCK or _PREFILL_BLOCK, longest + 1, _PREFILL_BLOCK):
+            # this block: each prompt's tokens from ``longest - end`` before its end on
+            pieces = [
+                own[max(0, len(own) - (longest - end) - _PREFILL_BLOCK) : len(own) - (longest - end)]
+                if len(own) > longest - end
+                else []
+                for own in owns
+            ]
+            lengths = [len(piece) for piece in pieces]
+            width = max(lengths)
+            block = torch.zeros((len(owns), width), dtype=torch.long, device=self.device)
+            for i, piece in enumerate(pieces):
+                if piece:
+                    block[i, : len(piece)] = torch.tensor(piece, device=self.device)
+            positions = mask.sum(1, keepdim=True) + torch.arange(width, device=self.device)
+            last_block = end == longest
+            logits = fused(
+                block, positions, mask, cache, lengths, logits="last" if last_block else "none"
+            )
+            real = torch.arange(width, device=self.device) < torch.tensor(
+                lengths, device=self.device
+            ).unsqueeze(1)
+            mask = torch.cat([mask, real.to(mask.dtype)], 1)
+        assert logits is not None
+        chosen = logits.argmax(-1)
+        computed = [self._row_state(cache, mask, i) for i in range(len(owns))]
+        return chosen, chosen.tolist(), torch.isfinite(logits).all(-1).tolist(), computed
+
     def _advance(
         self, row: _Row, draft: Sequence[int], picked: Sequence[int], finite: Sequence[bool]
     ) -> tuple[int, bool]:
@@ -1075,21 +1142,26 @@ class HFBackend:
         row.lookup.extend(row.new[known:])
         return row.lookup.draft(k)
 
+    def _fused_step(self) -> Any:
+        """The fused decode step (``_step.FusedStep``), built on first use."""
+        if self._fused is None:
+            from pytest_llmeval.model._step import FusedStep
+
+            self._fused = FusedStep(self.model, self.batch_size)
+        return self._fused
+
     def _step(
-        self, tokens: Any, positions: Any, mask: Any, cache: Any
+        self, tokens: Any, positions: Any, mask: Any, cache: Any, lengths: Sequence[int]
     ) -> tuple[list[list[int]], list[list[bool]]]:
         """One decode step of continuous batching over ``tokens`` (rows, width) at
         ``positions``, after the cache positions where ``mask`` is 1, the cache extended
-        in place: per row and token, the greedy next token and whether its logits were
-        finite. More than one token per row (a draft) needs the fused step."""
+        in place: per row, for each of its first ``lengths[row]`` tokens, the greedy next
+        token and whether its logits were finite. More than one token per row (a draft)
+        needs the fused step."""
         import torch
 
         if self._fused_skipped is None:
-            if self._fused is None:
-                from pytest_llmeval.model._step import FusedStep
-
-                self._fused = FusedStep(self.model, self.batch_size)
-            logits = self._fused(tokens, positions, mask, cache)
+            logits = self._fused_step()(tokens, positions, mask, cache, list(lengths))
         else:
             out = self._decoder(
                 input_ids=tokens,
@@ -1098,9 +1170,15 @@ class HFBackend:
                 use_cache=True,
                 **{self._cache_arg: cache},
             )
-            logits = self._head(out.last_hidden_state)
-        chosen = logits.argmax(-1)
-        return chosen.tolist(), torch.isfinite(logits).all(-1).tolist()
+            logits = self._head(out.last_hidden_state).flatten(0, 1)
+        chosen = logits.argmax(-1).tolist()
+        finite = torch.isfinite(logits).all(-1).tolist()
+        picked, finite_at, start = [], [], 0
+        for n in lengths:
+            picked.append(chosen[start : start + n])
+            finite_at.append(finite[start : start + n])
+            start += n
+        return picked, finite_at
 
     def _greedy(self, jobs: Sequence[_Job]) -> list[_Row]:
         """Greedy decoding of a fixed batch (the path of models whose caches cannot be laid
@@ -1161,6 +1239,8 @@ class HFBackend:
 
 #: The fused decode step keeps a packed copy of the weights: not for models above this.
 _FUSED_MAX_BYTES = 4 * 2**30
+#: Prompt tokens per row in one fused prefill block (bounds the attention scores' memory).
+_PREFILL_BLOCK = 64
 
 
 def _read_template_file(path: str | None) -> str | None:

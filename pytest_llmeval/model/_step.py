@@ -31,7 +31,7 @@ ran. Imported only by the HF backend (it needs torch).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -131,35 +131,47 @@ class FusedStep:
         self.layers = [_Layer(layer, rows) for layer in decoder.layers[: config.num_hidden_layers]]
         head = model.get_output_embeddings()
         self.head = _Linear([head.weight], [getattr(head, "bias", None)], rows)
+        self.dtype = head.weight.dtype
 
     def __call__(
-        self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Any
-    ) -> torch.Tensor:
-        """Next-token logits (rows, width, vocabulary) after each of ``tokens`` (rows,
-        width) at ``positions`` (rows, width). Each row attends to the cache positions where
-        ``mask`` (rows, cache positions before this step) is 1 and, causally, to its own
-        tokens of this step. Writes each layer's new keys/values into ``cache`` (``width``
-        positions per row, after the ones ``mask`` covers)."""
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Any,
+        lengths: list[int] | None = None,
+        logits: Literal["all", "last", "none"] = "all",
+    ) -> torch.Tensor | None:
+        """Next-token logits after the real tokens of ``tokens`` (rows, width) at
+        ``positions`` (rows, width): row ``i``'s first ``lengths[i]`` tokens (all of them
+        without ``lengths``), packed row after row as (real tokens, vocabulary); with
+        ``logits="last"`` only after each row's last real token (rows, vocabulary; every
+        row needs one), with ``"none"`` none at all (a prompt's earlier part).
+
+        Each row attends to the cache positions where ``mask`` (rows, cache positions
+        before this step) is 1 and, causally, to its own tokens of this step. Every
+        ``width`` positions of each row are written into ``cache`` after the ones
+        ``mask`` covers; a row's positions past ``lengths[i]`` hold no token (the caller
+        masks them as holes). Only real tokens go through the linear layers and the head:
+        a short draft beside a long one costs its own length, not the block's."""
         rows, width = tokens.shape
         groups = self.heads // self.kv_heads
         d = self.head_dim
         q_size, kv_size = self.heads * d, self.kv_heads * d
-        hidden = self.embed(tokens).reshape(rows * width, -1)
+        device = tokens.device
+        counts = torch.tensor(lengths if lengths is not None else [width] * rows, device=device)
+        real = torch.arange(width, device=device) < counts.unsqueeze(1)  # (rows, width)
+        flat = real.view(-1).nonzero().squeeze(1) if bool((counts < width).any()) else None
+        hidden = self.embed(tokens.view(-1)[flat] if flat is not None else tokens.view(-1))
         cos, sin = self.rotary(hidden, positions)  # (rows, width, d)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (rows, 1, width, d)
-        # Which cache positions each query must not see: the holes of its row, and this
-        # step's later tokens.
-        past = mask.shape[1]
-        blocked = torch.ones((rows, width, past + width), dtype=torch.bool, device=mask.device)
-        blocked[:, :, :past] = (mask == 0).unsqueeze(1)
-        blocked[:, :, past:] = torch.ones(
-            (width, width), dtype=torch.bool, device=mask.device
-        ).triu(1)
-        blocked = blocked.view(rows, 1, 1, width, past + width)
+        bias = self._bias(mask, width)
         for index, layer in enumerate(self.layers):
             residual = hidden
-            x = layer.norm1(hidden)
-            qkv = layer.qkv(x).view(rows, width, -1)
+            qkv = layer.qkv(layer.norm1(hidden))
+            if flat is not None:  # back to the block's layout for attention
+                qkv = qkv.new_zeros((rows * width, qkv.shape[1])).index_copy_(0, flat, qkv)
+            qkv = qkv.view(rows, width, -1)
             q = qkv[..., :q_size].view(rows, width, self.heads, d).transpose(1, 2)
             k = qkv[..., q_size : q_size + kv_size].view(rows, width, self.kv_heads, d)
             v = qkv[..., q_size + kv_size :].view(rows, width, self.kv_heads, d)
@@ -167,21 +179,43 @@ class FusedStep:
             q = (q * cos) + (rotate_half(q) * sin)  # type: ignore[no-untyped-call]
             k = (k * cos) + (rotate_half(k) * sin)  # type: ignore[no-untyped-call]
             keys, values = cache.layers[index].update(k, v)
-            # The query heads of a key/value head together: (rows, kv heads, group x
-            # width, d) against (rows, kv heads, d, positions).
-            q = q.reshape(rows, self.kv_heads, groups * width, d)
-            scores = torch.matmul(q, keys.transpose(-1, -2)) * layer.scaling
-            scores = scores.view(rows, self.kv_heads, groups, width, -1).masked_fill(
-                blocked, float("-inf")
+            span = keys.shape[2]
+            # The query heads of a key/value head together: (rows x kv heads, group x
+            # width, d) against (rows x kv heads, d, positions); the mask is an additive
+            # bias (0 or -inf) folded into the product.
+            scores = torch.baddbmm(
+                bias,
+                q.reshape(rows * self.kv_heads, groups * width, d),
+                keys.reshape(rows * self.kv_heads, span, d).transpose(1, 2),
+                alpha=layer.scaling,
             )
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-            attended = torch.matmul(probs.view(rows, self.kv_heads, groups * width, -1), values)
+            attended = torch.bmm(probs, values.reshape(rows * self.kv_heads, span, d))
             # back to (rows x width, heads x d), heads in the model's order
             attended = attended.view(rows, self.heads, width, d).transpose(1, 2)
-            hidden = residual + layer.o(attended.reshape(rows * width, q_size))
+            attended = attended.reshape(rows * width, q_size)
+            if flat is not None:
+                attended = attended.index_select(0, flat)
+            hidden = residual + layer.o(attended)
             residual = hidden
-            x = layer.norm2(hidden)
-            gate, up = layer.gate_up(x).chunk(2, dim=-1)
+            gate, up = layer.gate_up(layer.norm2(hidden)).chunk(2, dim=-1)
             hidden = residual + layer.down(F.silu(gate) * up)
-        hidden = self.final_norm(hidden)
-        return self.head(hidden).view(rows, width, -1)
+        if logits == "none":
+            return None
+        if logits == "last":  # each row's last real token (rows are packed or all full)
+            hidden = hidden.index_select(0, counts.cumsum(0) - 1)
+        return self.head(self.final_norm(hidden))
+
+    def _bias(self, mask: torch.Tensor, width: int) -> torch.Tensor:
+        """The attention mask of a step as an additive bias, (rows x kv heads, group x
+        width, cache positions + width): -inf where a query must not look (the holes of
+        its row, this step's later tokens), 0 elsewhere."""
+        rows, past = mask.shape
+        groups = self.heads // self.kv_heads
+        bias = torch.zeros((rows, 1, 1, width, past + width), dtype=self.dtype, device=mask.device)
+        bias[..., :past].masked_fill_((mask == 0).view(rows, 1, 1, 1, past), float("-inf"))
+        causal = torch.ones((width, width), dtype=torch.bool, device=mask.device).triu(1)
+        bias[..., past:].masked_fill_(causal, float("-inf"))
+        return bias.expand(rows, self.kv_heads, groups, width, past + width).reshape(
+            rows * self.kv_heads, groups * width, past + width
+        )

@@ -187,9 +187,9 @@ def test_logits_that_turn_non_finite_mid_generation_end_the_row_as_an_error(
     step = backend._step
     calls = [0]
 
-    def poisoned(tokens: Any, positions: Any, mask: Any, cache: Any) -> Any:
+    def poisoned(tokens: Any, *args: Any) -> Any:
         calls[0] += 1
-        picked, finite = step(tokens, positions, mask, cache)
+        picked, finite = step(tokens, *args)
         if calls[0] >= 3:
             finite = [[False] * len(row) for row in finite]
         return picked, finite
@@ -206,3 +206,49 @@ def test_logits_that_turn_non_finite_mid_generation_end_the_row_as_an_error(
         assert after.text == ""
         assert "not finite" in str(after.error)
         assert 2 <= after.n_tokens < before.n_tokens
+
+
+@pytest.mark.parametrize("block", [1, 5])
+def test_prompts_prefilled_in_blocks_get_the_same_tokens(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """The fused step prefills prompts in blocks aligned on their ends (shorter prompts
+    are holes in the first blocks, rows without a cached prefix start from nothing): with
+    blocks of 1 and 5 tokens every sequence is what transformers' forward pass gives."""
+    from pytest_llmeval.model import _hf
+
+    reqs = _requests()
+    settings = ModelSettings(model=str(tiny_model_dir), batch_size=3, decode_step="transformers")
+    plain = load_backend(settings).generate(reqs)
+    monkeypatch.setattr(_hf, "_PREFILL_BLOCK", block)
+    fused = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=3)).generate(reqs)
+    assert [(r.text, r.n_tokens, r.finish_reason) for r in fused] == [
+        (r.text, r.n_tokens, r.finish_reason) for r in plain
+    ]
+
+
+def test_the_fused_prefill_leaves_the_states_transformers_leaves(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each row's keys and values after its prompt (positions included: rotary embeddings
+    are in the keys) and its first token are those of transformers' forward pass, with and
+    without a cached prefix, over prompt blocks of 4 tokens."""
+    from pytest_llmeval.model import _hf
+
+    monkeypatch.setattr(_hf, "_PREFILL_BLOCK", 4)
+    backend = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=3))
+    prefix = tuple(backend._encode_prompt(FEWSHOT))
+    owns = [backend._encode(q) for q in QUESTIONS[:3]]
+    with torch.inference_mode():
+        states = [backend._prefix_state(prefix, keep=True), None, backend._prefix_state(prefix, keep=True)]
+        _, firsts, _, fused = backend._prefill(states, owns)
+        ids, mask = backend._right_padded(owns)
+        hidden, plain = backend._decode(states, ids, mask, want_state=True)
+        last = hidden[torch.arange(3), mask.sum(1) - 1]
+        assert firsts == backend._head(last).argmax(-1).tolist()
+    for (fused_kv, fused_mask), (plain_kv, plain_mask), own in zip(fused, plain, owns, strict=True):
+        real = plain_mask.nonzero().squeeze(1)  # the transformers state keeps padding holes
+        assert len(fused_mask) == len(real) == len(own) + (0 if own is owns[1] else len(prefix))
+        for (fk, fv), (pk, pv) in zip(fused_kv, plain_kv, strict=True):
+            assert torch.allclose(fk, pk.index_select(2, real), atol=1e-5)
+            assert torch.allclose(fv, pv.index_select(2, real), atol=1e-5)

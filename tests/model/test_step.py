@@ -95,7 +95,7 @@ def test_fused_step_computes_the_models_forward_pass(kind: str) -> None:
     with torch.inference_mode():
         for _ in range(12):  # greedy, each path feeding its own tokens back
             positions = fused_mask.sum(1, keepdim=True)
-            fused = step(tokens.unsqueeze(1), positions, fused_mask, fused_cache)[:, 0]
+            fused = step(tokens.unsqueeze(1), positions, fused_mask, fused_cache)
             fused_mask = torch.cat([fused_mask, fused_mask.new_ones((3, 1))], 1)
             own_mask = torch.cat([own_mask, own_mask.new_ones((3, 1))], 1)
             out = model.get_decoder()(
@@ -164,13 +164,30 @@ def test_a_step_of_several_tokens_per_row_equals_steps_of_one() -> None:
     block = torch.tensor([[5, 9, 9, 40], [17, 3, 0, 0], [60, 61, 62, 63]])
     keep = [4, 2, 4]  # real tokens of each row's block
     wide_cache, mask = _ragged_cache(model, 3, lengths)
+    packed_cache, _ = _ragged_cache(model, 3, lengths)
+    last_cache, _ = _ragged_cache(model, 3, lengths)
     one_cache, one_mask = _ragged_cache(model, 3, lengths)
     with torch.inference_mode():
         positions = mask.sum(1, keepdim=True) + torch.arange(4)
-        wide = step(block, positions, mask, wide_cache)
+        wide = step(block, positions, mask, wide_cache).view(3, 4, -1)
+        # Only the real tokens through the linear layers: the same logits, packed.
+        packed = step(block, positions, mask, packed_cache, lengths=keep)
+        assert packed.shape[0] == sum(keep)
+        rows_of = [row for row in range(3) for _ in range(keep[row])]
+        at = [t for row in range(3) for t in range(keep[row])]
+        assert torch.allclose(packed, wide[rows_of, at], atol=1e-5, rtol=1e-5)
+        last = step(block, positions, mask, last_cache, lengths=keep, logits="last")
+        assert torch.allclose(last, wide[[0, 1, 2], [k - 1 for k in keep]], atol=1e-5)
+        assert step(block, positions, mask, _ragged_cache(model, 3, lengths)[0], logits="none") is None
         for t in range(4):
             logits = step(block[:, t : t + 1], positions[:, t : t + 1], one_mask, one_cache)
             one_mask = torch.cat([one_mask, one_mask.new_ones((3, 1))], 1)
             for row in range(3):
                 if t < keep[row]:
-                    assert torch.allclose(wide[row, t], logits[row, 0], atol=1e-5, rtol=1e-5)
+                    assert torch.allclose(wide[row, t], logits[row], atol=1e-5, rtol=1e-5)
+    # The real tokens' keys and values are the same in the packed step's cache.
+    for a, b in zip(wide_cache.layers, packed_cache.layers, strict=True):
+        for row in range(3):
+            span = slice(lengths[row], lengths[row] + keep[row])
+            assert torch.allclose(a.keys[row, :, span], b.keys[row, :, span], atol=1e-5)
+            assert torch.allclose(a.values[row, :, span], b.values[row, :, span], atol=1e-5)
