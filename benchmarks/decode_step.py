@@ -78,7 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 began = time.perf_counter()
                 positions = mask.sum(1, keepdim=True) + torch.arange(width)
                 if kind == "fused":
-                    out = fused(tokens, positions, mask, cache).view(ns.rows, width, -1)
+                    packed = fused(tokens, positions, mask, cache)
+                    assert packed is not None
+                    out = packed.view(ns.rows, width, -1)
                 else:
                     hidden = decoder(
                         input_ids=tokens,

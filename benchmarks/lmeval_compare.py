@@ -341,9 +341,7 @@ class ForwardMeter:
     def _post_head(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         self.stats.head_rows += int(args[0].numel()) // self.hidden
 
-    def _fused_step(
-        self, tokens: Any, mask: Any, lengths: list[int] | None, logits: str
-    ) -> None:
+    def _fused_step(self, tokens: Any, mask: Any, lengths: list[int] | None, logits: str) -> None:
         """A fused step (a decode step or a prompt block): each row's real tokens through
         the decoder and (as asked) the LM head, each row's block attending to the cache
         positions before the step and the block."""

@@ -1086,11 +1086,9 @@ class HFBackend:
         cache, mask = self._laid_out(states, longest)
         logits = None
         for end in range(longest % _PREFILL_BLOCK or _PREFILL_BLOCK, longest + 1, _PREFILL_BLOCK):
-            # this block: each prompt's tokens from ``longest - end`` before its end on
+            behind = longest - end  # each prompt's tokens after this block
             pieces = [
-                own[max(0, len(own) - (longest - end) - _PREFILL_BLOCK) : len(own) - (longest - end)]
-                if len(own) > longest - end
-                else []
+                own[max(0, len(own) - behind - _PREFILL_BLOCK) : max(0, len(own) - behind)]
                 for own in owns
             ]
             lengths = [len(piece) for piece in pieces]

@@ -240,7 +240,8 @@ def test_the_fused_prefill_leaves_the_states_transformers_leaves(
     prefix = tuple(backend._encode_prompt(FEWSHOT))
     owns = [backend._encode(q) for q in QUESTIONS[:3]]
     with torch.inference_mode():
-        states = [backend._prefix_state(prefix, keep=True), None, backend._prefix_state(prefix, keep=True)]
+        cached = backend._prefix_state(prefix, keep=True)
+        states = [cached, None, cached]
         _, firsts, _, fused = backend._prefill(states, owns)
         ids, mask = backend._right_padded(owns)
         hidden, plain = backend._decode(states, ids, mask, want_state=True)

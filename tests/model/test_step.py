@@ -178,7 +178,8 @@ def test_a_step_of_several_tokens_per_row_equals_steps_of_one() -> None:
         assert torch.allclose(packed, wide[rows_of, at], atol=1e-5, rtol=1e-5)
         last = step(block, positions, mask, last_cache, lengths=keep, logits="last")
         assert torch.allclose(last, wide[[0, 1, 2], [k - 1 for k in keep]], atol=1e-5)
-        assert step(block, positions, mask, _ragged_cache(model, 3, lengths)[0], logits="none") is None
+        spare, _ = _ragged_cache(model, 3, lengths)
+        assert step(block, positions, mask, spare, logits="none") is None
         for t in range(4):
             logits = step(block[:, t : t + 1], positions[:, t : t + 1], one_mask, one_cache)
             one_mask = torch.cat([one_mask, one_mask.new_ones((3, 1))], 1)
