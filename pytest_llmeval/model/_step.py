@@ -7,16 +7,19 @@ are slow for a handful of rows, seven separate projections per layer, an attenti
 built for long query blocks, and a few dozen small tensor operations per layer.
 
 ``FusedStep`` computes the same function as the model's own forward pass on one token per
-row, or on a block of tokens per row (a prompt-lookup draft to check, causal within the
-block), over the same key/value cache (``_kv.ReservedLayer`` buffers, written in place):
+row, or on a block of tokens per row (a prompt-lookup draft to check, or a piece of a
+prompt at admission; causal within the block, each row with its own number of real
+tokens), over the same key/value cache (``_kv.ReservedLayer`` buffers, written in place):
 
 - the query/key/value projections are one matrix product, and so are the gate and up
   projections of the MLP (their weights concatenated once);
 - on the CPU every linear layer and the LM head use oneDNN's inner product with weights
   packed once for the step's row count (MKL's SGEMM is several times slower on a few rows);
+- only each row's real tokens go through the linear layers and the LM head (packed row
+  after row), and the LM head only where logits are asked for;
 - attention is one grouped product per key/value head (the query heads of a group share
-  their keys, as transformers' ``pack_gqa`` does), a masked softmax in float32 and one
-  product with the values;
+  their keys, as transformers' ``pack_gqa`` does) with the mask added as a bias built once
+  per step, a softmax in float32 and one product with the values;
 - RMSNorm is the model's own norm modules, rotary embeddings transformers' own
   ``rotate_half`` on the tables of the model's own ``rotary_emb`` (so RoPE scaling
   variants agree).
