@@ -1091,20 +1091,17 @@ class HFBackend:
                 own[max(0, len(own) - behind - _PREFILL_BLOCK) : max(0, len(own) - behind)]
                 for own in owns
             ]
-            lengths = [len(piece) for piece in pieces]
-            width = max(lengths)
-            block = torch.zeros((len(owns), width), dtype=torch.long, device=self.device)
-            for i, piece in enumerate(pieces):
-                if piece:
-                    block[i, : len(piece)] = torch.tensor(piece, device=self.device)
-            positions = mask.sum(1, keepdim=True) + torch.arange(width, device=self.device)
+            block, real = self._right_padded(pieces)
+            positions = mask.sum(1, keepdim=True) + torch.arange(block.shape[1], device=self.device)
             last_block = end == longest
             logits = fused(
-                block, positions, mask, cache, lengths, logits="last" if last_block else "none"
+                block,
+                positions,
+                mask,
+                cache,
+                [len(piece) for piece in pieces],
+                logits="last" if last_block else "none",
             )
-            real = torch.arange(width, device=self.device) < torch.tensor(
-                lengths, device=self.device
-            ).unsqueeze(1)
             mask = torch.cat([mask, real.to(mask.dtype)], 1)
         assert logits is not None
         chosen = logits.argmax(-1)
