@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The prepared GPU check (run by hand on a CUDA machine, never in CI): the CUDA path in
 # float32 and bfloat16 with the model's chat template, batch-size invariance, and parity
-# with lm-evaluation-harness on a few items with the chat template applied by both tools.
+# with lm-evaluation-harness on a few items with the chat template applied by both tools,
+# and generation speed in bfloat16 against lm-eval's HF backend (tokens/s, the share of the
+# GPU's measured memory read rate the forward passes reach).
 #   benchmarks/gpu_check.sh MODEL_DIR DATA_DIR OUT_DIR
 set -euo pipefail
 model=${1:?model directory}; data=${2:?benchmark data directory}; out=${3:?output directory}
@@ -15,6 +17,8 @@ python -m benchmarks.batch_invariance --model "$model" --data-dir "$data" --devi
 if python -c "import lm_eval" 2>/dev/null; then
     python -m benchmarks.parity --model "$model" --data-dir "$data" --device cuda \
         --dtype bfloat16 --chat --items 20 --tasks mmlu,gsm8k --out "$out/parity_chat_bf16"
+    python -m benchmarks.speed --model "$model" --data-dir "$data" --device cuda \
+        --dtype bfloat16 --tasks gsm8k,bbh --items 100 --chunk-items 8 --out "$out/speed_bf16"
 else
-    echo "lm-eval is not installed: parity skipped" | tee "$out/parity_skipped.txt"
+    echo "lm-eval is not installed: parity and speed skipped" | tee "$out/parity_skipped.txt"
 fi

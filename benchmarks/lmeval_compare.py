@@ -271,7 +271,13 @@ class ForwardStats:
     real_tokens: int = 0  # without padding (attention mask); = decoder_tokens without a mask
     attention_pairs: int = 0  # sum of rows x query positions x key positions
     head_rows: int = 0  # hidden states through the LM head
+    head_calls: int = 0  # forward passes that ran the LM head
+    kv_reads: int = 0  # sum of rows x key positions: each row's keys/values read per layer
     flops: float = 0.0
+    # A lower bound on the bytes the forward passes read from memory: the decoder's
+    # weights once per pass, the LM head's once per pass that ran it, and each row's
+    # keys and values once per layer (embedding rows, activations and writes not counted).
+    bytes_read: float = 0.0
 
 
 class _CountedStep:
@@ -316,6 +322,12 @@ class ForwardMeter:
         self.attention_width = heads * head_dim
         self.layers = int(config.num_hidden_layers)
         self.hidden = int(config.hidden_size)
+        itemsize = int(next(self.decoder.parameters()).element_size())
+        self.decoder_bytes = self.decoder_params * itemsize
+        self.head_bytes = self.head_params * itemsize
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        # keys and values of one position in every layer
+        self.kv_bytes_per_position = self.layers * 2 * kv_heads * head_dim * itemsize
         self.stats = ForwardStats()
 
     def _pre_decoder(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -337,9 +349,11 @@ class ForwardMeter:
         s.decoder_tokens += rows * queries
         s.real_tokens += real
         s.attention_pairs += rows * queries * keys
+        s.kv_reads += rows * keys
 
     def _post_head(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         self.stats.head_rows += int(args[0].numel()) // self.hidden
+        self.stats.head_calls += 1
 
     def _fused_step(self, tokens: Any, mask: Any, lengths: list[int] | None, logits: str) -> None:
         """A fused step (a decode step or a prompt block): each row's real tokens through
@@ -352,7 +366,9 @@ class ForwardMeter:
         s.decoder_tokens += real
         s.real_tokens += real
         s.attention_pairs += rows * width * (int(mask.shape[1]) + width)
+        s.kv_reads += rows * (int(mask.shape[1]) + width)
         s.head_rows += {"all": real, "last": rows}.get(logits, 0)
+        s.head_calls += logits != "none"
 
     @contextmanager
     def measure(self) -> Iterator[ForwardStats]:
@@ -377,6 +393,11 @@ class ForwardMeter:
                 2 * self.decoder_params * s.decoder_tokens
                 + 2 * self.head_params * s.head_rows
                 + 4 * self.layers * self.attention_width * s.attention_pairs
+            )
+            s.bytes_read = float(
+                s.forward_calls * self.decoder_bytes
+                + s.head_calls * self.head_bytes
+                + s.kv_reads * self.kv_bytes_per_position
             )
 
 

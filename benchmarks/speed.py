@@ -10,8 +10,11 @@ of each tool (model time / end to end), the ratio ours / lm-eval (above 1: ours 
 the per-item agreement, and the share of the machine's measured float32 matmul rate that
 each tool's forward passes reach (model FLOPs of the forward passes actually run / model
 time, against the best GEMM rate measured here with torch on the same device, dtype and
-thread count). Then the parity criteria of the same runs, as ``python -m benchmarks.parity``
-prints them: one run gives both. Writes ``speed.md`` (the tables), ``parity.txt`` (the
+thread count). A second table gives, per tool, generated tokens per second and the memory
+traffic of its forward passes (at least: weights once per pass, keys and values once per
+layer) against the machine's measured memory read rate, the bound of decoding a few rows.
+Then the parity criteria of the same runs, as ``python -m benchmarks.parity`` prints them:
+one run gives both. Writes ``speed.md`` (the tables), ``parity.txt`` (the
 criteria) and ``speed.json`` (everything, with the per-item records) into ``--out``. Exit
 status 1 when a parity criterion fails; nothing here asserts a speed.
 """
@@ -104,6 +107,34 @@ def measure_matmul(opts: Options, min_seconds: float = 0.5) -> list[dict[str, An
             }
         )
     return out
+
+
+def measure_bandwidth(opts: Options, mib: int = 512, min_seconds: float = 0.5) -> dict[str, Any]:
+    """GB/s at which torch reads memory on the run's device: ``torch.sum`` over a float32
+    tensor of ``mib`` MiB (far above any cache), total bytes over the timed repetitions'
+    time. The rate a forward pass can stream weights and keys/values at, at best."""
+    import torch
+
+    device = torch.device(opts.device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    data = torch.ones(mib * 2**20 // 4, device=device, dtype=torch.float32)
+    with torch.inference_mode():
+        for _ in range(2):
+            data.sum()
+        sync()
+        reps = 0
+        started = time.perf_counter()
+        while reps < 3 or time.perf_counter() - started < min_seconds:
+            data.sum()
+            reps += 1
+        sync()
+        seconds = time.perf_counter() - started
+    nbytes = data.numel() * data.element_size()
+    return {"mib": mib, "reps": reps, "gb_per_s": nbytes * reps / seconds / 1e9}
 
 
 def _rate(value: float) -> str:
@@ -200,6 +231,49 @@ def detail_rows(report: Report) -> list[list[str]]:
     return rows
 
 
+MEMORY_HEADER = [
+    "task type",
+    "tool",
+    "generated tokens/s",
+    "GB read (at least)",
+    "GB/s",
+    "read rate reached",
+]
+
+
+def generated_tokens(task: TaskReport) -> int | None:
+    """Our output tokens over the task's items (None for scoring tasks). Where outputs
+    are identical, lm-eval generated the same tokens."""
+    total = 0
+    for record in task.records:
+        count = record.get("n_output_tokens")
+        if count is None:
+            return None
+        total += int(count)
+    return total if task.records else None
+
+
+def memory_rows(report: Report, read_rate: float) -> list[list[str]]:
+    """Per task and tool: generated tokens per second of model time, the bytes the forward
+    passes read at least (``ForwardStats.bytes_read``), that over the model time, and its
+    share of the measured read rate (``read_rate``, GB/s)."""
+    rows = []
+    for t in report.tasks:
+        tokens = generated_tokens(t)
+        tools = [("lm-eval", t.lmeval), ("ours", t.ours)]
+        tools += [(f"ours handed {label}", v) for label, v in t.ours_variants.items()]
+        for name, tool in tools:
+            seconds = tool["timing"]["model_s"]
+            read = tool["forward"].get("bytes_read")  # None: a report from before the count
+            traffic = ["-", "-", "-"]
+            if read is not None and seconds:
+                per_s = read / 1e9 / seconds
+                traffic = [f"{read / 1e9:.0f}", _rate(per_s), f"{100 * per_s / read_rate:.1f}%"]
+            tokens_per_s = _rate(tokens / seconds) if tokens is not None and seconds else "-"
+            rows.append([t.task_type, name, tokens_per_s, *traffic])
+    return rows
+
+
 def _handover(chunk_items: int | None) -> str:
     if chunk_items is None:
         return "all items in one call"
@@ -217,7 +291,12 @@ def _decode_step(info: Any) -> str:
     return f"transformers ({info.get('reason')})"
 
 
-def render(report: Report, matmul: list[dict[str, Any]], markdown: bool) -> str:
+def render(
+    report: Report,
+    matmul: list[dict[str, Any]],
+    markdown: bool,
+    bandwidth: dict[str, Any] | None = None,
+) -> str:
     table = markdown_table if markdown else format_table
     peak = max(m["gflop_per_s"] for m in matmul)
     cfg = report.config
@@ -246,23 +325,39 @@ def render(report: Report, matmul: list[dict[str, Any]], markdown: bool) -> str:
             "LM-head rows + dense attention) / model time.",
             table(DETAIL_HEADER, detail_rows(report)),
             table(["GEMM", "shape", "GFLOP/s"], matmul_rows),
+            *(_memory(report, bandwidth, table) if bandwidth else []),
             f"parity: {parity}",
         ]
     )
+
+
+def _memory(report: Report, bandwidth: dict[str, Any], table: Any) -> list[str]:
+    rate = float(bandwidth["gb_per_s"])
+    return [
+        table(MEMORY_HEADER, memory_rows(report, rate)),
+        "generated tokens/s: our output tokens (the same as lm-eval's where outputs are "
+        "identical) / model time. GB read (at least): the decoder's weights once per forward "
+        "pass, the LM head's once per pass that ran it, each row's keys and values once per "
+        "layer; GB/s: that / model time (prefill included); read rate: torch.sum over "
+        f"{bandwidth['mib']} MiB on this device, {rate:.1f} GB/s.",
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv, "python -m benchmarks.speed", __doc__.splitlines()[0])
     with quiet_libraries():
         report = run_all(opts, log=stderr)
-    stderr("measuring the machine's matmul throughput ...")
+    stderr("measuring the machine's matmul throughput and memory read rate ...")
     matmul = measure_matmul(opts)
+    bandwidth = measure_bandwidth(opts)
     report.extra["matmul"] = matmul
+    report.extra["bandwidth"] = bandwidth
     target = out_dir(opts, "speed")
     write_json(target / "speed.json", report.to_dict())
-    (target / "speed.md").write_text(render(report, matmul, markdown=True) + "\n", encoding="utf-8")
+    markdown = render(report, matmul, markdown=True, bandwidth=bandwidth)
+    (target / "speed.md").write_text(markdown + "\n", encoding="utf-8")
     (target / "parity.txt").write_text(parity.render(report) + "\n", encoding="utf-8")
-    print(render(report, matmul, markdown=False))
+    print(render(report, matmul, markdown=False, bandwidth=bandwidth))
     print("\n" + parity.render(report))
     print(f"report: {target / 'speed.md'}, {target / 'speed.json'}, {target / 'parity.txt'}")
     return 0 if report.passed else 1
