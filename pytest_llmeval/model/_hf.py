@@ -540,29 +540,17 @@ class HFBackend:
 
         rows = len(states)
         width = max((len(s[1]) for s in states if s is not None), default=0)
-        mask = torch.zeros((rows, width), dtype=torch.long, device=self.device)
         if not width:
-            return None, mask
+            return None, torch.zeros((rows, 0), dtype=torch.long, device=self.device)
         from transformers import DynamicCache
 
         first = next(s for s in states if s is not None)
         if all(s is first for s in states):  # one state for all rows: a broadcast view
             layers = [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in first[0]]
+            mask = torch.zeros((rows, width), dtype=torch.long, device=self.device)
             mask[:] = first[1]
             return DynamicCache(ddp_cache_data=layers), mask
-        layers = []
-        for layer, (k0, v0) in enumerate(first[0]):
-            keys = k0.new_zeros((rows, k0.shape[1], width, k0.shape[3]))
-            values = v0.new_zeros((rows, v0.shape[1], width, v0.shape[3]))
-            for i, state in enumerate(states):
-                if state is not None:
-                    k, v = state[0][layer]
-                    keys[i, :, : k.shape[2]] = k[0]
-                    values[i, :, : v.shape[2]] = v[0]
-            layers.append((keys, values))
-        for i, state in enumerate(states):
-            if state is not None:
-                mask[i, : len(state[1])] = state[1]
+        layers, mask = self._lay(states, width, 0)
         return DynamicCache(ddp_cache_data=layers), mask
 
     def _laid_out(self, states: Sequence[_State | None], reserve: int) -> tuple[Any, Any]:
@@ -570,17 +558,26 @@ class HFBackend:
         left-aligned, the rest a masked hole; None: a row with no positions yet), written
         once into buffers with room for ``reserve`` more positions (``_kv.ReservedLayer``),
         and the mask of its positions."""
-        import torch
-
         from pytest_llmeval.model._kv import reserved_cache
 
-        rows = len(states)
         width = max((len(s[1]) for s in states if s is not None), default=0)
+        layers, mask = self._lay(states, width, reserve)
+        return reserved_cache(layers, width, reserve), mask
+
+    def _lay(
+        self, states: Sequence[_State | None], width: int, room: int
+    ) -> tuple[list[tuple[Any, Any]], Any]:
+        """Per layer, (keys, values) buffers of ``width + room`` positions holding each
+        row's states left-aligned (zeros elsewhere), and the mask of the first ``width``
+        positions (each state's own mask, 0 in the holes)."""
+        import torch
+
+        rows = len(states)
         mask = torch.zeros((rows, width), dtype=torch.long, device=self.device)
         layers = []
         for layer, (k0, v0) in enumerate(self._kv_shapes(states)):
-            keys = k0.new_zeros((rows, k0.shape[1], width + reserve, k0.shape[3]))
-            values = v0.new_zeros((rows, v0.shape[1], width + reserve, v0.shape[3]))
+            keys = k0.new_zeros((rows, k0.shape[1], width + room, k0.shape[3]))
+            values = v0.new_zeros((rows, v0.shape[1], width + room, v0.shape[3]))
             for i, state in enumerate(states):
                 if state is not None:
                     k, v = state[0][layer]
@@ -590,7 +587,7 @@ class HFBackend:
         for i, state in enumerate(states):
             if state is not None:
                 mask[i, : len(state[1])] = state[1]
-        return reserved_cache(layers, width, reserve), mask
+        return layers, mask
 
     def _kv_shapes(self, states: Sequence[_State | None]) -> list[tuple[Any, Any]]:
         """Per layer, a (keys, values) pair whose batch, head and head-size dimensions,
