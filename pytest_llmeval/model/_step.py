@@ -20,7 +20,8 @@ tokens), over the same key/value cache (``_kv.ReservedLayer`` buffers, written i
 - attention is one grouped product per key/value head (the query heads of a group share
   their keys, as transformers' ``pack_gqa`` does) with the mask added as a bias built once
   per step, a softmax in float32 and one product with the values;
-- RMSNorm is the model's own norm modules, rotary embeddings transformers' own
+- RMSNorm is the model's own norm modules (Qwen3's per-head query and key norms
+  included), rotary embeddings transformers' own
   ``rotate_half`` on the tables of the model's own ``rotary_emb`` (so RoPE scaling
   variants agree).
 
@@ -41,9 +42,13 @@ import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import rotate_half
 
 #: Model types whose decoder layer this step reproduces: pre-norm RMSNorm, rotary
-#: embeddings applied to the whole head, grouped-query attention without sliding window,
-#: soft-capping or per-head norms, a SiLU-gated MLP (biases allowed on the projections).
-SUPPORTED = ("llama", "qwen2", "mistral")
+#: embeddings applied to the whole head, grouped-query attention without sliding window or
+#: soft-capping, a SiLU-gated MLP (biases allowed on the projections); Qwen3's RMSNorm of
+#: each query and key head before the rotary embedding.
+SUPPORTED = ("llama", "qwen2", "mistral", "qwen3")
+#: Model types whose per-head query/key norms (``q_norm``/``k_norm`` over the head size,
+#: before the rotary embedding) the step applies.
+HEAD_NORMS = ("qwen3",)
 
 
 def unsupported_reason(model: Any, device: Any) -> str | None:
@@ -67,7 +72,7 @@ def unsupported_reason(model: Any, device: Any) -> str | None:
         return "config.logit_scale"
     decoder = model.get_decoder()
     attention = decoder.layers[0].self_attn
-    if any(hasattr(attention, name) for name in ("q_norm", "k_norm")):
+    if kind not in HEAD_NORMS and any(hasattr(attention, n) for n in ("q_norm", "k_norm")):
         return "per-head query/key norms"
     if getattr(config, "pretraining_tp", 1) != 1:
         return "config.pretraining_tp"
@@ -114,6 +119,9 @@ class _Layer:
         # The model's own RMSNorm modules (their own formula, dtype handling and epsilon).
         self.norm1 = layer.input_layernorm
         self.norm2 = layer.post_attention_layernorm
+        # Qwen3: each query and key head normed over its size, before the rotary embedding.
+        self.q_norm: Any = getattr(attn, "q_norm", None)
+        self.k_norm: Any = getattr(attn, "k_norm", None)
         self.scaling = float(attn.scaling)
 
 
@@ -175,10 +183,12 @@ class FusedStep:
             if flat is not None:  # back to the block's layout for attention
                 qkv = qkv.new_zeros((rows * width, qkv.shape[1])).index_copy_(0, flat, qkv)
             qkv = qkv.view(rows, width, -1)
-            q = qkv[..., :q_size].view(rows, width, self.heads, d).transpose(1, 2)
+            q = qkv[..., :q_size].view(rows, width, self.heads, d)
             k = qkv[..., q_size : q_size + kv_size].view(rows, width, self.kv_heads, d)
             v = qkv[..., q_size + kv_size :].view(rows, width, self.kv_heads, d)
-            k, v = k.transpose(1, 2), v.transpose(1, 2)
+            if layer.q_norm is not None:
+                q, k = layer.q_norm(q), layer.k_norm(k)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             q = (q * cos) + (rotate_half(q) * sin)  # type: ignore[no-untyped-call]
             k = (k * cos) + (rotate_half(k) * sin)  # type: ignore[no-untyped-call]
             keys, values = cache.layers[index].update(k, v)

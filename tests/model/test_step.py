@@ -45,13 +45,17 @@ def _model(kind: str) -> Any:
         config = transformers.Qwen2Config(**common, use_sliding_window=False)
     elif kind == "mistral":
         config = transformers.MistralConfig(**common, sliding_window=None)
+    elif kind == "qwen3":  # per-head query/key norms; heads wider than hidden / heads
+        config = transformers.Qwen3Config(**common, head_dim=24, use_sliding_window=False)
     else:
         raise AssertionError(kind)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    with torch.no_grad():  # biases are zero at init: make them matter
+    with torch.no_grad():  # biases are zero and norms one at init: make them matter
         for name, param in model.named_parameters():
             if name.endswith(".bias"):
                 param.normal_(0.0, 0.5)
+            elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                param.normal_(1.0, 0.5)
     return model
 
 
@@ -82,7 +86,7 @@ def _ragged_cache(model: Any, rows: int, lengths: list[int]) -> tuple[Any, Any]:
     return reserved_cache(layers, width, 40), mask
 
 
-@pytest.mark.parametrize("kind", ["llama", "llama-biased", "qwen2", "mistral"])
+@pytest.mark.parametrize("kind", ["llama", "llama-biased", "qwen2", "mistral", "qwen3"])
 def test_fused_step_computes_the_models_forward_pass(kind: str) -> None:
     model = _model(kind)
     assert unsupported_reason(model, torch.device("cpu")) is None
