@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from openai_fake import FakeServer
@@ -23,11 +24,18 @@ _CORPUS = [
 ]
 
 
-def build_tiny_model(target: Path) -> Path:
-    """A 2-layer Llama with a 300-token byte-level BPE tokenizer, random weights, seed 0."""
+def build_tiny_model(target: Path, kind: str = "llama") -> Path:
+    """A 2-layer random model with a 300-token byte-level BPE tokenizer, seed 0: a Llama, or
+    with ``kind="qwen3"`` a Qwen3 (per-head query/key norms, made to matter)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedTokenizerFast,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -41,7 +49,7 @@ def build_tiny_model(target: Path) -> Path:
     tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
     torch.manual_seed(0)
-    config = LlamaConfig(
+    sizes = dict(
         vocab_size=fast.vocab_size if hasattr(fast, "vocab_size") else len(fast),
         hidden_size=32,
         intermediate_size=64,
@@ -53,7 +61,15 @@ def build_tiny_model(target: Path) -> Path:
         pad_token_id=fast.eos_token_id,
         bos_token_id=fast.eos_token_id,
     )
-    model = LlamaForCausalLM(config)
+    model: Any
+    if kind == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(**sizes, head_dim=16, use_sliding_window=False))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**sizes))
+    with torch.no_grad():  # Qwen3's per-head norms are one at init
+        for name, param in model.named_parameters():
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                param.normal_(1.0, 0.5)
     target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(target)
     fast.save_pretrained(target)
@@ -65,6 +81,13 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"), "qwen3")
 
 
 @pytest.fixture(scope="session")

@@ -255,47 +255,14 @@ def test_the_fused_prefill_leaves_the_states_transformers_leaves(
             assert torch.allclose(fv, pv.index_select(2, real), atol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def qwen3_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random Qwen3 (per-head query/key norms, heads wider than hidden / heads) with
-    the tiny model's tokenizer."""
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    torch.manual_seed(3)
-    config = Qwen3Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=1024,
-        use_sliding_window=False,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
-    )
-    model = Qwen3ForCausalLM(config)
-    with torch.no_grad():  # the norms are one at init: make them matter
-        for name, param in model.named_parameters():
-            if name.endswith(("q_norm.weight", "k_norm.weight")):
-                param.normal_(1.0, 0.5)
-    target = tmp_path_factory.mktemp("tiny-qwen3")
-    model.save_pretrained(target)
-    tok.save_pretrained(target)
-    return target
-
-
-def test_a_qwen3_model_generates_through_the_fused_step(qwen3_model_dir: Path) -> None:
+def test_a_qwen3_model_generates_through_the_fused_step(tiny_qwen3_dir: Path) -> None:
     """Qwen3 takes the fused step (its per-head norms applied), prompt blocks and drafts
     included, and every sequence is what transformers' forward pass gives."""
     reqs = _requests()
     plain = load_backend(
-        ModelSettings(model=str(qwen3_model_dir), batch_size=3, decode_step="transformers")
+        ModelSettings(model=str(tiny_qwen3_dir), batch_size=3, decode_step="transformers")
     )
-    fused = load_backend(ModelSettings(model=str(qwen3_model_dir), batch_size=3, prompt_lookup=3))
+    fused = load_backend(ModelSettings(model=str(tiny_qwen3_dir), batch_size=3, prompt_lookup=3))
     assert fused.info()["decode_step"]["step"] == "fused"
     assert [(r.text, r.n_tokens, r.finish_reason) for r in fused.generate(reqs)] == [
         (r.text, r.n_tokens, r.finish_reason) for r in plain.generate(reqs)
