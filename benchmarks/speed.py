@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks import parity
@@ -65,6 +65,32 @@ def matmul_shapes(config: Any) -> list[tuple[str, int, int, int]]:
     ]
 
 
+def _timed(run: Callable[[], Any], device: Any, min_seconds: float) -> tuple[int, float]:
+    """Repetitions of ``run`` and their seconds: two warm-up calls, then at least three
+    timed ones and at least ``min_seconds`` (on CUDA, synchronized every ten calls and at
+    the end)."""
+    import torch
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    with torch.inference_mode():
+        for _ in range(2):
+            run()
+        sync()
+        reps = 0
+        started = time.perf_counter()
+        while reps < 3 or time.perf_counter() - started < min_seconds:
+            run()
+            reps += 1
+            if device.type == "cuda" and reps % 10:
+                continue
+            sync()
+        sync()
+        return reps, time.perf_counter() - started
+
+
 def measure_matmul(opts: Options, min_seconds: float = 0.5) -> list[dict[str, Any]]:
     """GFLOP/s of ``torch.mm`` per shape (best of the timed repetitions' mean)."""
     import torch
@@ -73,29 +99,11 @@ def measure_matmul(opts: Options, min_seconds: float = 0.5) -> list[dict[str, An
     config = AutoConfig.from_pretrained(resolve_model_path(opts.model))
     device = torch.device(opts.device)
     dtype = getattr(torch, opts.dtype)
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
     out = []
     for label, m, k, n in matmul_shapes(config):
         a = torch.randn(m, k, device=device, dtype=dtype)
         b = torch.randn(k, n, device=device, dtype=dtype)
-        with torch.inference_mode():
-            for _ in range(2):
-                torch.mm(a, b)
-            sync()
-            reps = 0
-            started = time.perf_counter()
-            while reps < 3 or time.perf_counter() - started < min_seconds:
-                torch.mm(a, b)
-                reps += 1
-                if device.type == "cuda" and reps % 10:
-                    continue
-                sync()
-            sync()
-            seconds = time.perf_counter() - started
+        reps, seconds = _timed(lambda: torch.mm(a, b), device, min_seconds)  # noqa: B023
         out.append(
             {
                 "shape": label,
@@ -116,23 +124,8 @@ def measure_bandwidth(opts: Options, mib: int = 512, min_seconds: float = 0.5) -
     import torch
 
     device = torch.device(opts.device)
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
     data = torch.ones(mib * 2**20 // 4, device=device, dtype=torch.float32)
-    with torch.inference_mode():
-        for _ in range(2):
-            data.sum()
-        sync()
-        reps = 0
-        started = time.perf_counter()
-        while reps < 3 or time.perf_counter() - started < min_seconds:
-            data.sum()
-            reps += 1
-        sync()
-        seconds = time.perf_counter() - started
+    reps, seconds = _timed(data.sum, device, min_seconds)
     nbytes = data.numel() * data.element_size()
     return {"mib": mib, "reps": reps, "gb_per_s": nbytes * reps / seconds / 1e9}
 
