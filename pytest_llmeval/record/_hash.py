@@ -8,6 +8,17 @@
   Face model directory. With a :class:`HashCache`, an unchanged multi-GB model is hashed
   once and later runs read the digests back from the cache.
 
+What the cache trusts: a digest is reused only while the file's size, mtime, ctime and
+inode are the ones recorded with it *and* a content sample read on every check (the
+SHA256 of up to four 64 KiB blocks at fixed offsets: the start, a third, two thirds and
+the end) is unchanged. An edit that keeps the size and restores the mtime (``touch -r``,
+``os.utime``) still moves the ctime, which no user call can set back; a file replaced by
+a copy or a rename has a new inode; on a file system whose ctime does not move, an edit
+in a sampled block is still seen. What is not caught: an edit outside the sampled blocks
+on a file system without a working ctime, or one made within the same ctime tick as the
+hash (files modified in the last two seconds are not cached at all). Metadata changes
+(``chmod``, a new hard link) move the ctime too: the file is then hashed again once.
+
 Nothing here imports pytest or torch.
 """
 
@@ -27,6 +38,7 @@ from typing import Any
 from pytest_llmeval.model import cache_dir
 
 CHUNK_SIZE = 1 << 20  # 1 MiB
+SAMPLE_BLOCK = 1 << 16  # 64 KiB: the blocks of the content sample checked on each cache hit
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.msgpack", "*.h5")
 """Weight files, at the top level of a model directory or in any subfolder."""
@@ -63,13 +75,18 @@ def stable_hash(obj: object, length: int = 12) -> str:
 
 
 class HashCache:
-    """A JSON file mapping a file's absolute resolved path to ``{size, mtime_ns, sha256}``.
+    """A JSON file mapping a file's absolute resolved path to ``{size, mtime_ns, ctime_ns,
+    ino, sample, sha256}``.
 
-    :meth:`get` returns the cached digest only while the file's size and mtime_ns are the
-    ones recorded with it. A missing or corrupt cache file reads as empty. :meth:`save`
-    merges the entries added here into the file currently on disk and replaces it
-    atomically (temp file + ``os.replace``), so concurrent writers (pytest-xdist workers)
-    never leave a torn file; at worst one writer's new entries are lost and recomputed later.
+    :meth:`get` returns the cached digest only while the file's size, mtime_ns, ctime_ns
+    and inode are the ones recorded with it and its content sample (:func:`content_sample`,
+    read on every check) is unchanged (see the module docstring for what that trusts).
+    Entries written before ctime, inode and sample were recorded (``{size, mtime_ns,
+    sha256}``) are read, and count as misses: the file is hashed again and the entry
+    rewritten. A missing or corrupt cache file reads as empty. :meth:`save` merges the
+    entries added here into the file currently on disk and replaces it atomically (temp
+    file + ``os.replace``), so concurrent writers (pytest-xdist workers) never leave a torn
+    file; at worst one writer's new entries are lost and recomputed later.
     """
 
     def __init__(self, path: Path | None = None) -> None:
@@ -85,15 +102,18 @@ class HashCache:
         return str(Path(path).resolve())
 
     def get(self, path: Path) -> str | None:
-        """The cached SHA256 of ``path``, or None (no entry, file changed, or unreadable)."""
+        """The cached SHA256 of ``path``, or None (no entry, an entry from before ctime,
+        inode and sample were recorded, file changed, or unreadable)."""
         entry = self._entries.get(self.key(path))
-        if entry is None:
+        if entry is None or any(entry.get(k) is None for k in _CHECKED):
             return None
         try:
             st = os.stat(path)
         except OSError:
             return None
-        if entry["size"] != st.st_size or entry["mtime_ns"] != st.st_mtime_ns:
+        if _identity(st) != tuple(entry[k] for k in _IDENTITY):
+            return None
+        if content_sample(path, st.st_size) != entry["sample"]:
             return None
         digest: str = entry["sha256"]
         return digest
@@ -103,11 +123,13 @@ class HashCache:
         before hashing). Files modified in the last two seconds are not recorded."""
         try:
             st = stat if stat is not None else os.stat(path)
+            sample = content_sample(path, st.st_size)
         except OSError:
             return
-        if time.time_ns() - st.st_mtime_ns < _RACY_WINDOW_NS:
+        if sample is None or time.time_ns() - st.st_mtime_ns < _RACY_WINDOW_NS:
             return
-        entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+        entry: dict[str, Any] = dict(zip(_IDENTITY, _identity(st), strict=True))
+        entry.update(sample=sample, sha256=digest)
         key = self.key(path)
         self._entries[key] = entry
         self._added[key] = entry
@@ -142,8 +164,40 @@ class HashCache:
         return True
 
 
+# The stat fields an entry must match, in the order of _identity; with the sample, those an
+# entry needs to be a hit at all (older entries lack all but size and mtime_ns).
+_IDENTITY = ("size", "mtime_ns", "ctime_ns", "ino")
+_CHECKED = (*_IDENTITY, "sample")
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def content_sample(path: Path, size: int) -> str | None:
+    """SHA256 hex of up to four :data:`SAMPLE_BLOCK` blocks of ``path`` at fixed offsets
+    (0, a third, two thirds, the end of a file of ``size`` bytes; a small file is read
+    whole), with the size: a cheap check of the content read on every cache hit. None
+    when the file cannot be read or is not ``size`` bytes long."""
+    offsets = sorted({0, size // 3, 2 * size // 3, max(0, size - SAMPLE_BLOCK)})
+    h = hashlib.sha256(str(size).encode())
+    try:
+        with open(path, "rb") as f:
+            for offset in offsets:
+                f.seek(offset)
+                h.update(f.read(SAMPLE_BLOCK))
+            f.seek(0, os.SEEK_END)
+            if f.tell() != size:
+                return None
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
 def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
-    """The well-formed entries of a cache file; {} when it is missing or corrupt."""
+    """The well-formed entries of a cache file; {} when it is missing or corrupt. An entry
+    from before ctime, inode and sample were recorded keeps only its size, mtime and digest
+    (:meth:`HashCache.get` treats it as a miss)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
@@ -158,7 +212,14 @@ def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
             and type(entry.get("mtime_ns")) is int
             and isinstance(entry.get("sha256"), str)
         ):
-            entries[key] = {k: entry[k] for k in ("size", "mtime_ns", "sha256")}
+            kept = {k: entry[k] for k in ("size", "mtime_ns", "sha256")}
+            if (
+                type(entry.get("ctime_ns")) is int
+                and type(entry.get("ino")) is int
+                and isinstance(entry.get("sample"), str)
+            ):
+                kept.update(ctime_ns=entry["ctime_ns"], ino=entry["ino"], sample=entry["sample"])
+            entries[key] = kept
     return entries
 
 
@@ -174,10 +235,10 @@ def _hash_file(path: Path) -> str:
 def file_sha256(path: Path, cache: HashCache | None = None) -> str:
     """The full SHA256 hex digest of a file, streamed in 1 MiB chunks.
 
-    With ``cache``, a digest recorded for the file's current size and mtime is returned
-    without reading the file, and a newly computed one is added to the cache (in memory;
-    call :meth:`HashCache.save` to keep it). A file that changes while it is read is not
-    cached.
+    With ``cache``, a digest recorded for the file's current size, mtime, ctime and inode
+    (and an unchanged content sample, see :class:`HashCache`) is returned without reading
+    the whole file, and a newly computed one is added to the cache (in memory; call
+    :meth:`HashCache.save` to keep it). A file that changes while it is read is not cached.
     """
     if cache is None:
         return _hash_file(path)
@@ -187,7 +248,7 @@ def file_sha256(path: Path, cache: HashCache | None = None) -> str:
     before = os.stat(path)
     digest = _hash_file(path)
     after = os.stat(path)
-    if (before.st_size, before.st_mtime_ns) == (after.st_size, after.st_mtime_ns):
+    if _identity(before) == _identity(after):
         cache.put(path, digest, stat=before)
     return digest
 

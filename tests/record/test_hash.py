@@ -131,6 +131,9 @@ def test_cache_hit_and_persistence(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         str(path.resolve()): {
             "size": 7,
             "mtime_ns": path.stat().st_mtime_ns,
+            "ctime_ns": path.stat().st_ctime_ns,
+            "ino": path.stat().st_ino,
+            "sample": _hash.content_sample(path, 7),
             "sha256": expected,
         }
     }
