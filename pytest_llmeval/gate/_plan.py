@@ -271,6 +271,17 @@ class PlanSettings:
     policy: str = "point"
     max_n: int = MAX_ITEMS
 
+    def __post_init__(self) -> None:
+        # NaN fails every comparison, so it is refused with the out-of-range values.
+        for name in ("power", "alpha"):
+            value = getattr(self, name)
+            if not 0 < value < 1:
+                raise ValueError(f"{name} must be a probability between 0 and 1, got {value!r}")
+        if not self.drops or not all(0 < d < 1 for d in self.drops):
+            raise ValueError(f"drops must be proportions between 0 and 1, got {self.drops!r}")
+        if self.max_n < 1:
+            raise ValueError(f"max_n must be >= 1, got {self.max_n!r}")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "drops_points": [round(100 * d, 6) for d in self.drops],

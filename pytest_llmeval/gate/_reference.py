@@ -19,6 +19,10 @@ METRICS_FILE = "metrics_summary.json"
 CONFIG_FILE = "eval_config.json"
 # Verdicts of a reference task whose score is not a measurement of the whole selection.
 _UNUSABLE = ("error", "incomplete", "skipped")
+_DAMAGED = (
+    "; the run's summary is damaged or was not written by pytest-llmeval: use another "
+    "reference run, or give the floor itself (--llm-floor TASK=SCORE)"
+)
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,11 @@ class ReferenceRun:
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             raise LlmEvalError(f"{where}: field 'n' is missing or not a positive count ({n!r})")
         score = _number(entry, "score", where)
+        if not 0.0 <= score <= 1.0:
+            raise LlmEvalError(
+                f"{where}: field 'score' is {score!r}, not a proportion in [0, 1]; a floor is "
+                f"a score in [0, 1]{_DAMAGED}"
+            )
         ci = entry.get("ci95")
         if (
             not isinstance(ci, Sequence)
@@ -139,6 +148,12 @@ class ReferenceRun:
         ):
             raise LlmEvalError(f"{where}: field 'ci95' is missing or not [low, high] ({ci!r})")
         low, high = float(ci[0]), float(ci[1])
+        # NaN fails every comparison, so a NaN end is refused here too.
+        if not 0.0 <= low <= high <= 1.0:
+            raise LlmEvalError(
+                f"{where}: field 'ci95' is {list(ci)!r}, not a 95% interval [low, high] with "
+                f"0 <= low <= high <= 1{_DAMAGED}"
+            )
         metric = entry.get("metric")
         sha = self.config.get("model_sha256")
         model = self.config.get("model")

@@ -155,6 +155,29 @@ def _share(text: str) -> float:
     return value
 
 
+def _level(text: str) -> float:
+    """``--power`` and ``--alpha``: a probability strictly between 0 and 1 (argparse names
+    the option in its message)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected a probability between 0 and 1, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    """``--draws`` and ``--items``: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def _rule(args: argparse.Namespace) -> FloorRule:
     text = f"margin:{args.margin}" if args.margin is not None else args.rule
     return parse_floor_rule(text)
@@ -353,10 +376,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--churn", type=_share, default=None, help="assumed share of items a change flips"
         )
         command.add_argument("--drops", type=_points, default=DROPS, help="points (default 2,5)")
-        command.add_argument("--power", type=float, default=0.8, help="default 0.8")
+        command.add_argument("--power", type=_level, default=0.8, help="default 0.8")
         command.add_argument(
             "--alpha",
-            type=float,
+            type=_level,
             default=0.05,
             help="two-sided level (default 0.05: the 95%% intervals and the sig gate's)",
         )
@@ -364,10 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--policy", default="point", help="floor policy: point (default), strict, lenient"
         )
         command.add_argument("--json", default=None, metavar="FILE", help="also write JSON")
-    simulate.add_argument("--draws", type=int, default=2000, help="draws per row (2000)")
+    simulate.add_argument("--draws", type=_count, default=2000, help="draws per row (2000)")
     simulate.add_argument(
         "--items",
-        type=int,
+        type=_count,
         default=None,
         metavar="N",
         help="simulate every gate at N items (e.g. your CI's --llm-limit) instead of at the "
