@@ -31,5 +31,10 @@ class DataError(LlmEvalError):
     """Benchmark data could not be found or read."""
 
 
+class SandboxError(LlmEvalError):
+    """Model-generated code could not be run in the sandbox (the message says why and what to
+    do); the item is an error, not a wrong answer."""
+
+
 class ModelError(LlmEvalError):
     """The model could not be resolved or loaded."""

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_llmeval._errors import DataError, LlmEvalError, ModelError, SpecError
+from pytest_llmeval._errors import DataError, LlmEvalError, ModelError, SandboxError, SpecError
 from pytest_llmeval.dataset import (
     Item,
     load_fewshot,
@@ -57,6 +57,7 @@ from pytest_llmeval.task import ExecutionSpec, TaskSpec
 
 if TYPE_CHECKING:
     from pytest_llmeval.ifeval import TextJudges
+    from pytest_llmeval.sandbox import ExecutionResult
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,13 @@ def item_digests(p: PreparedItem) -> dict[str, str]:
             [p.target, list(p.choices), p.gold, list(p.references), list(p.labels)]
         ),
     }
+
+
+def _refuse_unrun(result: ExecutionResult, item: Item) -> None:
+    """A program the sandbox did not run (no isolation, no interpreter) is the item's error,
+    never a wrong answer: a pass@1 of 0 would otherwise say nothing about the model."""
+    if result.status == "error":
+        raise SandboxError(f"item {item.id}: the generated code was not run: {result.reason}")
 
 
 def _argmax(values: Sequence[float]) -> int:
@@ -927,6 +935,7 @@ class TaskRunner:
             timeout_s=ex.timeout_s,
             memory_mb=ex.memory_mb,
         )
+        _refuse_unrun(result, p.item)
         details = {"status": result.status, "reason": result.reason, "seconds": result.seconds}
         return result.status == "passed", completion, details
 
@@ -967,6 +976,7 @@ class TaskRunner:
             per_test_timeout_s=ex.timeout_s,
             memory_mb=ex.memory_mb,
         )
+        _refuse_unrun(result, p.item)
         details = {
             "status": result.status,
             "reason": result.reason,

@@ -48,9 +48,10 @@ from pytest_llmeval.sandbox._identity import PYTHON_ENV, SandboxUnavailable
 from pytest_llmeval.sandbox._iotests import IOTest, IOTestError, check_io_program, parse_io_tests
 from pytest_llmeval.sandbox._passk import pass_at_k
 from pytest_llmeval.sandbox._result import STATUSES, ExecutionResult, Limits, Status
-from pytest_llmeval.sandbox._run import run_program
+from pytest_llmeval.sandbox._run import HOW_TO_ALLOW, allow_unisolated, run_program
 
 __all__ = [
+    "HOW_TO_ALLOW",
     "PYTHON_ENV",
     "STATUSES",
     "STOP_SEQUENCES",
@@ -60,6 +61,7 @@ __all__ = [
     "Limits",
     "SandboxUnavailable",
     "Status",
+    "allow_unisolated",
     "build_program",
     "check_completion",
     "check_io_program",

@@ -4,8 +4,13 @@ It runs with the test process's interpreter and privileges in a fresh session, a
 itself into the sandboxed program:
 
 1. moves the inherited descriptors to fixed numbers (3: token pipe, 4: program, 5: result);
-2. as root: leaves the network and IPC namespaces (``unshare``), so that the program sees
-   only a loopback interface that is down;
+2. leaves the network, IPC and mount namespaces (``unshare``; not as root, inside a new user
+   namespace that maps only the current uid and gid to themselves), so that the program sees
+   only a loopback interface that is down, and gives itself a filesystem view of its own
+   (:func:`_isolate_filesystem`): every mount read-only, private ``tmpfs`` over the system's
+   temporary folders and ``/dev/shm``, the run's working directory the only writable place.
+   Where the kernel refuses this, the run stops with a ``sandbox-error`` that says so, unless
+   the caller allowed unisolated runs;
 3. sets the resource limits (soft = hard, so the program cannot raise them);
 4. as root: drops to the run's own uid/gid with no supplementary groups;
 5. sets ``PR_SET_NO_NEW_PRIVS`` (no setuid binary can give privileges back) and
@@ -23,6 +28,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import resource
 import signal
 import sys
@@ -31,10 +37,38 @@ from typing import Any
 TOKEN_FD, PROGRAM_FD, RESULT_FD = 3, 4, 5
 EXIT_SANDBOX_ERROR = 125
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
+
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_NOATIME = 0x400
+MS_NODIRATIME = 0x800
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+MS_RELATIME = 0x200000
+MS_STRICTATIME = 0x1000000
+# Per-mount flags shown in /proc/self/mountinfo that a bind remount must keep (a remount
+# clears the ones it does not name; inside a user namespace, clearing a locked one fails).
+_KEPT_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+    "strictatime": MS_STRICTATIME,
+}
+#: The folders that get a private tmpfs (the usual temporary folders and POSIX shared memory).
+TEMP_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm", "/run/lock")
 
 _LIMITS = {
     "as": resource.RLIMIT_AS,
@@ -61,6 +95,115 @@ def _unshare(flags: int) -> bool:
         return bool(_libc().unshare(flags) == 0)
     except (OSError, AttributeError):
         return False
+
+
+def _bytes(text: str | None) -> bytes | None:
+    return None if text is None else os.fsencode(text)
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    libc = _libc()
+    if libc.mount(_bytes(source), _bytes(target), _bytes(fstype), flags, _bytes(data)) != 0:
+        import ctypes
+
+        number = ctypes.get_errno()
+        raise OSError(number, f"mount {target}: {os.strerror(number)}")
+
+
+def _mountinfo() -> list[tuple[str, int]]:
+    """(mount point, flags to keep) of every mount, parents before children."""
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as handle:
+        for line in handle:
+            fields = line.split()
+            if len(fields) < 6:
+                continue
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            flags = 0
+            for option in fields[5].split(","):
+                flags |= _KEPT_FLAGS.get(option, 0)
+            found.append((point, flags))
+    return found
+
+
+def _enter_namespaces(as_root: bool) -> list[str]:
+    """New network, IPC and mount namespaces; not as root, inside a new user namespace.
+
+    Returns the isolation layers gained; raises ``OSError`` when the mount namespace (the
+    one the filesystem view needs) cannot be had."""
+    if as_root:
+        layers = []
+        if _unshare(CLONE_NEWNET | CLONE_NEWIPC):
+            layers += ["netns", "ipcns"]
+        elif _unshare(CLONE_NEWNET):
+            layers.append("netns")
+        if not _unshare(CLONE_NEWNS):
+            raise OSError("the kernel refused a new mount namespace (unshare CLONE_NEWNS)")
+        return [*layers, "mountns"]
+    uid, gid = os.getuid(), os.getgid()
+    if not _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC):
+        raise OSError(
+            "the kernel refused an unprivileged user namespace (unshare CLONE_NEWUSER; see "
+            "/proc/sys/user/max_user_namespaces and kernel.unprivileged_userns_clone)"
+        )
+    # Only the current ids exist inside: the program keeps its own uid, without privileges
+    # over anything it does not own, and execve drops the namespace's capabilities.
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {uid} 1"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
+        with open(f"/proc/self/{name}", "w", encoding="ascii") as handle:
+            handle.write(text)
+    return ["userns", "netns", "ipcns", "mountns"]
+
+
+def _isolate_filesystem(workdir: str, tmpfs_mb: int) -> None:
+    """Give this mount namespace its own view: everything read-only but ``workdir``.
+
+    The kernel enforces it on every file access, also on those made in C (``sqlite3``,
+    ``dbm``, ``mkfifo``/``mknod``, ``ctypes``), which an audit hook cannot see:
+
+    1. no mount event propagates back to the system (``MS_PRIVATE``, recursively);
+    2. ``workdir`` is bind-mounted onto itself, and held by a descriptor;
+    3. every other mount is remounted read-only (a per-mount flag: the filesystems stay
+       writable for everyone else);
+    4. a private, size-limited ``tmpfs`` covers each temporary folder and ``/dev/shm``, so
+       that nothing written there outlives the run or is seen by another one;
+    5. where one of those covers ``workdir``, it is bound back at the same path.
+    """
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount(workdir, workdir, None, MS_BIND)
+    held = os.open(workdir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        mounts = _mountinfo()
+        own = {point: flags for point, flags in mounts}[workdir]
+        for point, flags in mounts:
+            if point == workdir:
+                continue
+            try:
+                _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+            except OSError:
+                if os.path.exists(point):
+                    raise
+                # A mount point this process cannot reach holds nothing it can write.
+        covering = []
+        for folder in TEMP_FOLDERS:
+            if os.path.isdir(folder) and not os.path.islink(folder):
+                _mount(
+                    "tmpfs",
+                    folder,
+                    "tmpfs",
+                    MS_NOSUID | MS_NODEV,
+                    f"size={tmpfs_mb}m,nr_inodes=4096,mode=1777",
+                )
+                covering.append(folder.rstrip("/") + "/")
+        if any(workdir.startswith(prefix) for prefix in covering):
+            os.makedirs(workdir, mode=0o711, exist_ok=True)
+            _mount(f"/proc/self/fd/{held}", workdir, None, MS_BIND)
+            _mount(None, workdir, None, MS_REMOUNT | MS_BIND | own)
+    finally:
+        os.close(held)
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -96,11 +239,18 @@ def main() -> None:
         _remap(config["fds"])
         result_fd = RESULT_FD
         isolation: list[str] = []
-        if config["drop"]:
-            if _unshare(CLONE_NEWNET | CLONE_NEWIPC):
-                isolation += ["netns", "ipcns"]
-            elif _unshare(CLONE_NEWNET):
-                isolation.append("netns")
+        fs = config["filesystem"]
+        try:
+            isolation += _enter_namespaces(config["drop"])
+            _isolate_filesystem(config["workdir"], fs["tmpfs_mb"])
+            isolation.append("readonly_fs")
+        except OSError as exc:
+            if fs["required"]:
+                raise RuntimeError(
+                    f"no filesystem isolation for the program: {exc}. Without it nothing but "
+                    "the in-process guard, which cannot see file access done in C, keeps the "
+                    "program from writing outside its folder; " + fs["how_to_allow"]
+                ) from None
         _set_limits(config["limits"])
         isolation.append("rlimits")
         if config["drop"]:

@@ -38,6 +38,21 @@ _RESULT_LIMIT = 1 << 16
 _MB = 1 << 20
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 _EFBIG = "[Errno 27]"
+#: What a refusal for want of filesystem isolation tells the user to do about it.
+HOW_TO_ALLOW = (
+    "run as root or where unprivileged user namespaces are enabled (sysctl "
+    "user.max_user_namespaces > 0), or accept the risk with --llm-allow-unisolated-code "
+    "(pytest) / pytest_llmeval.sandbox.allow_unisolated()"
+)
+_policy = {"allow_unisolated": False}
+
+
+def allow_unisolated(allowed: bool = True) -> None:
+    """Let programs run where the kernel cannot give them a filesystem view of their own
+    (no root and no unprivileged user namespaces): then only file permissions and the
+    in-process guard, which cannot see file access done in C, keep them from writing outside
+    their folder. Off by default: such runs end with status ``error`` and say why."""
+    _policy["allow_unisolated"] = allowed
 
 
 def run_program(
@@ -197,6 +212,11 @@ def execute(
             "gid": user.gid,
             "limits": _rlimits(limits, user),
             "guard": guard,
+            "filesystem": {
+                "tmpfs_mb": max(16, 4 * limits.max_file_mb),
+                "required": not _policy["allow_unisolated"],
+                "how_to_allow": HOW_TO_ALLOW,
+            },
             "parent": os.getpid(),
             "workdir": str(workdir),
             "python": python,

@@ -7,6 +7,7 @@ in the sandbox, IFEval checks, MATH normalisation)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,22 @@ def test_scorer_spec_errors_name_the_field() -> None:
         task_spec_from_dict({**base, "generate": {"scorer": "match"}})
     with pytest.raises(SpecError, match=r"catalog\.capability"):
         task_spec_from_dict({**base, "generate": {"target": "a"}, "catalog": {"capability": "x"}})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root the sandbox looks for an interpreter")
+def test_code_the_sandbox_did_not_run_is_an_error_not_a_wrong_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sandbox that cannot run the program (here: no interpreter an unprivileged user can
+    run; likewise no filesystem isolation) makes the item an error with the sandbox's reason,
+    never a wrong answer that would read as pass@1 = 0."""
+    from pytest_llmeval.sandbox import PYTHON_ENV, _identity
+
+    monkeypatch.setattr(_identity, "_python_cache", {})
+    monkeypatch.setenv(PYTHON_ENV, "/nonexistent/python3")
+    runner, items = _code_task(tmp_path)
+    (result,) = runner.run(items, ScriptedBackend(text=lambda r: "    return a + b\n"))
+    assert result.error is not None
+    assert "item toy_code-Toy_0: the generated code was not run: sandbox unavailable" in result.error
+    assert PYTHON_ENV in result.error
+    assert result.correct is False
