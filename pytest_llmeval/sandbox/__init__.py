@@ -21,20 +21,38 @@ How a program is contained (Linux):
   their head is read back;
 - **kill on exit**: the whole process group is SIGKILLed when the program ends or times
   out; as root, every process of the run's uid too (which catches ``setsid`` escapees);
+- **a filesystem view of its own**, set up by the kernel (a new mount namespace): every
+  mount read-only, a private size-limited ``tmpfs`` over ``/tmp``, ``/var/tmp``,
+  ``/dev/shm`` (and ``/run/shm``, ``/run/lock``), the run's working directory bound back as
+  the only writable place. It holds against every file access, also those made in C that the
+  guard below cannot see (``sqlite3``, ``dbm``, ``mkfifo``/``mknod``, ``ctypes``, writes
+  through ``/proc/self/fd``, links); nothing written to a temporary folder outlives the run
+  or is seen by another run, and hard links across the bind fail (``EXDEV``). As root the
+  namespace is the launcher's own; **not as root** it comes from an unprivileged user
+  namespace that maps only the current uid and gid (``userns`` in ``isolation``). Where the
+  kernel offers neither (no root, user namespaces disabled or refused, e.g. inside a
+  chroot), the program is **not run**: the result is ``error`` with the reason and what to
+  do, unless the caller accepted the risk with :func:`allow_unisolated`
+  (``--llm-allow-unisolated-code`` in pytest); an item whose code was not run is an error,
+  never a wrong answer;
 - **as root** (as in CI): a per-run unprivileged uid/gid (so file permissions protect the
   system, ``RLIMIT_NPROC`` applies, and the test process cannot be signalled), new network
-  and IPC namespaces (no network at all), ``PR_SET_NO_NEW_PRIVS``;
+  and IPC namespaces (no network at all), ``PR_SET_NO_NEW_PRIVS``; not as root, the user
+  namespace brings new network and IPC namespaces too;
 - **the guard**, in the program's interpreter (an audit hook, which the program cannot
   remove): no writes or deletions outside the run directory, no reads of ``/proc`` or home
   directories, no process creation, no signals to other processes, no network, no
   ``ctypes``/``gc`` introspection/tracing; see ``_bootstrap.py`` for the full list.
 
-Not as root there is no separate uid and no namespace: the program runs as the current user,
-so protecting files and other processes rests on the guard (and on the program starting in
-its own directory, session and limits). The guard stops the operations above when ordinary
-code attempts them; a program written to attack the interpreter's internals (e.g.
-re-creating built-in modules through ``importlib``) could get around it. Run untrusted code
-as root, in a container, or on a machine you can afford to lose.
+``ExecutionResult.isolation`` lists the layers that were in force (``mountns``,
+``readonly_fs``, ``userns``, ``uid``, ``netns``, ``ipcns``, ``rlimits``, ``no_new_privs``,
+``guard``). Not as root there is no separate uid: processes the program leaves behind with
+``setsid`` are not killed by uid, and reading files the user can read rests on the guard
+(writing them is stopped by the read-only view). The guard stops the operations above when
+ordinary code attempts them; a program written to attack the interpreter's internals (e.g.
+re-creating built-in modules through ``importlib``) could get around it, but not around
+the kernel's layers. Run untrusted code as root, in a container, or on a machine you can
+afford to lose.
 
 What the sandbox cannot judge: a completion and its tests share one interpreter, so a
 completion can still satisfy the asserts by meaning rather than by force, e.g. by returning
