@@ -936,7 +936,12 @@ class TaskRunner:
             memory_mb=ex.memory_mb,
         )
         _refuse_unrun(result, p.item)
-        details = {"status": result.status, "reason": result.reason, "seconds": result.seconds}
+        details = {
+            "status": result.status,
+            "reason": result.reason,
+            "seconds": result.seconds,
+            "isolation": list(result.isolation),
+        }
         return result.status == "passed", completion, details
 
     def _execute_io(
@@ -981,6 +986,7 @@ class TaskRunner:
             "status": result.status,
             "reason": result.reason,
             "seconds": result.seconds,
+            "isolation": list(result.isolation),
             "n_tests": len(tests),
         }
         return result.status == "passed", program, details

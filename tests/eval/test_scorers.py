@@ -71,6 +71,8 @@ def test_execution_scorer_runs_code_in_the_sandbox(
     assert result.details is not None
     if status:
         assert result.details["status"] == status
+    # Unless the user allowed it, code runs only in the kernel's read-only filesystem view.
+    assert {"mountns", "readonly_fs"} <= set(result.details["isolation"])
     assert result.extractor == "code"
     assert result.extracted  # the code that ran is recorded
 
