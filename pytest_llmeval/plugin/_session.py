@@ -876,6 +876,8 @@ class LlmEvalSession:
 
     def _finish_record(self) -> None:
         assert self.run is not None
+        from pytest_llmeval.record._rundir import records_entry
+
         config = self.eval_config()
         summary: dict[str, Any] = {}
         if self.options.run_dir is not None:  # combining runs: keep the other tasks
@@ -902,6 +904,8 @@ class LlmEvalSession:
                 "seconds": round(v.seconds, 3),
                 "config_hash": self.tallies[v.task].config.get("config_hash"),
                 "prompt_hash": self.tallies[v.task].config.get("prompt_hash"),
+                # what the output file holds: the report and the record commands check it
+                "records": records_entry(self.run.path, v.task),
             }
             if v.floor is not None:
                 entry["floor_source"] = v.floor_source

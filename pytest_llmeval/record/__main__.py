@@ -18,7 +18,12 @@
     See docs/GATES.md.
 ``python -m pytest_llmeval.record report RUN [--baseline RUN] [--out FILE]``
     (re)build the run's ``report.html`` from its records alone (any run directory, also
-    one written before the report existed, or an interrupted one).
+    one written before the report existed, or an interrupted one). A damaged run (records
+    missing or not matching what ``metrics_summary.json`` recorded, or the summary of a run
+    that ended missing) still gets its page, which says *damaged*; the command then prints
+    what is damaged and exits 1.
+
+``compare``, ``diff`` and ``floors`` refuse a damaged run (exit 2, the same message).
 """
 
 from __future__ import annotations
@@ -53,7 +58,13 @@ from pytest_llmeval.record._compare import (
     parse_gate,
 )
 from pytest_llmeval.record._report import write_report
-from pytest_llmeval.record._rundir import strip_timing
+from pytest_llmeval.record._rundir import (
+    RECORDS_FIELD,
+    damage_message,
+    refuse_damaged,
+    run_damage,
+    strip_timing,
+)
 
 
 def _float_delta(a: Any, b: Any) -> float | None:
@@ -95,6 +106,8 @@ def _diff(a: str, b: str, tol: float = 0.0) -> int:
     duration) of two runs: equal, with floats such as log-probabilities allowed to differ
     by ``tol``; everything else (outputs, extracted answers, predictions, correctness,
     verdicts) must be identical."""
+    refuse_damaged(Path(a), "run A of a diff")
+    refuse_damaged(Path(b), "run B of a diff")
     run_a, run_b = load_run(Path(a)), load_run(Path(b))
     problems: list[str] = []
     for task in sorted(
@@ -131,8 +144,11 @@ def _diff(a: str, b: str, tol: float = 0.0) -> int:
 
 
 def _summary(metrics: Any) -> dict[str, Any]:
-    """A task's summary without its duration."""
-    return strip_timing(metrics) if isinstance(metrics, Mapping) else {}
+    """A task's summary without its duration and what its output file held (``records``:
+    the item lines are compared one by one instead; their order and timing differ)."""
+    if not isinstance(metrics, Mapping):
+        return {}
+    return {k: v for k, v in strip_timing(metrics).items() if k != RECORDS_FIELD}
 
 
 def _points(text: str) -> tuple[float, ...]:
@@ -184,6 +200,7 @@ def _rule(args: argparse.Namespace) -> FloorRule:
 
 
 def _floors(args: argparse.Namespace) -> int:
+    refuse_damaged(Path(args.run), "a floors source")
     reference = ReferenceRun(Path(args.run), needed_by="floors")
     tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else None
     floors = reference.floors(_rule(args), tasks)
@@ -417,6 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "simulate":
             return _simulate(args)
         if args.command == "report":
+            if args.baseline:
+                refuse_damaged(Path(args.baseline), "a baseline")
             path = write_report(
                 Path(args.run),
                 Path(args.baseline) if args.baseline else None,
@@ -424,7 +443,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 history_dir=Path(args.history) if args.history else None,
             )
             print(f"report written: {path} ({path.stat().st_size:,} bytes)")
+            damage = run_damage(Path(args.run))
+            if damage:
+                print(f"error: {damage_message(Path(args.run), damage)}", file=sys.stderr)
+                print(f"the report says damaged: {path}", file=sys.stderr)
+                return 1
             return 0
+        refuse_damaged(Path(args.run), "the run to compare")
+        refuse_damaged(Path(args.baseline), "a baseline")
         comparison = compare_runs(load_run(Path(args.run)), load_run(Path(args.baseline)))
         for line in format_comparison(comparison):
             print(line)

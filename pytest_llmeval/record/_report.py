@@ -21,6 +21,7 @@ JSON block escapes ``<``, ``>`` and ``&``, and the script only ever sets ``textC
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -51,7 +52,7 @@ from pytest_llmeval.record._report_charts import (
     pct,
     strip_svg,
 )
-from pytest_llmeval.record._rundir import run_state
+from pytest_llmeval.record._rundir import DAMAGE_FIX, run_damage, run_state
 from pytest_llmeval.record._summary import floor_source_text
 from pytest_llmeval.scorer import accuracy, paired_difference
 
@@ -96,6 +97,7 @@ class TaskRow:
     policy: str | None = None
     recorded_failed: bool | None = None
     floor_source: str | None = None
+    damaged: bool = False  # its item records do not match the summary (record.run_damage)
 
     @property
     def failed(self) -> bool:
@@ -235,6 +237,8 @@ class ReportModel:
     # reused by a later run); with the reason an interrupted run gave.
     state: str = "finished"
     state_reason: str | None = None
+    # Records that are missing or do not match what the run recorded (state "damaged").
+    damage: list[str] = field(default_factory=list)
 
     @property
     def partial(self) -> bool:
@@ -939,9 +943,38 @@ def prepare_report(
     superseded = path / "superseded_by.txt"
     if state == "superseded":  # only an interrupted run's items are reused
         state = "interrupted"
-    finished = state == "finished"
     has_summary = (path / "metrics_summary.json").is_file()
     notes = []
+    damage = run_damage(path)
+    if damage:
+        ended = f" (its leases: {state}{f', {reason}' if reason else ''})"
+        state, reason = "damaged", "; ".join(str(d) for d in damage)
+        damaged_tasks = {d.task for d in damage}
+        for i, row in enumerate(rows):
+            if not row.from_summary:  # a score from surviving lines is not the run's score
+                rows[i] = dataclasses.replace(
+                    row,
+                    score=math.nan,
+                    ci_low=math.nan,
+                    ci_high=math.nan,
+                    verdict="damaged",
+                    damaged=True,
+                )
+            elif row.name in damaged_tasks:
+                rows[i] = dataclasses.replace(row, damaged=True)
+        shown = (
+            " No task score is shown: without its summary, a score computed from the lines "
+            "that are left would not be the run's."
+            if not has_summary
+            else " Task scores are as its summary recorded them; the item browser shows only "
+            "the item records that are left."
+        )
+        notes.append(
+            f"This run's records are damaged{ended}: {len(damage)} file(s) missing or not "
+            f"matching what the run recorded (listed above).{shown} {DAMAGE_FIX[0].upper()}"
+            f"{DAMAGE_FIX[1:]}."
+        )
+    finished = state == "finished"
     has_items = any(record.items.values())
     computed = (
         " Task scores are computed here from its item records; no floor was checked."
@@ -953,6 +986,8 @@ def prepare_report(
             "This run is still being written: a process holds its lease. The page shows "
             "the records so far." + (computed if has_items else "")
         )
+    elif state == "damaged":
+        pass
     elif state == "interrupted" and not has_items and not has_summary:
         notes.append(
             "This run has no item records and no metrics_summary.json: it ran only "
@@ -988,7 +1023,8 @@ def prepare_report(
         browser=browser_data(record, view, rows),
         notes=notes,
         state=state,
-        state_reason=reason if state == "interrupted" else None,
+        state_reason=reason if state in ("interrupted", "damaged") else None,
+        damage=[str(d) for d in damage],
     )
 
 

@@ -20,12 +20,22 @@ interrupted or died without saying (``kill -9``, OOM); otherwise *finished*. Onl
 interrupted runs offer their items for resume; live runs are never reused nor superseded.
 Run directories written before leases existed count as interrupted when they have no
 ``metrics_summary.json``.
+
+A run's records can be damaged after it ended (a file truncated, ``tasks/`` or the summary
+deleted, an artifact half copied): ``metrics_summary.json`` records per task what its
+output file held when the summary was written (``records``: the file, its number of lines
+and its SHA256), and :func:`run_damage` compares that with the files as they are now. A
+summary missing from a run whose process said it ended (its lease, or ``eval.log``'s ``run
+finished`` / ``run interrupted`` line: the summary is written before either) is damage
+too. The report says *damaged*; ``record compare``, ``diff`` and ``floors`` refuse such a
+run (:func:`refuse_damaged`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import json
 import os
 import re
@@ -33,6 +43,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,6 +53,7 @@ except ImportError:  # pragma: no cover - not on POSIX
     fcntl = None  # type: ignore[assignment]
 
 from pytest_llmeval import _json as strict_json
+from pytest_llmeval._errors import LlmEvalError
 
 SUMMARY = "metrics_summary.json"
 SUPERSEDED = "superseded_by.txt"
@@ -63,6 +75,10 @@ STALE_AFTER = 300.0
 
 # An interrupted run's results that were computed ahead of their items (kept for resume).
 AHEAD_SUFFIX = "_ahead.jsonl"
+OUTPUT_SUFFIX = "_output.jsonl"
+
+# The field of a task's metrics_summary.json entry that says what its output file held.
+RECORDS_FIELD = "records"
 
 
 def _slug(text: str) -> str:
@@ -259,7 +275,7 @@ class RunDir:
         """One item's record, appended to the task's output (``ahead``: to the results
         computed ahead of items that never ran, kept for resume only)."""
         line = strict_json.dumps(record, ensure_ascii=False, sort_keys=True)
-        suffix = AHEAD_SUFFIX if ahead else "_output.jsonl"
+        suffix = AHEAD_SUFFIX if ahead else OUTPUT_SUFFIX
         with (self.path / "tasks" / f"{_slug(task)}{suffix}").open("a", encoding="utf-8") as fh:
             fh.write(line + "\n")
             fh.flush()
@@ -322,7 +338,7 @@ def resumable_items(
         if run_state(run)[0] != "interrupted":
             continue
         before = len(found)
-        for suffix in (AHEAD_SUFFIX, "_output.jsonl"):
+        for suffix in (AHEAD_SUFFIX, OUTPUT_SUFFIX):
             for record in iter_item_lines(run / "tasks" / f"{_slug(task)}{suffix}"):
                 if record.get("resume_key") == resume_key and not record.get("error"):
                     found[str(record["item_id"])] = {**record, "run_dir": str(run)}
@@ -353,3 +369,164 @@ def mark_superseded(sources: list[Path], by: Path) -> None:
             continue
         with contextlib.suppress(OSError):
             (run / SUPERSEDED).write_text(f"{by}\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------- damage
+
+
+def output_file(task: str) -> str:
+    """A task's output file, relative to the run directory (``tasks/<task>_output.jsonl``)."""
+    return f"tasks/{_slug(task)}{OUTPUT_SUFFIX}"
+
+
+def _file_digest(path: Path) -> tuple[int, str]:
+    """(number of lines, SHA256 hex) of a file, read in 1 MiB chunks; OSError when it
+    cannot be read."""
+    h = hashlib.sha256()
+    lines = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            lines += chunk.count(b"\n")
+    return lines, h.hexdigest()
+
+
+def records_entry(run: Path, task: str) -> dict[str, Any]:
+    """What a task's output file holds now, for its ``metrics_summary.json`` entry
+    (``records``): ``{"file", "lines", "sha256"}``; a task without a file has 0 lines and
+    no digest."""
+    rel = output_file(task)
+    try:
+        lines, digest = _file_digest(run / rel)
+    except OSError:
+        return {"file": rel, "lines": 0, "sha256": None}
+    return {"file": rel, "lines": lines, "sha256": digest}
+
+
+@dataclass(frozen=True)
+class Damage:
+    """A record of a run that is missing or does not match what the run recorded."""
+
+    task: str | None  # None: the run as a whole (its summary)
+    file: str  # relative to the run directory
+    expected: str
+    found: str
+
+    def __str__(self) -> str:
+        where = f"{self.task}: {self.file}" if self.task else self.file
+        return f"{where}: expected {self.expected}, found {self.found}"
+
+
+def _said_it_ended(run: Path) -> str | None:
+    """How a process writing ``run`` said that it ended (and so had written the summary):
+    its lease's status, or the ``run finished`` / ``run interrupted`` line of ``eval.log``;
+    None when none did (a process killed outright, a run still going)."""
+    for status_file in sorted((run / PROCESSES).glob("*.json")):
+        try:
+            info = json.loads(status_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(info, dict) and info.get("status") in ("finished", "interrupted"):
+            return f"{PROCESSES}/{status_file.name} says {info['status']}"
+    try:
+        with (run / LOG).open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                match = _ENDED_LINE.match(line)
+                if match:
+                    return f"{LOG} says run {match.group(1)}"
+    except OSError:
+        pass
+    return None
+
+
+_ENDED_LINE = re.compile(r"^\S+ run (finished|interrupted)(?::|$)")
+
+
+def _scored_ids(path: Path) -> set[str]:
+    ids = set()
+    for record in iter_item_lines(path):
+        details = record.get("details")
+        overflow = isinstance(details, Mapping) and details.get("context_overflow")
+        if not record.get("error") and not overflow:
+            ids.add(str(record["item_id"]))
+    return ids
+
+
+def _task_damage(run: Path, task: str, entry: Mapping[str, Any]) -> Damage | None:
+    no_tasks = "" if (run / "tasks").is_dir() else " (the run has no tasks/ folder)"
+    records = entry.get(RECORDS_FIELD)
+    if isinstance(records, Mapping):
+        rel = str(records.get("file") or output_file(task))
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            rel = output_file(task)
+        lines, digest = records.get("lines"), records.get("sha256")
+        expected = f"{lines} lines" + (f" (sha256 {str(digest)[:12]}…)" if digest else "")
+        try:
+            found_lines, found_digest = _file_digest(run / rel)
+        except FileNotFoundError:
+            return None if not lines else Damage(task, rel, expected, "no file" + no_tasks)
+        except OSError as exc:
+            return Damage(task, rel, expected, f"an unreadable file ({exc.strerror})")
+        if found_digest == digest or (not lines and not digest and not found_lines):
+            return None
+        return Damage(task, rel, expected, f"{found_lines} lines (sha256 {found_digest[:12]}…)")
+    # A summary from before ``records``: the file must hold the items its count scored.
+    n = entry.get("n")
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        return None
+    rel = output_file(task)
+    expected = f"the {n} scored item(s) metrics_summary.json counts"
+    if not (run / rel).is_file():
+        return Damage(task, rel, expected, "no file" + no_tasks)
+    found = len(_scored_ids(run / rel))
+    return None if found >= n else Damage(task, rel, expected, f"{found}")
+
+
+def run_damage(run: Path) -> list[Damage]:
+    """What of ``run``'s records is missing or does not match what the run recorded when
+    it ended (see the module docstring); [] for an intact run, for a live run (a process
+    still writes it: it is checked once it has ended) and for one killed before it could
+    write its summary."""
+    run = Path(run)
+    if run_state(run)[0] == "live":
+        return []
+    summary_file = run / SUMMARY
+    if not summary_file.is_file():
+        said = _said_it_ended(run)
+        if said is None:
+            return []
+        return [Damage(None, SUMMARY, f"the run's summary ({said})", "no file")]
+    try:
+        summary = json.loads(summary_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return [Damage(None, SUMMARY, "the run's summary", f"an unreadable file ({exc})")]
+    if not isinstance(summary, dict):
+        return [Damage(None, SUMMARY, "a JSON object", type(summary).__name__)]
+    damage = []
+    for task in sorted(summary):
+        entry = summary[task]
+        if isinstance(entry, Mapping):
+            found = _task_damage(run, str(task), entry)
+            if found is not None:
+                damage.append(found)
+    return damage
+
+
+DAMAGE_FIX = (
+    "the records were changed after the run wrote them; restore the run directory from an "
+    "intact copy (e.g. the CI artifact) or rerun it"
+)
+
+
+def damage_message(run: Path, damage: list[Damage]) -> str:
+    """The message for a damaged run: what is missing or does not match, and the fix."""
+    listed = "; ".join(str(d) for d in damage)
+    return f"{run}: damaged run record ({listed}): {DAMAGE_FIX}"
+
+
+def refuse_damaged(run: Path, used_as: str) -> None:
+    """Raise ``LlmEvalError`` (:func:`damage_message`) when ``run`` is damaged: a damaged
+    run is not used ``used_as`` (a baseline, a floors source, ...)."""
+    damage = run_damage(Path(run))
+    if damage:
+        raise LlmEvalError(f"{damage_message(Path(run), damage)}; it is not used as {used_as}")

@@ -85,7 +85,7 @@ def test_diff_tolerates_float_noise_but_not_outputs_or_verdicts(
     assert "t: floor 0.4 != 0.6" in out
     assert "seconds" not in out  # a summary's duration is not compared
     # a task that only one run has is one line, not one per summary field
-    (a / "metrics_summary.json").write_text(json.dumps({"t": {"score": 0.5}, "u": {"n": 3}}))
+    (a / "metrics_summary.json").write_text(json.dumps({"t": {"score": 0.5}, "u": {"n": 0}}))
     (b / "metrics_summary.json").write_text(json.dumps({"t": {"score": 0.5}}))
     assert main(["diff", str(a), str(b), "--tol", "1e-5"]) == 1
     out = capsys.readouterr().out
