@@ -46,9 +46,11 @@ How a program is contained (Linux):
 
 ``ExecutionResult.isolation`` lists the layers that were in force (``mountns``,
 ``readonly_fs``, ``userns``, ``uid``, ``netns``, ``ipcns``, ``rlimits``, ``no_new_privs``,
-``guard``). Not as root there is no separate uid: processes the program leaves behind with
-``setsid`` are not killed by uid, and reading files the user can read rests on the guard
-(writing them is stopped by the read-only view). The guard stops the operations above when
+``guard``). Not as root there is no separate uid and no PID namespace: processes the
+program leaves behind with ``setsid`` are not killed by uid (they can write nothing outside
+their deleted folder), and signals to the user's other processes (the test process among
+them) and reads of files the user can read are stopped by the guard alone (writing them is
+stopped by the read-only view). The guard stops the operations above when
 ordinary code attempts them; a program written to attack the interpreter's internals (e.g.
 re-creating built-in modules through ``importlib``) could get around it, but not around
 the kernel's layers. Run untrusted code as root, in a container, or on a machine you can

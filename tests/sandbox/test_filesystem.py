@@ -259,14 +259,13 @@ def _assert_untouched(
     changed = sorted(
         path for path in set(before) | set(after) if before.get(path) != after.get(path)
     )
-    assert changed == [], f"{what} changed files outside its run folder: {changed}"
     leaked = _marked(mark)
-    for path in leaked:
-        with pytest.MonkeyPatch.context():
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
+    for path in leaked:  # removed before asserting, so that a failing run leaves nothing
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    assert changed == [], f"{what} changed files outside its run folder: {changed}"
     assert leaked == [], f"{what} left files in the system's temporary folders: {leaked}"
 
 
