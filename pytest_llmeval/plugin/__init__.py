@@ -66,14 +66,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """pytest-xdist, plain ``-n N`` (``--dist load``): each task's items go to one worker,
-    so its model loads once there and its batches stay full (``_schedule.py``). Another
-    ``--dist`` mode chosen explicitly is left to xdist."""
-    if config.getvalue("dist") != "load":
+    """pytest-xdist, plain ``-n N`` (``--dist load``) and ``--dist loadgroup``: each task's
+    items go to one worker, so its model loads once there and its batches stay full
+    (``_schedule.py``). Another ``--dist`` mode chosen explicitly is left to xdist."""
+    if config.getvalue("dist") not in ("load", "loadgroup"):
         return None
-    from ._schedule import TaskScheduling
+    from ._schedule import make_scheduler
 
-    return TaskScheduling(config, log)
+    return make_scheduler(config, log)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

@@ -77,9 +77,12 @@ class TaskState:
     streaming: set[str] = field(default_factory=set)
 
 
-# pytest-xdist modes that run all items of a task in one worker (the plugin schedules plain
-# ``-n N`` that way; loadfile/loadscope/loadgroup keep a spec file or xdist_group together;
-# each runs everything everywhere).
+# pytest-xdist modes that run all items of a task in one worker: the plugin schedules
+# ``load`` and ``loadgroup`` itself (``_schedule.py``: xdist's own loadgroup loses its
+# groups on pytest 9), ``loadscope`` and ``loadfile`` keep a spec file (and all
+# ``lmeval::`` items) in one scope, ``each`` runs everything everywhere. Under any other
+# mode (``worksteal``) a generative task is not streamed: a stream of its whole selection
+# would compute items that another worker runs too.
 WHOLE_TASK_DIST = ("load", "loadfile", "loadscope", "loadgroup", "each", "no")
 
 
