@@ -850,6 +850,9 @@ class TaskRunner:
         else:
             extraction = extract(text, gen.extract, truncated=out.finish_reason == "length")
             score = self._match_score(extraction.answer, p)
+            # F1 gives partial credit: ``correct`` is then "more than half the tokens
+            # match", a threshold that reports and gates do not take for a fact (they
+            # use the score: record/_junit.py, record/_compare.py; docs/RECORDS.md).
             correct = score > 0.5 if gen.compare == "f1" else bool(score)
             metrics = self._named_metrics(text, p, truncated=out.finish_reason == "length")
             if gen.compare == "math":
@@ -1108,6 +1111,8 @@ class TaskRunner:
         chosen = pred_norm if mc.metric == "acc_norm" else pred
         if mc.metric == "mc2":
             score = true_probability_mass(logprobs, p.labels)
+            # MC2 is a probability mass: ``correct`` means "most of it on true answers",
+            # a threshold that reports and gates do not take for a fact (see F1 above).
             correct = score > 0.5
         else:
             score = acc if mc.metric == "acc" else acc_norm

@@ -1,15 +1,19 @@
 """Comparison of a run with a baseline run, and gates on the result.
 
 Plain Python (no pytest, no torch): reads two run directories, pairs their items, tests
-each task's change with an exact McNemar test on the items both runs scored, and lists the
-settings and environment fields that differ. ``parse_gate`` / ``gate_failures`` turn a
+each task's change on the items both runs scored (the exact McNemar test where every
+shared item scored 0 or 1, the paired sign-flip permutation test on the per-item score
+differences where a metric gives partial scores: F1, MC2; see docs/GATES.md), and lists
+the settings and environment fields that differ. ``parse_gate`` / ``gate_failures`` turn a
 comparison into pass/fail lines in the spirit of ``--benchmark-compare-fail``.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import random
 import re
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -191,10 +195,19 @@ class TaskDelta:
     delta: float  # current - baseline; NaN when no items are shared
     p_value: float
     significant: bool
-    regressed: list[str] = field(default_factory=list)  # correct in baseline, wrong now
-    improved: list[str] = field(default_factory=list)  # wrong in baseline, correct now
+    # Binary scores: correct in the baseline and wrong now (and the reverse); partial
+    # scores: items that score lower now (higher).
+    regressed: list[str] = field(default_factory=list)
+    improved: list[str] = field(default_factory=list)
     only_in_baseline: int = 0
     only_in_current: int = 0
+    # The test behind p_value: "mcnemar" (every shared score 0 or 1) or "sign-flip"
+    # (partial scores: the paired permutation test on the score differences).
+    test: str = "mcnemar"
+
+    @property
+    def binary(self) -> bool:
+        return self.test == "mcnemar"
 
     @property
     def delta_points(self) -> float:
@@ -262,8 +275,15 @@ def _task_delta(
     base = {i: r for i, r in base.items() if _scored(r)}
     cur = {i: r for i, r in cur.items() if _scored(r)}
     shared = [i for i in cur if i in base]
-    regressed = sorted(i for i in shared if _is_correct(base[i]) and not _is_correct(cur[i]))
-    improved = sorted(i for i in shared if not _is_correct(base[i]) and _is_correct(cur[i]))
+    binary = all(_score(r[i]) in (0.0, 1.0) for r in (base, cur) for i in shared)
+    if binary:
+        regressed = sorted(i for i in shared if _is_correct(base[i]) and not _is_correct(cur[i]))
+        improved = sorted(i for i in shared if not _is_correct(base[i]) and _is_correct(cur[i]))
+    else:
+        # Partial scores (F1, MC2): whether an item is "correct" is a threshold, not a
+        # fact, so the change is tested on the score differences themselves.
+        regressed = sorted(i for i in shared if _score(cur[i]) < _score(base[i]))
+        improved = sorted(i for i in shared if _score(cur[i]) > _score(base[i]))
     n = len(shared)
     if n:
         base_score = math.fsum(_score(base[i]) for i in shared) / n
@@ -271,7 +291,10 @@ def _task_delta(
         delta = cur_score - base_score
     else:
         base_score = cur_score = delta = math.nan
-    p = mcnemar_exact(len(regressed), len(improved))
+    if binary:
+        p = mcnemar_exact(len(regressed), len(improved))
+    else:
+        p = sign_flip_test([_score(cur[i]) - _score(base[i]) for i in shared])
     return TaskDelta(
         task=task,
         n_shared=n,
@@ -284,7 +307,61 @@ def _task_delta(
         improved=improved,
         only_in_baseline=sum(1 for i in base if i not in cur),
         only_in_current=len(cur) - n,
+        test="mcnemar" if binary else "sign-flip",
     )
+
+
+# Exact enumeration of the sign patterns up to this many non-zero differences (2**16);
+# then this many random patterns (seeded: a gate gives the same p-value every time) up to
+# SIGN_FLIP_SAMPLED differences; beyond, the normal limit of the sign-flip distribution.
+SIGN_FLIP_EXACT = 16
+SIGN_FLIP_RESAMPLES = 10_000
+SIGN_FLIP_SAMPLED = 200
+SIGN_FLIP_SEED = 20260101
+
+
+def sign_flip_test(differences: Sequence[float]) -> float:
+    """Two-sided p-value of the paired sign-flip permutation test (Fisher-Pitman) that the
+    mean of per-item score ``differences`` (current - baseline) is zero.
+
+    Under the null each item's two scores are exchangeable, so each difference is as
+    likely to have either sign; the p-value is the share of the ``2**m`` sign patterns of
+    the ``m`` non-zero differences whose sum is at least as far from zero as the observed
+    one. Enumerated exactly up to :data:`SIGN_FLIP_EXACT` non-zero differences, then
+    estimated from :data:`SIGN_FLIP_RESAMPLES` seeded random patterns as
+    ``(1 + hits) / (1 + resamples)`` (never 0, Phipson and Smyth 2010) up to
+    :data:`SIGN_FLIP_SAMPLED`; beyond, from the distribution's normal limit (mean 0,
+    variance ``sum(d**2)``: a sum of many independent symmetric terms). On 0/1 scores
+    the differences are +-1 and this is the McNemar test. 1.0 without a non-zero
+    difference.
+    """
+    nonzero = [float(d) for d in differences if d != 0]
+    m = len(nonzero)
+    if m == 0:
+        return 1.0
+    observed = abs(math.fsum(nonzero))
+    # A little slack so that float sums equal to the observed one count as reaching it.
+    reach = observed - 1e-9 * max(1.0, observed)
+    if m <= SIGN_FLIP_EXACT:
+        hits = sum(
+            1
+            for signs in itertools.product((1.0, -1.0), repeat=m)
+            if abs(math.fsum(s * d for s, d in zip(signs, nonzero, strict=True))) >= reach
+        )
+        return hits / 2**m
+    if m > SIGN_FLIP_SAMPLED:
+        spread = math.sqrt(math.fsum(d * d for d in nonzero))
+        return math.erfc(observed / (spread * math.sqrt(2.0)))
+    rng = random.Random(SIGN_FLIP_SEED)
+    hits = 0
+    for _ in range(SIGN_FLIP_RESAMPLES):
+        bits = rng.getrandbits(m)
+        total = 0.0
+        for k, d in enumerate(nonzero):
+            total += d if (bits >> k) & 1 else -d
+        if abs(total) >= reach:
+            hits += 1
+    return (1 + hits) / (1 + SIGN_FLIP_RESAMPLES)
 
 
 def _pattern_matches(pattern: str, parts: Sequence[str]) -> bool:
@@ -459,10 +536,16 @@ def format_diff(diff: ConfigDiff) -> str:
 
 
 def _drop_line(t: TaskDelta) -> str:
+    if t.binary:
+        how = f"p={format_p(t.p_value)}, {len(t.regressed)} items flipped correct->wrong"
+    else:
+        how = (
+            f"p={format_p(t.p_value)} (paired sign-flip test on the scores), "
+            f"{len(t.regressed)} items scored lower"
+        )
     return (
         f"{t.task} dropped {-t.delta_points:.1f} points "
-        f"({100 * t.baseline_score:.1f} -> {100 * t.current_score:.1f}, "
-        f"p={format_p(t.p_value)}, {len(t.regressed)} items flipped correct->wrong)"
+        f"({100 * t.baseline_score:.1f} -> {100 * t.current_score:.1f}, {how})"
     )
 
 
@@ -532,8 +615,15 @@ def format_comparison(comparison: Comparison, max_items: int = 20) -> list[str]:
             f"{_pct(t.current_score):>8} {delta:>7} {format_p(t.p_value):>8} "
             f"{len(t.regressed):>9} {len(t.improved):>8}{mark}"
         )
-    if any(t.significant and t.n_shared for t in comparison.tasks):
+    significant = [t for t in comparison.tasks if t.significant and t.n_shared]
+    if any(t.binary for t in significant):
         lines.append(f"* significant at p < {comparison.alpha:g} (exact McNemar test)")
+    partial = [t.task for t in significant if not t.binary]
+    if partial:
+        lines.append(
+            f"* significant at p < {comparison.alpha:g} (paired sign-flip test on the "
+            f"per-item scores: {', '.join(partial)})"
+        )
     for t in comparison.tasks:
         if t.n_shared and (t.only_in_baseline or t.only_in_current):
             lines.append(
@@ -541,10 +631,12 @@ def format_comparison(comparison: Comparison, max_items: int = 20) -> list[str]:
                 f"({t.only_in_baseline} only in the baseline, {t.only_in_current} only in "
                 "this run)"
             )
-        for label, ids in (
-            ("regressed (correct -> wrong)", t.regressed),
-            ("improved (wrong -> correct)", t.improved),
-        ):
+        labels = (
+            ("regressed (correct -> wrong)", "improved (wrong -> correct)")
+            if t.binary
+            else ("scored lower", "scored higher")
+        )
+        for label, ids in zip(labels, (t.regressed, t.improved), strict=True):
             if not ids:
                 continue
             shown = ids[:max_items]

@@ -8,6 +8,11 @@ replaces them with a few compact, readable properties per item, and turns a wron
 reason, so that it is visibly not passed: ``<skipped message="wrong: extracted '7',
 target '5'"/>``. Under ``--llm-strict`` a wrong answer already fails its test.
 
+An item whose metric gives it a partial score (F1, TruthfulQA's MC2, an lm-eval metric
+between 0 and 1) is neither right nor wrong: its ``correct`` property is ``partial``
+(the record's ``correct`` is a threshold there, docs/RECORDS.md) and it is not turned into
+a wrong answer unless it scored 0.
+
 Plain Python: the report is duck-typed (pytest's ``TestReport``).
 """
 
@@ -25,6 +30,13 @@ def _short(value: Any) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "..."
 
 
+def partial_score(result: Mapping[str, Any]) -> bool:
+    """Whether an item's score is strictly between 0 and 1 (a metric with partial credit),
+    so that calling it correct or wrong would be a threshold, not a fact."""
+    score = result.get("score")
+    return isinstance(score, (int, float)) and 0.0 < float(score) < 1.0
+
+
 def compact_properties(props: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The properties an item shows in reports: its task, and once it has a result
     whether it is correct, its score, the extracted answer, the target and why the
@@ -33,7 +45,10 @@ def compact_properties(props: Mapping[str, Any]) -> list[tuple[str, str]]:
     result = props.get("llmeval_result")
     if not isinstance(result, Mapping):
         return out
-    out.append(("correct", "true" if result.get("correct") else "false"))
+    if partial_score(result):
+        out.append(("correct", "partial"))
+    else:
+        out.append(("correct", "true" if result.get("correct") else "false"))
     score = result.get("score")
     out.append(("score", repr(float(score)) if isinstance(score, (int, float)) else ""))
     out.append(("extracted", _short(result.get("extracted"))))
@@ -47,8 +62,8 @@ def compact_properties(props: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def wrong_answer(result: Mapping[str, Any]) -> str | None:
     """The skip reason of a scored wrong answer (None for a correct, failed or not
-    fitting item)."""
-    if result.get("correct") or result.get("error"):
+    fitting item, or one with a partial score)."""
+    if partial_score(result) or result.get("correct") or result.get("error"):
         return None
     if (result.get("details") or {}).get("context_overflow"):
         return None
