@@ -19,8 +19,13 @@ How a program is contained (Linux):
   limit, which the parent enforces), file size, processes, open files, no core dumps;
   stdout/stderr go to files in the run directory (bounded by the file-size limit) and only
   their head is read back;
+- **a PID namespace of its own** (both modes, where the kernel allows it): the program
+  runs under the namespace's init, sees only the run's processes in its own ``/proc``, and
+  cannot signal or even name any process outside (the test process included); when the
+  program ends, init exits and the kernel kills whatever is left in the namespace;
 - **kill on exit**: the whole process group is SIGKILLed when the program ends or times
-  out; as root, every process of the run's uid too (which catches ``setsid`` escapees);
+  out; as root, every process of the run's uid too (which catches ``setsid`` escapees where
+  no PID namespace could be had);
 - **a filesystem view of its own**, set up by the kernel (a new mount namespace): every
   mount read-only, a private size-limited ``tmpfs`` over ``/tmp``, ``/var/tmp``,
   ``/dev/shm`` (and ``/run/shm``, ``/run/lock``), the run's working directory bound back as
@@ -46,11 +51,9 @@ How a program is contained (Linux):
 
 ``ExecutionResult.isolation`` lists the layers that were in force (``mountns``,
 ``readonly_fs``, ``userns``, ``uid``, ``netns``, ``ipcns``, ``rlimits``, ``no_new_privs``,
-``guard``). Not as root there is no separate uid and no PID namespace: processes the
-program leaves behind with ``setsid`` are not killed by uid (they can write nothing outside
-their deleted folder), and signals to the user's other processes (the test process among
-them) and reads of files the user can read are stopped by the guard alone (writing them is
-stopped by the read-only view). The guard stops the operations above when
+``guard``, ``pidns``, ``own_proc``). Not as root there is no separate uid: reading files
+the user can read is stopped by the guard alone (writing them is stopped by the read-only
+view). The guard stops the operations above when
 ordinary code attempts them; a program written to attack the interpreter's internals (e.g.
 re-creating built-in modules through ``importlib``) could get around it, but not around
 the kernel's layers. Run untrusted code as root, in a container, or on a machine you can

@@ -4,18 +4,24 @@ It runs with the test process's interpreter and privileges in a fresh session, a
 itself into the sandboxed program:
 
 1. moves the inherited descriptors to fixed numbers (3: token pipe, 4: program, 5: result);
-2. leaves the network, IPC and mount namespaces (``unshare``; not as root, inside a new user
-   namespace that maps only the current uid and gid to themselves), so that the program sees
-   only a loopback interface that is down, and gives itself a filesystem view of its own
-   (:func:`_isolate_filesystem`): every mount read-only, private ``tmpfs`` over the system's
-   temporary folders and ``/dev/shm``, the run's working directory the only writable place.
-   Where the kernel refuses this, the run stops with a ``sandbox-error`` that says so, unless
-   the caller allowed unisolated runs;
-3. sets the resource limits (soft = hard, so the program cannot raise them);
-4. as root: drops to the run's own uid/gid with no supplementary groups;
-5. sets ``PR_SET_NO_NEW_PRIVS`` (no setuid binary can give privileges back) and
-   ``PR_SET_PDEATHSIG`` (the program dies with the test process);
-6. writes ``isolation ...`` to the result channel and ``execve``\\s the sandbox interpreter
+2. leaves the network, IPC, mount and PID namespaces (``unshare``; not as root, inside a new
+   user namespace that maps only the current uid and gid to themselves), so that the
+   program sees only a loopback interface that is down and only its own processes;
+3. forks the PID namespace's init (:func:`_init`), which forks the program and waits for it,
+   and waits for init itself (:func:`_relay`), ending as the program ended (its status, or
+   its signal); when init exits, the kernel kills whatever is left in the namespace. Where
+   no PID namespace could be had, the launcher becomes the program itself;
+4. in the program's process (:func:`_become_program`): mounts the namespace's own
+   ``/proc`` and gives the run a filesystem view of its own (:func:`_isolate_filesystem`):
+   every mount read-only, private ``tmpfs`` over the system's temporary folders and
+   ``/dev/shm``, the run's working directory the only writable place. Where the kernel
+   refuses this, the run stops with a ``sandbox-error`` that says so, unless the caller
+   allowed unisolated runs;
+5. sets the resource limits (soft = hard, so the program cannot raise them);
+6. as root: drops to the run's own uid/gid with no supplementary groups;
+7. sets ``PR_SET_NO_NEW_PRIVS`` (no setuid binary can give privileges back) and
+   ``PR_SET_PDEATHSIG`` (launcher, init and program die with the test process);
+8. writes ``isolation ...`` to the result channel and ``execve``\\s the sandbox interpreter
    with the bootstrap and a minimal environment.
 
 Any failure is reported as ``sandbox-error ...`` with exit status 125. This file is never
@@ -38,6 +44,7 @@ TOKEN_FD, PROGRAM_FD, RESULT_FD = 3, 4, 5
 EXIT_SANDBOX_ERROR = 125
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -139,7 +146,10 @@ def _enter_namespaces(as_root: bool) -> list[str]:
             layers.append("netns")
         if not _unshare(CLONE_NEWNS):
             raise OSError("the kernel refused a new mount namespace (unshare CLONE_NEWNS)")
-        return [*layers, "mountns"]
+        layers.append("mountns")
+        if _unshare(CLONE_NEWPID):  # for the children: the launcher forks the run's init
+            layers.append("pidns")
+        return layers
     uid, gid = os.getuid(), os.getgid()
     if not _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC):
         raise OSError(
@@ -155,7 +165,10 @@ def _enter_namespaces(as_root: bool) -> list[str]:
     ):
         with open(f"/proc/self/{name}", "w", encoding="ascii") as handle:
             handle.write(text)
-    return ["userns", "netns", "ipcns", "mountns"]
+    layers = ["userns", "netns", "ipcns", "mountns"]
+    if _unshare(CLONE_NEWPID):
+        layers.append("pidns")
+    return layers
 
 
 def _isolate_filesystem(workdir: str, tmpfs_mb: int) -> None:
@@ -232,25 +245,72 @@ def _set_limits(limits: dict[str, list[int]]) -> None:
         resource.setrlimit(which, (soft, hard))
 
 
-def main() -> None:
-    config: dict[str, Any] = json.loads(sys.argv[1])
-    result_fd = config["fds"][2]
-    try:
-        _remap(config["fds"])
-        result_fd = RESULT_FD
-        isolation: list[str] = []
-        fs = config["filesystem"]
+def _relay(child: int, status_fd: int) -> None:
+    """Wait for the namespace's init and end as the program ended: with its exit status, or
+    killed by its signal (so that the parent sees what it would have seen unwrapped)."""
+    _, status = os.waitpid(child, 0)
+    with os.fdopen(status_fd, "rb") as handle:
+        reported = handle.read().decode("ascii", "replace").strip()
+    if reported.lstrip("-").isdigit():
+        status = int(reported)
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
+            signal.signal(number, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
+        os.kill(os.getpid(), number)
+        os._exit(128 + number)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else EXIT_SANDBOX_ERROR)
+
+
+def _init(
+    config: dict[str, Any], isolation: list[str], problem: str | None, status_fd: int
+) -> None:
+    """PID 1 of the run's PID namespace: start the program, wait for it, report its status.
+
+    When it returns, the kernel kills every process left in the namespace: the program's
+    background children die with it, also those that left its session, in every mode."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    program = os.fork()
+    if program == 0:
+        os.close(status_fd)
+        _become_program(config, isolation, problem)
+    while True:
         try:
-            isolation += _enter_namespaces(config["drop"])
-            _isolate_filesystem(config["workdir"], fs["tmpfs_mb"])
-            isolation.append("readonly_fs")
-        except OSError as exc:
-            if fs["required"]:
-                raise RuntimeError(
-                    f"no filesystem isolation for the program: {exc}. Without it nothing but "
-                    "the in-process guard, which cannot see file access done in C, keeps the "
-                    "program from writing outside its folder; " + fs["how_to_allow"]
-                ) from None
+            pid, status = os.wait()
+        except ChildProcessError:
+            status = EXIT_SANDBOX_ERROR << 8
+            break
+        if pid == program:
+            break
+    os.write(status_fd, str(status).encode("ascii"))
+    os._exit(0)
+
+
+def _become_program(config: dict[str, Any], isolation: list[str], problem: str | None) -> None:
+    """Finish the isolation in this process and ``execve`` the sandbox interpreter."""
+    result_fd = RESULT_FD
+    try:
+        fs = config["filesystem"]
+        if problem is None and "pidns" in isolation:
+            # The namespace's own /proc: only its processes are listed (best effort: some
+            # container runtimes refuse a fresh proc mount in a user namespace).
+            with contextlib.suppress(OSError):
+                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                isolation.append("own_proc")
+        if problem is None:
+            try:
+                _isolate_filesystem(config["workdir"], fs["tmpfs_mb"])
+                isolation.append("readonly_fs")
+            except OSError as exc:
+                problem = str(exc)
+        if problem is not None and fs["required"]:
+            raise RuntimeError(
+                f"no filesystem isolation for the program: {problem}. Without it nothing but "
+                "the in-process guard, which cannot see file access done in C, keeps the "
+                "program from writing outside its folder; " + fs["how_to_allow"]
+            )
         _set_limits(config["limits"])
         isolation.append("rlimits")
         if config["drop"]:
@@ -265,7 +325,7 @@ def main() -> None:
             isolation.append("no_new_privs")
         # Set after the uid change, which clears it; the parent may already be gone.
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != config["parent"]:
+        if os.getppid() != config["parent"] and "pidns" not in isolation:
             raise RuntimeError("the test process exited")
         if config["guard"]:
             isolation.append("guard")
@@ -283,6 +343,36 @@ def main() -> None:
             config["bootstrap_config"],
         ]
         os.execve(python, argv, config["env"])
+    except BaseException as exc:
+        with contextlib.suppress(BaseException):
+            os.write(result_fd, f"sandbox-error {type(exc).__name__}: {exc}\n".encode())
+        os._exit(EXIT_SANDBOX_ERROR)
+
+
+def main() -> None:
+    config: dict[str, Any] = json.loads(sys.argv[1])
+    result_fd = config["fds"][2]
+    try:
+        _remap(config["fds"])
+        result_fd = RESULT_FD
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != config["parent"]:
+            raise RuntimeError("the test process exited")
+        isolation: list[str] = []
+        problem: str | None = None
+        try:
+            isolation += _enter_namespaces(config["drop"])
+        except OSError as exc:
+            problem = str(exc)
+        if "pidns" not in isolation:
+            _become_program(config, isolation, problem)
+        status_read, status_write = os.pipe()
+        init = os.fork()
+        if init == 0:
+            os.close(status_read)
+            _init(config, isolation, problem, status_write)
+        os.close(status_write)
+        _relay(init, status_read)
     except BaseException as exc:
         with contextlib.suppress(BaseException):
             os.write(result_fd, f"sandbox-error {type(exc).__name__}: {exc}\n".encode())

@@ -298,6 +298,8 @@ def _rlimits(limits: Limits, user: SandboxUser) -> dict[str, list[int]]:
     if not user.exclusive:
         # RLIMIT_NPROC counts every thread of the uid, not just the run's.
         nproc += count_user_tasks(user.uid)
+    if not user.drop:
+        nproc += 2  # the launcher and the run's init (PID 1 of its namespace) share the uid
     memory = limits.memory_mb * _MB
     file_size = limits.max_file_mb * _MB
     return {

@@ -305,7 +305,7 @@ def test_root_mode_program_still_works_in_its_folder() -> None:
 # Run by an unprivileged user: imports the sandbox package from a world-readable copy (it
 # needs only the standard library) and prints one JSON line per program.
 _DRIVER = """
-import importlib, json, sys, types
+import importlib, json, os, sys, types
 root = sys.argv[1]
 package = types.ModuleType("pytest_llmeval")
 package.__path__ = [root + "/pytest_llmeval"]
@@ -315,10 +315,24 @@ result_type = importlib.import_module("pytest_llmeval.sandbox._result")
 request = json.loads(sys.stdin.read())
 if request["allow_unisolated"]:
     run.allow_unisolated()
+
+def survivors(mark):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/" + pid + "/cmdline", "rb") as handle:
+                if mark.encode() in handle.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
 for code in request["programs"]:
+    code = code.replace("DRIVER_PID", str(os.getpid()))
     res = run.execute([("program.py", code)], result_type.Limits(timeout_s=10.0), guard=False)
     print(json.dumps({"status": res.status, "reason": res.reason, "isolation": res.isolation,
-                      "stdout": res.stdout, "uid": res.uid}))
+                      "stdout": res.stdout, "uid": res.uid,
+                      "survivors": survivors(request.get("mark") or "-no-mark-")}))
 """
 
 
@@ -349,6 +363,7 @@ def _as_nobody(
     *,
     chroot: bool = False,
     allow_unisolated: bool = False,
+    mark: str | None = None,
 ) -> list[dict[str, object]]:
     command = [python, "-I", "-S", str(copy / "driver.py"), str(copy)]
     if chroot:
@@ -368,7 +383,9 @@ def _as_nobody(
     try:
         done = subprocess.run(
             command,
-            input=json.dumps({"programs": programs, "allow_unisolated": allow_unisolated}),
+            input=json.dumps(
+                {"programs": programs, "allow_unisolated": allow_unisolated, "mark": mark}
+            ),
             capture_output=True,
             text=True,
             timeout=300,
@@ -407,6 +424,44 @@ def test_unprivileged_mode_holds_without_the_guard(
         isolation = set(result["isolation"])  # type: ignore[call-overload]
         assert {"userns", "mountns", "readonly_fs"} <= isolation, (name, isolation)
         assert "uid" not in isolation
+
+
+@needs_root
+def test_unprivileged_mode_isolates_processes(unprivileged_copy: Path, nobody_python: str) -> None:
+    """Not as root there is no uid of the run's own; its PID namespace keeps the user's other
+    processes (the one that started the run among them) out of reach, and its end kills the
+    processes it leaves behind, also those that left its session."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is needed to start the unprivileged runs")
+    mark = "llmeval-survivor-" + secrets.token_hex(4)
+    signal_starter = (
+        "import os, signal\n"
+        "for pid in (DRIVER_PID, os.getppid()):\n"
+        "    try: os.kill(pid, signal.SIGKILL); print('signalled', pid)\n"
+        "    except OSError as exc: print(pid, exc.strerror)\n"
+        "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+    )
+    escapee = (
+        "import os, sys\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        f"    os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', "
+        f"'{mark}'])\n"
+        "import time; time.sleep(0.5)\n"
+        "print('left a child behind')\n"
+    )
+    signalled, escaped = _as_nobody(
+        unprivileged_copy, nobody_python, [signal_starter, escapee], mark=mark
+    )
+    assert "pidns" in signalled["isolation"]  # type: ignore[operator]
+    out = str(signalled["stdout"]).splitlines()
+    assert out[0].endswith("No such process"), out  # the driver: not in the namespace
+    # Its parent is the namespace's init, which ignores signals sent from inside.
+    assert out[1] == "signalled 1", out
+    assert out[2] == "[1, 2]", out  # its own /proc lists the run's processes alone
+    assert escaped["status"] == "passed", escaped["reason"]
+    assert escaped["stdout"] == "left a child behind\n"
+    assert escaped["survivors"] == []
 
 
 @needs_root
