@@ -49,12 +49,38 @@ def _root(path_template: str) -> str:
     return Path(path_template).parts[0]
 
 
+def _in_benchmark_folder(path_template: str) -> bool:
+    """Whether a data path lies in a benchmark's folder (``gsm8k/test.jsonl``); for a bare
+    file name or an absolute path, a missing file is an error, never "not installed"."""
+    path = Path(path_template)
+    return not (path.is_absolute() or len(path.parts) < 2 or "{subset}" in path.parts[0])
+
+
 def benchmark_installed(path_template: str, data_dirs: Sequence[Path]) -> bool:
     """False when the data path's top folder exists in no data directory."""
-    path = Path(path_template)
-    if path.is_absolute() or len(path.parts) < 2 or "{subset}" in path.parts[0]:
+    if not _in_benchmark_folder(path_template):
         return True  # a bare file name or absolute path: a missing file is an error
-    return any((base / path.parts[0]).exists() for base in data_dirs)
+    return any((base / Path(path_template).parts[0]).exists() for base in data_dirs)
+
+
+def _not_installed(
+    what: str, relative: str, path_template: str, data_dirs: Sequence[Path], hub: str
+) -> DataNotInstalled:
+    """A task whose own data file is in no data directory: its benchmark's folder is
+    absent, or holds other files (another task's: ARC-Challenge beside ARC-Easy)."""
+    dirs = ", ".join(str(d) for d in data_dirs) or "(none configured)"
+    root = _root(path_template)
+    if not benchmark_installed(path_template, data_dirs):
+        where = f"and no {root!r} folder in the data directories [{dirs}]"
+    else:
+        where = (
+            f"in the data directories [{dirs}] (their {root!r} folder holds other files, not "
+            "this one: install it, or check dataset.path)"
+        )
+    return DataNotInstalled(
+        f"{what}: benchmark data not installed: data file {relative!r} not found, {where}; "
+        f"put a local copy there (--llm-data-dir, LLMEVAL_DATA_DIR){hub}"
+    )
 
 
 @dataclass(frozen=True)
@@ -80,6 +106,47 @@ def _infer_format(path: Path, declared: str | None) -> str:
     raise DataError(f"{path}: cannot tell the format from the extension; set dataset.format")
 
 
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (for a message)."""
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "null" if value is None else "an object"
+
+
+def _clip(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def not_utf8(path: Path) -> DataError:
+    """Where a text data file stops being UTF-8: ``FILE:LINE``, the byte and its place in
+    the line (the decoder's own message gives only an offset into a read buffer)."""
+    raw = path.read_bytes()
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return DataError(
+            f"{path}:1: the file is UTF-16 (it starts with a UTF-16 byte order mark), not "
+            "UTF-8; re-save it as UTF-8"
+        )
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = exc.start
+        line_start = raw.rfind(b"\n", 0, start) + 1
+        lineno = raw.count(b"\n", 0, start) + 1
+        return DataError(
+            f"{path}:{lineno}: byte 0x{raw[start]:02x} (byte "
+            f"{start - line_start + 1} of the line) is not UTF-8 ({exc.reason}): the file's "
+            "encoding is not UTF-8 (Windows-1252 or Latin-1?); re-save it as UTF-8 (e.g. "
+            f"iconv -f cp1252 -t utf-8 {path.name} > new-{path.name})"
+        )
+    return DataError(f"{path}: cannot be decoded as UTF-8")
+
+
 def read_records(
     path: Path,
     fmt: str | None = None,
@@ -100,9 +167,16 @@ def read_records(
                     if not line.strip():
                         continue
                     try:
-                        rows.append(json.loads(line))
+                        row = json.loads(line)
                     except json.JSONDecodeError as exc:
                         raise DataError(f"{path}:{lineno}: invalid JSON line: {exc}") from None
+                    if not isinstance(row, dict):
+                        raise DataError(
+                            f"{path}:{lineno}: expected a JSON object (one row of "
+                            f'{{"field": value, ...}} per line), got {_json_kind(row)}: '
+                            f"{_clip(line.strip())}"
+                        )
+                    rows.append(row)
             return rows
         if kind == "json":
             with path.open(encoding="utf-8") as fh:
@@ -116,6 +190,13 @@ def read_records(
                     f"{path}: expected a JSON list of objects"
                     + ("" if json_key else "; set dataset.json_key if the list is under a key")
                 )
+            for index, element in enumerate(data):
+                if not isinstance(element, dict):
+                    raise DataError(
+                        f"{path}: expected a JSON list of objects, but element {index} "
+                        + (f"of {json_key!r} " if json_key else "")
+                        + f"is {_json_kind(element)}: {_clip(json.dumps(element))}"
+                    )
             return list(data)
         if kind == "csv":
             rows = []
@@ -142,10 +223,17 @@ def read_records(
                 raise DataError(
                     f"{path}: reading parquet needs pyarrow (pip install pyarrow)"
                 ) from None
-            return list(pq.read_table(path).to_pylist())
+            import pyarrow as pa
+
+            try:
+                return list(pq.read_table(path).to_pylist())
+            except (pa.ArrowException, ValueError) as exc:  # not a parquet file, or damaged
+                raise DataError(f"{path}: cannot be read as parquet: {exc}") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     except OSError as exc:
         raise DataError(f"{path}: cannot be read: {exc}") from None
-    except (UnicodeDecodeError, csv.Error, json.JSONDecodeError) as exc:
+    except (csv.Error, json.JSONDecodeError) as exc:
         raise DataError(f"{path}: cannot be parsed as {kind}: {exc}") from None
     raise DataError(f"{path}: unknown format {kind!r}")
 
@@ -230,9 +318,12 @@ def load_rows(
     what: str,
     hub_split: str | None = None,
     problems: dict[int, str] | None = None,
+    own_data: bool = True,
 ) -> tuple[list[Doc], str]:
     """Rows of one (sub)set with the field map applied, and a description of where from.
-    ``problems``: as in :func:`read_records`; a row with a problem keeps the fields it has."""
+    ``problems``: as in :func:`read_records`; a row with a problem keeps the fields it has.
+    A missing file is :class:`DataNotInstalled` when its benchmark's folder is absent, or
+    when ``own_data`` is False (none of the task's own data files is there); else an error."""
     if spec.path is not None:
         local = resolve_local(spec.path, subset, data_dirs)
         if local is not None:
@@ -261,12 +352,13 @@ def load_rows(
         if spec.hub is not None
         else " (the spec names no hub dataset)"
     )
-    if spec.path is not None and not benchmark_installed(spec.path, data_dirs):
-        raise DataNotInstalled(
-            f"{what}: benchmark data not installed: data file {relative!r} not found, and no "
-            f"{_root(spec.path)!r} folder in the data directories [{dirs}]; put a local copy "
-            f"there (--llm-data-dir, LLMEVAL_DATA_DIR){hub}"
-        )
+    if (
+        spec.path is not None
+        and relative is not None
+        and _in_benchmark_folder(spec.path)
+        and (not own_data or not benchmark_installed(spec.path, data_dirs))
+    ):
+        raise _not_installed(what, relative, spec.path, data_dirs, hub)
     raise DataError(
         f"{what}: data file {relative!r} not found in the data directories [{dirs}]; "
         f"set --llm-data-dir or LLMEVAL_DATA_DIR{hub}"
@@ -288,6 +380,14 @@ def task_subsets(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[str | None]:
                     f"{spec.source}: dataset.subsets is '*' but the benchmark data is not "
                     f"installed: no {_root(spec.dataset.path)!r} folder in the data directories "
                     f"[{dirs}] (--llm-data-dir, LLMEVAL_DATA_DIR)"
+                )
+            if _in_benchmark_folder(spec.dataset.path):  # none of the task's own files
+                raise DataNotInstalled(
+                    f"{spec.source}: dataset.subsets is '*' but the benchmark data is not "
+                    f"installed: no file matches {spec.dataset.path!r} in the data "
+                    f"directories [{dirs}] (their {_root(spec.dataset.path)!r} folder holds "
+                    "other files: install these, or check dataset.path) (--llm-data-dir, "
+                    "LLMEVAL_DATA_DIR)"
                 )
             raise DataError(
                 f"{spec.source}: dataset.subsets is '*' but no file matches "
@@ -350,14 +450,31 @@ def _safe_id(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.]+", "_", str(value)).strip("_") or "x"
 
 
-def load_items(spec: TaskSpec, data_dirs: Sequence[Path]) -> list[Item]:
-    """All items of a task, in the task's canonical order (subset by subset)."""
+def load_items(
+    spec: TaskSpec, data_dirs: Sequence[Path], empty: dict[str, str] | None = None
+) -> list[Item]:
+    """All items of a task, in the task's canonical order (subset by subset).
+
+    A task none of whose own data files is there is :class:`DataNotInstalled` (its
+    benchmark's folder may hold another task's files); one of several subset files
+    missing is an error. ``empty`` (filled in when given): subset -> its file, for each
+    subset whose data has no rows (an empty file, a header only), which gives no item."""
     items: list[Item] = []
-    for subset in task_subsets(spec, data_dirs):
+    subsets = task_subsets(spec, data_dirs)
+    path = spec.dataset.path
+    own_data = path is None or any(resolve_local(path, s, data_dirs) for s in subsets)
+    for subset in subsets:
         problems: dict[int, str] = {}
         rows, where = load_rows(
-            spec.dataset, subset, data_dirs, f"{spec.source}: dataset", problems=problems
+            spec.dataset,
+            subset,
+            data_dirs,
+            f"{spec.source}: dataset",
+            problems=problems,
+            own_data=own_data,
         )
+        if not rows and subset is not None and empty is not None:
+            empty[subset] = f"{where} (0 rows)"
         width = max(4, len(str(len(rows) - 1)))
         prefix = f"{spec.name}-{subset}-" if subset is not None else f"{spec.name}-"
         window = spec.dataset.window
@@ -483,7 +600,10 @@ def load_fewshot_text(
             f"{spec.source}: fewshot.text_file {spec.fewshot.text_file!r} (subset {subset!r}) "
             f"not found in the data directories [{dirs}]"
         )
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     lines = text.splitlines()
     for i, line in enumerate(lines[:5]):
         if line.strip() and set(line.strip()) == {"-"}:

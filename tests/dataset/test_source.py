@@ -481,7 +481,13 @@ def test_not_installed_vs_missing_file(tmp_path: Path) -> None:
     spec = _spec({"path": "bench/test.jsonl"})
     with pytest.raises(DataNotInstalled):
         load_items(spec, [tmp_path])
-    (tmp_path / "bench").mkdir()  # the benchmark is installed, the file is not: an error
+    # The benchmark's folder holds another task's file, not this task's: not installed
+    # either (decided per task, by its own files).
+    _jsonl(tmp_path / "bench" / "other.jsonl", ROWS)
+    with pytest.raises(DataNotInstalled, match="'bench' folder holds other files"):
+        load_items(spec, [tmp_path])
+    # One of the task's own files is there, another is not: an error.
+    spec = _spec({"path": "bench/{subset}.jsonl", "subsets": ["other", "test"]})
     with pytest.raises(DataError) as info:
         load_items(spec, [tmp_path])
     assert not isinstance(info.value, DataNotInstalled)
