@@ -15,7 +15,7 @@ import pytest
 from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.task import CAPABILITIES
 
-from ._collect import SESSION_KEY, EvalItem, collect_file, get_session
+from ._collect import SESSION_KEY, EvalItem, collect_file, get_session, report_spec_errors
 from ._drift import DriftCheck
 from ._options import add_options
 from ._probe import ProbeRunner
@@ -98,6 +98,7 @@ def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     llm = get_session(config)
+    report_spec_errors(config, items)  # a broken spec: an error if selected, else a warning
     if llm.options.catalog:  # show the catalog, run nothing
         config.hook.pytest_deselected(items=list(items))
         items[:] = []

@@ -160,11 +160,13 @@ class MissingDataItem(pytest.Item):
         reason: str,
         floor: float | None = None,
         meta: dict[str, Any] | None = None,
+        what: str = "the task",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.reason = reason
         self.floor = floor
+        self.what = what  # what runs no item: the task, or one of its subsets
         if meta is not None:
             self.user_properties.append(("llmeval_task", meta["task"]))
             self.user_properties.append(("llmeval_meta", meta))
@@ -176,8 +178,9 @@ class MissingDataItem(pytest.Item):
             pytest.skip(self.reason)
 
     def runtest(self) -> None:
+        but = "" if self.what == "the task" else f" {self.what}"
         pytest.fail(
-            f"the task has a floor of {self.floor} but runs no item: {self.reason}",
+            f"the task has a floor of {self.floor} but{but} runs no item: {self.reason}",
             pytrace=False,
         )
 
@@ -185,18 +188,82 @@ class MissingDataItem(pytest.Item):
         return self.path, 0, self.name
 
 
+class SpecErrorItem(pytest.Item):
+    """Stands for a spec file that cannot be collected (its text, or its data): the run's
+    collection error when the run selects it (:func:`report_spec_errors`, before anything
+    runs), a warning when ``-k``/``-m`` deselect it, so that one broken spec does not stop
+    runs of the others. Named ``TASK-spec`` (the file's stem when the spec did not load),
+    with the spec's markers."""
+
+    def __init__(self, *, message: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:  # reached only if the collection error was not reported
+        pytest.fail(self.message, pytrace=False)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, self.name
+
+
+def report_spec_errors(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """After ``-k``/``-m`` selection: each selected :class:`SpecErrorItem` becomes its
+    file's collection error (the run is interrupted before anything runs: exit 2) and
+    leaves ``items``; a spec error the run does not select becomes a warning line, and so
+    do the warnings of the selected tasks (a subset without rows)."""
+    session = get_session(config)
+    chosen = [item for item in items if isinstance(item, SpecErrorItem)]
+    if chosen:
+        items[:] = [item for item in items if not isinstance(item, SpecErrorItem)]
+    for item in chosen:
+        assert item.parent is not None
+        report = pytest.CollectReport(item.parent.nodeid, "failed", item.message, [])
+        config.hook.pytest_collectreport(report=report)
+    reported = {item.parent.nodeid for item in chosen if item.parent is not None}
+    for nodeid, message in session.spec_errors.items():
+        if nodeid not in reported:
+            session.collect_warnings.append(
+                f"{nodeid} cannot be collected (this run's -k/-m does not select it, so the "
+                f"run goes on without it): {message}"
+            )
+    tasks = {item.task for item in items if isinstance(item, EvalItem)}
+    for task, lines in session.task_warnings.items():
+        if task in tasks:
+            session.collect_warnings.extend(lines)
+
+
 class TaskFile(pytest.File):
     """A YAML task spec. Collection validates the spec and renders the first prompt."""
 
     def collect(self) -> Iterator[pytest.Item]:
+        self._spec: TaskSpec | None = None  # once loaded: names the stand-in of an error
+        try:
+            items = list(self._collect())
+        except (self.CollectError, LlmEvalError) as exc:
+            yield self._spec_error(str(exc))
+            return
+        yield from items
+
+    def _spec_error(self, message: str) -> SpecErrorItem:
+        get_session(self.config).spec_errors[self.nodeid] = message
+        spec = self._spec
+        name = f"{spec.name if spec is not None else self.path.stem}-spec"
+        node: SpecErrorItem = SpecErrorItem.from_parent(self, name=name, message=message)
+        for marker in _markers(spec) if spec is not None else []:
+            node.add_marker(getattr(pytest.mark, marker))
+        return node
+
+    def _collect(self) -> Iterator[pytest.Item]:
         session = get_session(self.config)
+        empty: dict[str, str] = {}
         try:
             spec: TaskSpec = load_task_spec(self.path)
+            self._spec = spec
             if spec.lmeval is not None:
                 yield from collect_lmeval(self, spec)
                 return
             try:
-                items = load_items(spec, session.options.data_dirs)
+                items = load_items(spec, session.options.data_dirs, empty)
             except DataNotInstalled as exc:
                 spec = self._register(spec)
                 yield self._no_items(spec, "data", str(exc))
@@ -227,8 +294,30 @@ class TaskFile(pytest.File):
             yield self._no_items(spec, "empty", _no_items_reason(session, spec, loaded))
             return
         meta = task_meta(spec, len(items), session.floor_sources.get(spec.name))
+        if spec.dataset.subsets is not None:
+            meta["subsets"] = True
+            meta["empty_subsets"] = dict(empty)
         for item in chosen:
             yield _eval_item(self, spec, item, meta, problems.get(item.id))
+        for subset, where in empty.items():
+            reason = f"its data has no rows: {where}"
+            if spec.floor is None:  # nothing gates on it: a warning, the others are scored
+                session.task_warnings.setdefault(spec.name, []).append(
+                    f"{spec.name}: subset {subset!r} runs no item, {reason}; it is not "
+                    "scored: fill the file, or leave the subset out of dataset.subsets"
+                )
+                continue
+            node = MissingDataItem.from_parent(
+                self,
+                name=f"{spec.name}-{subset}-empty",
+                reason=reason,
+                floor=spec.floor,
+                meta={**meta, "task": spec.name},
+                what=f"its subset {subset!r}",
+            )
+            for marker in _markers(spec):
+                node.add_marker(getattr(pytest.mark, marker))
+            yield node
 
     def _no_items(self, spec: TaskSpec, suffix: str, reason: str) -> MissingDataItem:
         return _no_items(self, spec, suffix, reason)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
+from pytest_llmeval._errors import SpecError
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import FailureReport, ItemResult, TaskRunner, analyse_failures
 from pytest_llmeval.gate import interval_verdict, policy_fails
@@ -88,6 +89,17 @@ def _read_agreement(path: Path | None) -> tuple[dict[str, Any] | None, str | Non
         return read_agreement(path)
     except LlmEvalError as exc:
         raise pytest.UsageError(f"--llm-agreement (ini llm_agreement): {exc}") from None
+
+
+def _defined_twice(name: str, first: str, second: str) -> SpecError:
+    """Two spec files (or harness tasks) give the same task name: a spec error of the
+    second, naming both (collected as that file's error, like any spec error)."""
+    return SpecError(
+        second,
+        "task",
+        f"the task name {name!r} is defined twice: in {first} and in {second}; task names "
+        "must be unique among the collected specs: rename one of them",
+    )
 
 
 def _item_line(item_id: str, message: str) -> str:
@@ -234,6 +246,17 @@ class TaskTally:
     floor_source: dict[str, Any] | None = None
     # An lm-evaluation-harness task: how the harness aggregates it and its groups.
     lmeval: dict[str, Any] | None = None
+    # Whether the task has subsets, and those whose data has no rows (subset -> its file).
+    has_subsets: bool = False
+    empty_subsets: dict[str, str] = field(default_factory=dict)
+
+    def subsets_ran(self) -> dict[str, int]:
+        """The scored items of each subset (the subsets that ran, in their order)."""
+        counts: dict[str, int] = {}
+        for r in self.results.values():
+            if r.get("subset") is not None:
+                counts[str(r["subset"])] = counts.get(str(r["subset"]), 0) + 1
+        return counts
 
     def estimate(self) -> Estimate:
         return accuracy([r["score"] for r in self.results.values()])
@@ -339,6 +362,11 @@ class LlmEvalSession:
         # worker an option error that stops it before the model loads.
         self.notes: dict[str, list[str]] = {}
         self.stop_reason: str | None = None
+        # Found while collecting spec files: warnings (a subset whose data has no rows, a
+        # spec whose error the run does not select), and each spec error by file node id.
+        self.collect_warnings: list[str] = []
+        self.task_warnings: dict[str, list[str]] = {}  # shown when the task is selected
+        self.spec_errors: dict[str, str] = {}
         # Controller: each process's environment (xdist workers by id), and why the run
         # stopped before its end (None: it ran to the end).
         self.environments: dict[str, dict[str, Any]] = {}
@@ -367,9 +395,7 @@ class LlmEvalSession:
         spec = self._apply_floor(spec)
         existing = self.specs.get(spec.name)
         if existing is not None and existing.source != spec.source:
-            raise pytest.UsageError(
-                f"task name {spec.name!r} is defined twice: {existing.source} and {spec.source}"
-            )
+            raise _defined_twice(spec.name, existing.source, spec.source)
         self.specs[spec.name] = spec
         self.runners[spec.name] = TaskRunner(
             spec, self.options.data_dirs, self.options.chat_settings()
@@ -396,9 +422,7 @@ class LlmEvalSession:
             if existing is not None and existing.source == leaf.source:
                 continue  # reached again (a task named and in a named group): once
             if existing is not None:
-                raise pytest.UsageError(
-                    f"task name {leaf.name!r} is defined twice: {existing.source} and {leaf.source}"
-                )
+                raise _defined_twice(leaf.name, existing.source, leaf.source)
             assert leaf.lmeval is not None and leaf.lmeval.metric is not None
             metric = leaf.lmeval.metric.partition(",")[0]
             aggregation = leaf.lmeval.aggregation.get(metric)
@@ -506,10 +530,13 @@ class LlmEvalSession:
                 raise pytest.UsageError(message)
             self.stop_reason = message  # a worker cannot raise here: its items fail
         warnings = [
-            f"llm_floors (ini): no collected task named {t!r} (tasks: {tasks}); "
-            "its floor holds nothing in this run"
-            for t in unknown
-            if t not in given
+            *self.collect_warnings,
+            *(
+                f"llm_floors (ini): no collected task named {t!r} (tasks: {tasks}); "
+                "its floor holds nothing in this run"
+                for t in unknown
+                if t not in given
+            ),
         ]
         unmatched = sorted(self.excluded - self.exclusions_matched)
         if unmatched and self.options.exclude is not None:
@@ -628,6 +655,8 @@ class LlmEvalSession:
                 capability=meta.get("capability"),
                 freshness=str(meta.get("freshness") or "stable"),
                 lmeval=meta.get("lmeval"),
+                has_subsets=bool(meta.get("subsets")),
+                empty_subsets=dict(meta.get("empty_subsets") or {}),
             )
         if report.when == "call" or (report.when == "setup" and not report.passed):
             self.done_nodeids.add(report.nodeid)
@@ -926,6 +955,11 @@ class LlmEvalSession:
             if v.repeats:
                 entry["repeats"] = list(v.repeats)
                 entry["spread"] = v.spread
+            if self.tallies[v.task].has_subsets:  # scored items per subset; empty ones
+                entry["subsets"] = {
+                    "ran": self.tallies[v.task].subsets_ran(),
+                    "empty": dict(self.tallies[v.task].empty_subsets),
+                }
             named = self.tallies[v.task].metric_estimates()
             if named:  # beside the primary score; the verdict is on the primary score only
                 entry["metrics"] = {

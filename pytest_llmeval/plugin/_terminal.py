@@ -113,6 +113,17 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
                 yellow=True,
             )
     for v in verdicts:
+        empty = session.tallies[v.task].empty_subsets
+        if empty:  # a subset without rows gives no item: say which subsets the score covers
+            ran = session.tallies[v.task].subsets_ran()
+            listed = ", ".join(f"{name} {n}" for name, n in ran.items()) or "none"
+            tr.write_line(
+                f"{v.task}: scored items of {len(ran)} subset(s): {listed}; "
+                f"{len(empty)} subset(s) have no rows, not scored: "
+                + ", ".join(f"{name} ({where})" for name, where in empty.items()),
+                yellow=True,
+            )
+    for v in verdicts:
         not_fitting = session.tallies[v.task].not_fitting
         if not_fitting:
             window = next(iter(not_fitting.values())).get("context_window")
