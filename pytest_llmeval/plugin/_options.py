@@ -592,8 +592,11 @@ def _baseline(config: pytest.Config) -> Path | None:
     from pytest_llmeval._errors import LlmEvalError
     from pytest_llmeval.record import load_run
 
+    from pytest_llmeval.record._rundir import refuse_damaged
+
     try:
         load_run(path)
+        refuse_damaged(path, "a baseline")
     except (LlmEvalError, OSError, ValueError) as exc:
         raise pytest.UsageError(f"--llm-baseline (ini llm_baseline): {exc}") from None
     return path

@@ -126,7 +126,10 @@ def _read_reference(path: Path | None) -> ReferenceRun | None:
     from pytest_llmeval._errors import LlmEvalError
     from pytest_llmeval.gate import ReferenceRun
 
+    from pytest_llmeval.record._rundir import refuse_damaged
+
     try:
+        refuse_damaged(path, "a floors source")
         return ReferenceRun(path, needed_by="--llm-floors-from")
     except LlmEvalError as exc:
         raise pytest.UsageError(f"--llm-floors-from (ini llm_floors_from): {exc}") from None

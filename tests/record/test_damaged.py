@@ -165,3 +165,29 @@ def test_a_damaged_run_is_reported_damaged_and_refused(
         assert what.split("*")[0] in err
         assert err.rstrip().endswith(f"it is not used as {role}")
     assert record_main(["compare", str(intact), str(intact)]) == 0
+
+
+def test_the_plugin_refuses_a_damaged_baseline_or_floors_source(
+    pytester: pytest.Pytester, fake_openai: FakeServer
+) -> None:
+    run = _real_run(pytester, fake_openai)
+    what = _truncate_half(run).split("*")[0]
+    for option, ini, role in (
+        ("--llm-baseline", "llm_baseline", "a baseline"),
+        ("--llm-floors-from", "llm_floors_from", "a floors source"),
+    ):
+        result = pytester.runpytest(
+            "--llm-backend=openai",
+            f"--llm-base-url={fake_openai.url}",
+            "--llm-model=toy",
+            "--llm-data-dir=.",
+            "--llm-output=later",
+            f"{option}={run}",
+            "-p",
+            "no:cacheprovider",
+        )
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        err = result.stderr.str()
+        assert f"{option} (ini {ini}): {run}: damaged run record ({what}" in err
+        assert f"or rerun it; it is not used as {role}" in err
+    assert not (pytester.path / "later").exists()
