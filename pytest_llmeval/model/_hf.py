@@ -188,6 +188,9 @@ class HFBackend:
         # at the first generation; otherwise the decoder's own forward pass.
         self._fused: Any = None
         self._fused_skipped = self._fused_reason(settings.decode_step)
+        # Whether any generation ran in this process (the record says which decode step
+        # ran, or that none did: a multiple-choice run has no decode step).
+        self._generated = False
         if not settings.batch_size:
             self._batch_size, self.batch_size_source = self._auto_batch_size()
 
@@ -211,7 +214,20 @@ class HFBackend:
         return reason
 
     def decode_step_info(self) -> dict[str, Any]:
-        """How decode steps run, as the record states it."""
+        """How decode steps ran, as the record states it: the step of
+        :meth:`decode_step_plan`, or ``none`` while no generation has run."""
+        if not self._generated:
+            return {
+                "step": "none",
+                "requested": self.settings.decode_step,
+                "reason": "no generation ran (log-likelihood requests only)",
+                "prompt_lookup": 0,
+            }
+        return self.decode_step_plan()
+
+    def decode_step_plan(self) -> dict[str, Any]:
+        """How decode steps run when this model generates (part of a generative task's
+        resume key)."""
         if self._fused_skipped is None:
             return {
                 "step": "fused",
@@ -319,6 +335,7 @@ class HFBackend:
             "device_map": self.settings.device_map,
             "prefix_sharing": self._share,
             "decode_step": self.decode_step_info(),
+            "decode_plan": self.decode_step_plan(),
             "max_length": self.max_length,
             "chat_template": self._chat.describe() if self._chat is not None else None,
             "bos": self.bos_info(),
@@ -872,6 +889,7 @@ class HFBackend:
             )
         if not jobs:
             return
+        self._generated = True
         if self._share:
             for row in self._continuous(jobs):
                 yield row.job.index, self._result(row)

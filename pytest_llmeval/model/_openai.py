@@ -408,8 +408,15 @@ class OpenAIBackend:
         self.served_models = [str(m["id"]) for m in models]
         for entry in models:
             if str(entry["id"]) == self.settings.model:
+                # What identifies the served model: vLLM's root (the weights' path or hub
+                # name) and parent (a LoRA's base), llama.cpp's meta (vocabulary, sizes,
+                # parameters). No server reports a revision of the weights, and "created"
+                # is the time of the answer (vLLM, llama.cpp), not of the model: a
+                # redeployed model under the same name needs --llm-model-revision.
                 self.server_model = {
-                    k: entry[k] for k in ("id", "max_model_len", "owned_by", "root") if k in entry
+                    k: entry[k]
+                    for k in ("id", "max_model_len", "owned_by", "root", "parent", "meta")
+                    if k in entry
                 }
         if self.served_models and self.server_model is None:
             raise ModelError(

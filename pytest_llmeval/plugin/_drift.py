@@ -29,6 +29,8 @@ class DriftCheck:
             evaluator.backend()
             backend = (evaluator.environment or {}).get("backend") or {}
             template = backend.get("chat_template") or {}
+            # How decode steps run when the model generates (decode_step says what ran).
+            plan = backend.get("decode_plan") or backend.get("decode_step") or {}
             extra: dict[str, Any] = {
                 "dtype": evaluator.model_settings.get("dtype"),
                 "device_type": evaluator.model_settings.get("device_type"),
@@ -41,8 +43,8 @@ class DriftCheck:
                 "add_bos": (backend.get("bos") or {}).get("add"),
                 # How generation steps run (model/_step.py): the numbers differ by summation
                 # order between the fused step and the model's own forward pass.
-                "decode_step": (backend.get("decode_step") or {}).get("step"),
-                "prompt_lookup": (backend.get("decode_step") or {}).get("prompt_lookup"),
+                "decode_step": plan.get("step"),
+                "prompt_lookup": plan.get("prompt_lookup"),
             }
             for name in sorted(llm.runners):
                 runner = llm.runners[name]

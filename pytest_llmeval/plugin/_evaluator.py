@@ -23,9 +23,11 @@ from pytest_llmeval.record import (
     prompt_hash,
     resumable_items,
     resume_key,
+    resume_settings,
     run_identity,
     same_content,
     task_config,
+    tokenizer_digest,
 )
 
 from ._options import Options
@@ -67,6 +69,8 @@ class TaskState:
     prompt_hash: str
     config_hash: str
     resume_key: str = ""
+    # The model settings outside the config hash that the resume key holds (recorded).
+    resume_settings: dict[str, Any] = field(default_factory=dict)
     data_files: dict[str, str] = field(default_factory=dict)
     resumable: dict[str, dict[str, Any]] = field(default_factory=dict)
     resumed_from: list[str] = field(default_factory=list)
@@ -98,6 +102,8 @@ class Evaluator:
         self._identity: dict[str, Any] | None = None
         self.environment: dict[str, Any] | None = None
         self.model_settings: dict[str, Any] = {}
+        # The tokenizer files' digest of the model directory (None for a served model).
+        self.tokenizer: dict[str, Any] | None = None
         self.states: dict[str, TaskState] = {}
         self.cache: dict[str, ItemResult] = {}
 
@@ -146,11 +152,11 @@ class Evaluator:
         raw_path = info.get("model_path")
         model_path = Path(str(raw_path)) if raw_path else None
         cache = HashCache()
-        env = environment_record(
-            self.code_dir,
-            model_path if model_path is not None and model_path.is_dir() else None,
-            hash_cache=cache,
-        )
+        model_dir = model_path if model_path is not None and model_path.is_dir() else None
+        env = environment_record(self.code_dir, model_dir, hash_cache=cache)
+        if model_dir is not None:
+            known = (env.get("model") or {}).get("files") or {}
+            self.tokenizer = tokenizer_digest(model_dir, known, cache)
         cache.save()
         if env.get("model") is None and info.get("model_sha256_reason"):
             # A model behind a server: no weights to hash here; say so instead of a bare null.
@@ -161,6 +167,9 @@ class Evaluator:
             }
         model = env.get("model") or {}
         env["backend"] = info
+        env["tokenizer_sha256"] = (self.tokenizer or {}).get("sha256")
+        if self.options.model_revision is not None:
+            env["model_revision"] = self.options.model_revision
         env["worker"] = os.environ.get("PYTEST_XDIST_WORKER") or None
         env["pid"] = os.getpid()
         libraries = env.get("libraries", {})
@@ -203,11 +212,18 @@ class Evaluator:
             runner.bind(self.backend())
             config: dict[str, Any] = _json(task_config(runner, runner.subsets()))
             digest = config_hash(config, self.model_settings)
+            settings = resume_settings(
+                (self.environment or {}).get("backend") or {},
+                self.tokenizer,
+                self.options.model_revision,
+                generative=runner.spec.mode == "generate",
+            )
             state = TaskState(
                 config=config,
                 prompt_hash=prompt_hash(config),
                 config_hash=digest,
-                resume_key=resume_key(digest, self.identity()),
+                resume_key=resume_key(digest, self.identity(), settings),
+                resume_settings=settings,
                 data_files=data_files(runner.data_files(), runner.data_dirs),
             )
             if self.options.resume:
@@ -282,6 +298,20 @@ class Evaluator:
                 f"({self.options.repeat} repeat(s), batch size {backend.batch_size})"
             )
         return self.cache.pop(wanted.id), log
+
+    def decode_step_changed(self) -> dict[str, Any] | None:
+        """How decode steps ran, when that changed since the environment was taken (the
+        record says ``none`` until a generation runs); the environment is updated."""
+        backend = self._backend
+        env = (self.environment or {}).get("backend")
+        info = getattr(backend, "decode_step_info", None)
+        if not callable(info) or not isinstance(env, dict):
+            return None
+        now: dict[str, Any] = _json(info())
+        if env.get("decode_step") == now:
+            return None
+        env["decode_step"] = now
+        return now
 
     def take_computed_ahead(self) -> list[ItemResult]:
         """Results computed for items that have not asked for them (finished, without an

@@ -65,6 +65,14 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "--llm-backend=openai: seconds to wait for one HTTP answer (default 600)",
         "600",
     ),
+    (
+        "--llm-model-revision",
+        "llm_model_revision",
+        "--llm-backend=openai: the revision of the served model's weights (a commit, tag or "
+        "digest; servers report none), recorded and part of the resume key, so that items "
+        "of a redeployed model are not reused",
+        None,
+    ),
     ("--llm-device", "llm_device", "auto|cuda|cpu (auto picks CUDA when present)", "auto"),
     (
         "--llm-dtype",
@@ -701,6 +709,7 @@ class Options:
     concurrency: int = 4
     max_retries: int = 5
     request_timeout: float = 600.0
+    model_revision: str | None = None
     agreement: Path | None = None
     device_map: str | None = None
     chat_template: str = "auto"
@@ -813,6 +822,7 @@ class Options:
             concurrency=_default(_int(config, "llm_concurrency", None), 4),
             max_retries=_default(_int(config, "llm_max_retries", None), 5),
             request_timeout=_timeout(config),
+            model_revision=_text(config, "llm_model_revision"),
             agreement=_path(config, "llm_agreement"),
             chat_template=_choice(config, "llm_chat_template", ("auto", "on", "off")),
             chat_template_forced=config.getoption("llm_chat_template") is not None,

@@ -541,6 +541,25 @@ class LlmEvalSession:
                 if t not in given
             ),
         ]
+        floored = [t for t in sorted(self.selected) if self.specs[t].floor is not None]
+        # (floors given on the command line without a model are a usage error: _options)
+        if self.options.model is None and floored and not self.config.option.collectonly:
+            shown = ", ".join(
+                f"{t} {self.specs[t].floor} ({self.floor_sources.get(t, {}).get('from', 'spec')})"
+                for t in floored
+            )
+            warnings.append(
+                f"no model to evaluate (--llm-model is not set): the floors of {shown} "
+                "were not checked; their items are skipped"
+            )
+        if self.options.backend == "openai" and self.options.model_revision is None:
+            warnings.append(
+                f"--llm-model={self.options.model} is served by {self.options.base_url} and "
+                "no revision of its weights is known (the server reports none): resume across "
+                "server restarts cannot tell a redeployed model apart; pass "
+                "--llm-model-revision=COMMIT-OR-DIGEST (ini llm_model_revision), or "
+                "--llm-no-resume"
+            )
         unmatched = sorted(self.excluded - self.exclusions_matched)
         if unmatched and self.options.exclude is not None:
             shown = ", ".join(unmatched[:5]) + (", ..." if len(unmatched) > 5 else "")
@@ -569,6 +588,11 @@ class LlmEvalSession:
         props: list[Any] = [("llmeval_result", result.to_dict())]
         if log:
             props.append(("llmeval_log", log))
+        # The decode step that ran ("none" until a generation runs in this process).
+        decode_step = self.evaluator.decode_step_changed()
+        if decode_step is not None and self.environment_sent:
+            worker = (self.evaluator.environment or {}).get("worker") or "main"
+            props.append(("llmeval_decode_step", {"worker": worker, "decode_step": decode_step}))
         if not self.environment_sent and self.evaluator.environment is not None:
             self.environment_sent = True
             props.append(("llmeval_environment", self.evaluator.environment))
@@ -586,6 +610,7 @@ class LlmEvalSession:
                         # item's own digests instead (record/_resume.py).
                         "data_files": state.data_files,
                         "resume_key": state.resume_key,
+                        "resume_settings": state.resume_settings,
                         "resumed_from": state.resumed_from,
                     },
                 )
@@ -681,6 +706,11 @@ class LlmEvalSession:
             self.environments[str(environment.get("worker") or "main")] = environment
             if not self.environment:
                 self.environment = environment
+        decode_step = props.get("llmeval_decode_step")
+        if isinstance(decode_step, dict):
+            sent = self.environments.get(str(decode_step.get("worker")))
+            if sent is not None and isinstance(sent.get("backend"), dict):
+                sent["backend"]["decode_step"] = decode_step.get("decode_step")
         task_config = props.get("llmeval_task_config")
         if isinstance(task_config, dict):
             tally.config = task_config

@@ -21,7 +21,14 @@ from pytest_llmeval.record._env import (
 from pytest_llmeval.record._hash import HashCache, file_sha256, model_fingerprint, stable_hash
 from pytest_llmeval.record._junit import compact_properties, present_report, wrong_answer
 from pytest_llmeval.record._report import prepare_report, render_report, write_report
-from pytest_llmeval.record._resume import data_files, resume_key, run_identity, same_content
+from pytest_llmeval.record._resume import (
+    data_files,
+    resume_key,
+    resume_settings,
+    run_identity,
+    same_content,
+    tokenizer_digest,
+)
 from pytest_llmeval.record._rundir import (
     CONFIG,
     MARKDOWN,
@@ -81,12 +88,14 @@ __all__ = [
     "render_report",
     "resumable_items",
     "resume_key",
+    "resume_settings",
     "run_identity",
     "run_state",
     "same_content",
     "stable_hash",
     "strip_timing",
     "task_config",
+    "tokenizer_digest",
     "write_json_atomic",
     "write_report",
     "wrong_answer",

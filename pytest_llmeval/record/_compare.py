@@ -348,7 +348,7 @@ def sign_flip_test(differences: Sequence[float]) -> float:
             for signs in itertools.product((1.0, -1.0), repeat=m)
             if abs(math.fsum(s * d for s, d in zip(signs, nonzero, strict=True))) >= reach
         )
-        return hits / 2**m
+        return hits / float(1 << m)
     if m > SIGN_FLIP_SAMPLED:
         spread = math.sqrt(math.fsum(d * d for d in nonzero))
         return math.erfc(observed / (spread * math.sqrt(2.0)))

@@ -6,7 +6,10 @@ An item is reused only when everything that produced its record is unchanged:
   presentation, model weights digest, dtype, device type, batch size, seed, library
   versions), the code that scored it (this package's version and a digest of its source
   files, and the git commit and dirty flag of the checkout it runs from and of the project
-  directory), the number of repeats and of determinism reruns;
+  directory), the number of repeats and of determinism reruns, and the model settings
+  outside the config hash (:func:`resume_settings`): the device map, a digest of the
+  tokenizer's files (:func:`tokenizer_digest`), the revision stated for a served model,
+  and for a generative task the decode step and prompt-lookup draft length;
 - the item's **content digests** (:func:`same_content`): its source record (``doc_hash``),
   the exact prompt text (``prompt_hash``) and what it is scored against (``target_hash``).
 
@@ -17,15 +20,17 @@ config (:func:`data_files`) but do not decide reuse, as they cannot say which it
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import importlib.metadata
+import os
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from pytest_llmeval.record._env import git_info
-from pytest_llmeval.record._hash import stable_hash
+from pytest_llmeval.record._hash import HashCache, file_sha256, stable_hash
 
 DIGEST_FIELDS = ("doc_hash", "prompt_hash", "target_hash")
 DISTRIBUTION = "pytest-llm-evaluation"
@@ -66,10 +71,89 @@ def run_identity(code_dir: Path, repeat: int, check_determinism: int) -> dict[st
     }
 
 
-def resume_key(config_hash: str, identity: Mapping[str, Any]) -> str:
-    """The key an item record must carry to be reused: its task's config hash and the run
-    identity (:func:`run_identity`)."""
-    return stable_hash({"config_hash": config_hash, "identity": identity}, length=16)
+def resume_key(
+    config_hash: str, identity: Mapping[str, Any], settings: Mapping[str, Any] | None = None
+) -> str:
+    """The key an item record must carry to be reused: its task's config hash, the run
+    identity (:func:`run_identity`) and the model settings outside the config hash
+    (:func:`resume_settings`)."""
+    key: dict[str, Any] = {"config_hash": config_hash, "identity": identity}
+    if settings is not None:
+        key["settings"] = settings
+    return stable_hash(key, length=16)
+
+
+# The files a tokenizer is loaded from (transformers' AutoTokenizer and chat templates),
+# matched by name at any depth of the model directory, hidden folders skipped.
+TOKENIZER_PATTERNS = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.json",
+    "chat_template.jinja",
+    "*.jinja",  # additional_chat_templates/NAME.jinja
+    "tokenizer.model",
+    "*.tiktoken",
+    "spiece.model",
+    "vocab.*",
+    "merges.txt",
+)
+
+
+def tokenizer_digest(
+    model_dir: Path, known: Mapping[str, str] | None = None, cache: HashCache | None = None
+) -> dict[str, Any] | None:
+    """SHA256 of each tokenizer file in ``model_dir`` (:data:`TOKENIZER_PATTERNS`), by
+    relative path, and one digest over them; None when the directory has none.
+
+    ``known``: digests already taken (``model_fingerprint(...)["files"]``) are reused, the
+    others are streamed through ``cache`` (the model fingerprint's path/size/mtime cache),
+    so a model's files are not read twice."""
+    files: dict[str, str] = {}
+    for root, dirs, names in os.walk(model_dir):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in names:
+            if name.startswith(".") or not any(
+                fnmatch.fnmatchcase(name, p) for p in TOKENIZER_PATTERNS
+            ):
+                continue
+            path = Path(root, name)
+            if not path.is_file():
+                continue
+            rel = path.relative_to(model_dir).as_posix()
+            digest = (known or {}).get(rel)
+            files[rel] = digest if digest is not None else file_sha256(path, cache)
+    if not files:
+        return None
+    combined = hashlib.sha256()
+    for rel in sorted(files):
+        combined.update(f"{rel}:{files[rel]}\n".encode())
+    return {"files": dict(sorted(files.items())), "sha256": combined.hexdigest()}
+
+
+def resume_settings(
+    info: Mapping[str, Any],
+    tokenizer: Mapping[str, Any] | None,
+    model_revision: str | None,
+    generative: bool,
+) -> dict[str, Any]:
+    """What besides the config hash decides an item's result on this model (part of its
+    resume key): the device map (``info``: the backend's), the tokenizer files' digest,
+    the revision stated for a served model (``--llm-model-revision``) and, for a
+    generative task, how decode steps run (the step and the prompt-lookup draft length;
+    greedy outputs were identical across them in the project's tests, but a different
+    summation order can change a token)."""
+    settings: dict[str, Any] = {
+        "device_map": info.get("device_map"),
+        "tokenizer_sha256": (tokenizer or {}).get("sha256"),
+        "model_revision": model_revision,
+    }
+    if generative:
+        plan = info.get("decode_plan") or info.get("decode_step") or {}
+        settings["decode_step"] = plan.get("step")
+        settings["prompt_lookup"] = plan.get("prompt_lookup")
+    return settings
 
 
 def same_content(record: Mapping[str, Any], digests: Mapping[str, str]) -> bool:

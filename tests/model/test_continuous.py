@@ -40,7 +40,7 @@ def backend(tiny_model_dir: Path, request: pytest.FixtureRequest):  # type: igno
         )
     )
     expected = "fused" if step == "auto" else "transformers"
-    assert loaded.info()["decode_step"]["step"] == expected
+    assert loaded.info()["decode_plan"]["step"] == expected
     return loaded
 
 
@@ -263,7 +263,7 @@ def test_a_qwen3_model_generates_through_the_fused_step(tiny_qwen3_dir: Path) ->
         ModelSettings(model=str(tiny_qwen3_dir), batch_size=3, decode_step="transformers")
     )
     fused = load_backend(ModelSettings(model=str(tiny_qwen3_dir), batch_size=3, prompt_lookup=3))
-    assert fused.info()["decode_step"]["step"] == "fused"
+    assert fused.info()["decode_plan"]["step"] == "fused"
     assert [(r.text, r.n_tokens, r.finish_reason) for r in fused.generate(reqs)] == [
         (r.text, r.n_tokens, r.finish_reason) for r in plain.generate(reqs)
     ]

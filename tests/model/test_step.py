@@ -135,7 +135,7 @@ def test_unsupported_models_and_devices_are_named() -> None:
 
 def test_the_record_says_which_step_ran(tiny_model_dir: Any) -> None:
     fused = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=2))
-    assert fused.info()["decode_step"] == {
+    assert fused.info()["decode_plan"] == {
         "step": "fused",
         "kernels": "onednn",
         "requested": "auto",
@@ -144,14 +144,14 @@ def test_the_record_says_which_step_ran(tiny_model_dir: Any) -> None:
     plain = load_backend(
         ModelSettings(model=str(tiny_model_dir), batch_size=2, decode_step="transformers")
     )
-    assert plain.info()["decode_step"] == {
+    assert plain.info()["decode_plan"] == {
         "step": "transformers",
         "requested": "transformers",
         "reason": "--llm-decode-step=transformers",
         "prompt_lookup": 0,
     }
     bf16 = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=2, dtype="bfloat16"))
-    assert "dtype bfloat16" in bf16.info()["decode_step"]["reason"]
+    assert "dtype bfloat16" in bf16.info()["decode_plan"]["reason"]
     with pytest.raises(SettingsError, match="decode-step"):
         ModelSettings(model=str(tiny_model_dir), decode_step="fast")
     with pytest.raises(SettingsError, match="prompt-lookup"):
