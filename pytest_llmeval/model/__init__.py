@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from pytest_llmeval.model._resolve import EMBEDDED, cache_dir, resolve_model_path
+from pytest_llmeval.model._resolve import (
+    EMBEDDED,
+    cache_dir,
+    device_problem,
+    resolve_model_path,
+)
 from pytest_llmeval.model._types import (
     BACKENDS,
     BOS_POLICIES,
@@ -51,6 +56,7 @@ __all__ = [
     "bos_added",
     "cache_dir",
     "cut_at_stop",
+    "device_problem",
     "load_backend",
     "resolve_model_path",
     "stop_hit",

@@ -121,3 +121,26 @@ def resolve_model_path(name: str) -> Path:
         "Hub ids are not fetched at run time: download the model first "
         "(huggingface-cli download ID --local-dir DIR) and pass DIR."
     )
+
+
+def device_problem(device: str) -> str | None:
+    """Why torch cannot put a model on ``device`` (``cuda`` or ``cuda:N``) in this process,
+    or None (also for ``cpu`` and ``auto``, and when torch is not installed: the backend says
+    so itself). Imports torch: call it only when a model will be loaded on that device."""
+    if not device.startswith("cuda"):
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    seen = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+    if not torch.cuda.is_available():
+        build = torch.version.cuda
+        how = f"built for CUDA {build}" if build else "built without CUDA"
+        return f"torch {torch.__version__} ({how}) sees no CUDA device{seen}"
+    count = torch.cuda.device_count()
+    index = int(device[5:]) if device.startswith("cuda:") else 0
+    if index >= count:
+        return f"torch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}{seen}"
+    return None

@@ -113,7 +113,8 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
     (
         "--llm-data-dir",
         "llm_data_dir",
-        "directory with local benchmark data (before LLMEVAL_DATA_DIR)",
+        "directory with local benchmark data (repeatable: searched in the order given, "
+        "before LLMEVAL_DATA_DIR and the ini value)",
         None,
     ),
     (
@@ -279,7 +280,9 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("llmeval", "LLM evaluation (pytest-llmeval)")
     for flag, ini, help_text, default in _OPTIONS:
-        group.addoption(flag, dest=ini, default=None, help=help_text)
+        # --llm-data-dir is a search path: every one given is searched, in order.
+        action = "append" if ini == "llm_data_dir" else "store"
+        group.addoption(flag, dest=ini, default=None, action=action, help=help_text)
         parser.addini(ini, help=help_text, default=default)
     group.addoption(
         "--llm-floor",
@@ -454,6 +457,8 @@ def _floors(config: pytest.Config) -> tuple[dict[str, float], dict[str, dict[str
     sources: dict[str, dict[str, str]] = {}
     entries = [(INI_FLOORS, e) for e in config.getini("llm_floors")]
     entries += [(CLI_FLOOR, e) for e in config.getoption("llm_floor") or []]
+    # (where, task): the entry that gave its floor, the floor and the note
+    seen: dict[tuple[str, str], tuple[str, float, str]] = {}
     for where, entry in entries:
         text = str(entry).strip()
         if not text or text.startswith("#"):  # a comment line of the ini value
@@ -467,6 +472,14 @@ def _floors(config: pytest.Config) -> tuple[dict[str, float], dict[str, dict[str
         if not sep or not task.strip() or not 0.0 <= floor <= 1.0:
             raise pytest.UsageError(
                 f"{where}: expected TASK=SCORE with SCORE in [0, 1], got {entry!r}"
+            )
+        # Two floors for one task from one place say two things: neither is taken silently
+        # (--llm-floor over the ini's llm_floors is the documented precedence, not this).
+        first = seen.setdefault((where, task.strip()), (text, floor, note.strip()))
+        if first[1:] != (floor, note.strip()):
+            raise pytest.UsageError(
+                f"{where}: two floors for task {task.strip()!r}: {first[0]!r} and {text!r}; "
+                "keep one entry per task"
             )
         floors[task.strip()] = floor
         sources[task.strip()] = {"from": where, **({"note": note.strip()} if note.strip() else {})}
@@ -482,8 +495,18 @@ def _floor_rule(config: pytest.Config) -> FloorRule:
 
 
 def _flag(config: pytest.Config, name: str) -> bool:
+    """A switch: its flag when given, else its ini value (a boolean: true/false, yes/no,
+    on/off, 1/0; anything else is a usage error naming the key)."""
     value = config.getoption(name)
-    return bool(value if value is not None else config.getini(name))
+    if value is not None:
+        return bool(value)
+    try:
+        return bool(config.getini(name))
+    except (ValueError, pytest.UsageError) as exc:  # pytest: "invalid truth value 'maybe'"
+        flag = "--" + name.replace("_", "-")
+        raise pytest.UsageError(
+            f"{flag} (ini {name}): {exc}; expected true or false (also yes/no, on/off, 1/0)"
+        ) from None
 
 
 def _data_dirs(config: pytest.Config) -> list[Path]:
@@ -492,8 +515,7 @@ def _data_dirs(config: pytest.Config) -> list[Path]:
     installed); the ini default may be absent on a machine without the shared data."""
     from pytest_llmeval.dataset import env_data_dirs, path_list
 
-    cli = config.getoption("llm_data_dir")
-    dirs = path_list(str(cli)) if cli else []
+    dirs = [d for value in config.getoption("llm_data_dir") or [] for d in path_list(str(value))]
     for where, named in (("--llm-data-dir", dirs), ("LLMEVAL_DATA_DIR", env_data_dirs())):
         for d in named:
             if not d.is_dir():
@@ -558,6 +580,8 @@ def _markers(config: pytest.Config) -> tuple[str, str]:
 
 
 def _template_file(config: pytest.Config) -> Path | None:
+    """``--llm-chat-template-file``: a file that reads as a chat template and compiles (a
+    Jinja syntax error is named now, not when the model loads at the first item)."""
     path = _path(config, "llm_chat_template_file")
     if path is None:
         return None
@@ -565,6 +589,22 @@ def _template_file(config: pytest.Config) -> Path | None:
         raise pytest.UsageError(
             f"--llm-chat-template-file (ini llm_chat_template_file): no such file: {path}"
         )
+    from pytest_llmeval._errors import ModelError
+    from pytest_llmeval.model._hf import _read_template_file
+    from pytest_llmeval.prompt import check_chat_template
+
+    try:
+        text = _read_template_file(str(path))
+    except ModelError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    assert text is not None
+    try:
+        check_chat_template(text)
+    except ValueError as exc:
+        raise pytest.UsageError(
+            f"--llm-chat-template-file={path}: not a valid Jinja template: {exc}; fix the "
+            "template, or leave the option out to use the model's own"
+        ) from None
     return path
 
 
@@ -638,6 +678,70 @@ def _model(config: pytest.Config, backend: str, ini: str = "llm_model") -> str |
             f"{flag}={model}: {path} has no config.json (not a Hugging Face model directory)"
         )
     return model
+
+
+def _empty_model(config: pytest.Config, ini: str) -> None:
+    """``--llm-model=`` (or ``-o llm_model=``) with an empty value, as an unset variable in
+    ``--llm-model=$MODEL`` gives: a usage error, not a run without a model (which collects
+    every item and skips it, and would let a CI gate pass without evaluating anything)."""
+    flag = "--" + ini.replace("_", "-")
+    cli = config.getoption(ini)
+    overrides = [
+        o.partition("=")[2]
+        for o in config.getoption("override_ini") or []
+        if o.partition("=")[0].strip() == ini
+    ]
+    given = cli if cli is not None else (overrides[-1] if overrides else None)
+    if given is not None and not str(given).strip():
+        raise pytest.UsageError(
+            f"{flag} (ini {ini}): the value is empty (an unset variable in {flag}=$MODEL?); "
+            "give a model directory or a known name (smollm2-135m), or leave the option out "
+            "to collect the items without evaluating them"
+        )
+
+
+def _runs_items(config: pytest.Config) -> bool:
+    """Whether this invocation runs items at all (not --help, --collect-only, --llm-catalog)."""
+    option = config.option
+    return not (
+        getattr(option, "help", False)
+        or getattr(option, "collectonly", False)
+        or config.getoption("llm_catalog")
+    )
+
+
+def _floors_without_model(config: pytest.Config) -> None:
+    """Floors given for this run on the command line, with no model to evaluate: every item
+    would be skipped and the floors would hold nothing, so the run could not fail. Floors of
+    the project (the ini's ``llm_floors`` and ``llm_floors_from``, a spec's ``floor``) apply
+    whenever a model runs; a run without one skips its items and warns."""
+    if not _runs_items(config):
+        return
+    given = [f"--llm-floor {e}" for e in config.getoption("llm_floor") or []]
+    if config.getoption("llm_floors_from"):
+        given.append(f"--llm-floors-from {config.getoption('llm_floors_from')}")
+    if given:
+        raise pytest.UsageError(
+            f"{', '.join(given)}: no model to evaluate (--llm-model is not set, nor llm_model "
+            "in the ini file), so no item would run and the floor would hold nothing; pass "
+            "--llm-model=M (a model directory or smollm2-135m)"
+        )
+
+
+def _device(config: pytest.Config, device: str) -> None:
+    """``--llm-device cuda`` / ``cuda:N`` that torch cannot use here: a usage error before
+    collection (the model would only fail to load at the first item). Imports torch, so
+    only when a model will be loaded on a CUDA device named explicitly."""
+    if not device.startswith("cuda") or not _runs_items(config):
+        return
+    from pytest_llmeval.model import device_problem
+
+    problem = device_problem(device)
+    if problem is not None:
+        raise pytest.UsageError(
+            f"--llm-device={device} (ini llm_device): {problem}; use --llm-device=cpu, or "
+            "auto (CUDA when torch sees a device, else the CPU)"
+        )
 
 
 def _names(config: pytest.Config, name: str) -> tuple[str, ...]:
@@ -778,8 +882,8 @@ class Options:
         """Every option resolved and checked: a bad value or path is a usage error now,
         before collection and long before a model loads."""
         output = _raw(config, "llm_output")
-        strict = config.getoption("llm_strict")
-        strip_thinking = config.getoption("llm_strip_thinking")
+        _empty_model(config, "llm_model")
+        _empty_model(config, "llm_reference_model")
         backend = _text(config, "llm_backend") or "hf"
         system_prompt = _raw(config, "llm_system_prompt")
         floors, floor_sources = _floors(config)
@@ -800,7 +904,7 @@ class Options:
             floor_rule=_floor_rule(config),
             floor_policy=_choice(config, "llm_floor_policy", POLICIES),
             plan=_flag(config, "llm_plan"),
-            strict=bool(strict if strict is not None else config.getini("llm_strict")),
+            strict=_flag(config, "llm_strict"),
             show=_choice(config, "llm_show", ("auto", "all", "wrong", "none")),
             repeat=_int(config, "llm_repeat", 1) or 1,
             check_determinism=_int(config, "llm_check_determinism", 0) or 0,
@@ -832,11 +936,7 @@ class Options:
             add_bos=_text(config, "llm_add_bos") or "auto",
             decode_step=_text(config, "llm_decode_step") or "auto",
             prompt_lookup=_default(_int(config, "llm_prompt_lookup", None), 5),
-            strip_thinking=bool(
-                strip_thinking
-                if strip_thinking is not None
-                else config.getini("llm_strip_thinking")
-            ),
+            strip_thinking=_flag(config, "llm_strip_thinking"),
             thinking_markers=_markers(config),
             lmeval_tasks=_names(config, "llm_lmeval_tasks"),
             lmeval_include_path=_include_paths(config),
@@ -851,9 +951,13 @@ class Options:
         # The model's path and the folders the run writes are checked last, so that a bad
         # setting is named before a missing model; without a model nothing is loaded or
         # written.
-        if options.model is not None:
+        if options.model is None:
+            _floors_without_model(config)
+        else:
             _model(config, backend)
             _model(config, backend, "llm_reference_model")
+            if backend == "hf":
+                _device(config, options.device)
             _writable_dir(config, "llm_output", options.output)
             if options.run_dir is not None:
                 _writable_dir(config, "llm_run_dir", options.run_dir)

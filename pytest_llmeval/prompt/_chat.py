@@ -144,3 +144,34 @@ def messages_from_json(data: Any) -> tuple[Message, ...]:
         if isinstance(entry, Mapping) and entry.get("role") in ("system", "user", "assistant"):
             out.append(Message(entry["role"], str(entry.get("content", ""))))
     return tuple(out)
+
+
+def check_chat_template(source: str) -> None:
+    """Compile a chat template as transformers does (``apply_chat_template``: a sandboxed
+    Jinja environment with ``trim_blocks``, ``lstrip_blocks``, loop controls and the
+    ``{% generation %}`` block), without a model; raises ``ValueError`` with the line and
+    Jinja's message on a syntax error. Nothing is rendered: names the template reads are
+    only known when it renders."""
+    import jinja2
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+    from jinja2.parser import Parser
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class _Generation(Extension):
+        """transformers' ``{% generation %}...{% endgeneration %}`` (it marks the assistant's
+        tokens); parsed here only, so its body is kept as it is."""
+
+        tags = {"generation"}  # noqa: RUF012 (a set, as jinja2.ext.Extension declares it)
+
+        def parse(self, parser: Parser) -> list[nodes.Node]:
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, "jinja2.ext.loopcontrols"]
+    )
+    try:
+        env.from_string(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ValueError(f"line {exc.lineno}: {(exc.message or '').rstrip('.')}") from None

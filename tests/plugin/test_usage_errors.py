@@ -1,0 +1,299 @@
+"""Options the plugin must refuse before collection, with the option named and exit 4
+(usage error), instead of running without a gate, failing later as a model error, or
+taking one of two values silently (docs/FAILURES.md, "Options and paths")."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+USAGE = pytest.ExitCode.USAGE_ERROR
+
+
+def _literal(text: str) -> str:
+    """``text`` as an fnmatch pattern that matches only itself."""
+    return "".join(f"[{c}]" if c in "[]*?" else c for c in text)
+
+
+def _args(model: Path | str, *extra: str) -> list[str]:
+    return [f"--llm-model={model}", "--llm-data-dir=.", "-p", "no:cacheprovider", *extra]
+
+
+def _no_model(*extra: str) -> list[str]:
+    return ["--llm-data-dir=.", "-p", "no:cacheprovider", "--llm-output=out", *extra]
+
+
+def _reference(root: Path, ci95: list[float]) -> Path:
+    """A finished run of task ``arith`` (40 items, 20 right) as a reference for
+    --llm-floors-from, its summary's interval ``ci95``."""
+    run = root / "ref"
+    (run / "tasks").mkdir(parents=True)
+    with (run / "tasks" / "arith_output.jsonl").open("w") as fh:
+        for i in range(40):
+            record = {"task": "arith", "item_id": f"arith-{i:04d}", "correct": i % 2 == 0}
+            fh.write(json.dumps({**record, "score": float(i % 2 == 0)}) + "\n")
+    summary = {"arith": {"n": 40, "metric": "exact_match", "score": 0.5, "ci95": ci95}}
+    summary["arith"]["verdict"] = "no floor"
+    (run / "metrics_summary.json").write_text(json.dumps(summary))
+    (run / "eval_config.json").write_text(json.dumps({"model": "m", "model_sha256": "ab" * 32}))
+    return run
+
+
+# ------------------------------------------------------------ a floor without a model
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--llm-model=", "--llm-floor", "arith=0.9"],  # --llm-model=$MODEL, MODEL unset
+        ["--llm-model="],
+        ["-o", "llm_model=", "--llm-floor", "arith=0.9"],
+    ],
+)
+def test_an_empty_model_value_is_a_usage_error(
+    pytester: pytest.Pytester, write_project, extra: list[str]
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    result = pytester.runpytest(*_no_model(*extra))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        [
+            _literal(
+                "ERROR: --llm-model (ini llm_model): the value is empty (an unset variable in "
+                "--llm-model=$MODEL?); give a model directory or a known name (smollm2-135m), "
+                "or leave the option out to collect the items without evaluating them"
+            )
+        ]
+    )
+    assert not (pytester.path / "out").exists()
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]])
+def test_a_floor_on_the_command_line_without_a_model_is_a_usage_error(
+    pytester: pytest.Pytester, write_project, xdist: list[str]
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    result = pytester.runpytest(*_no_model("--llm-floor", "arith=0.9", *xdist))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --llm-floor arith=0.9: no model to evaluate (--llm-model is not set, nor "
+            "llm_model in the ini file), so no item would run and the floor would hold "
+            "nothing; pass --llm-model=M (a model directory or smollm2-135m)"
+        ]
+    )
+    assert not (pytester.path / "out").exists()
+
+
+def test_floors_from_a_reference_without_a_model_is_a_usage_error(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    ref = _reference(pytester.path, [0.35, 0.65])
+    result = pytester.runpytest(*_no_model(f"--llm-floors-from={ref}"))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines([f"ERROR: --llm-floors-from {ref}: no model to evaluate *"])
+
+
+def test_project_floors_without_a_model_skip_and_warn(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    """The ini's llm_floors and a spec's floor are the project's: a run without a model
+    (collecting, or the unit tests beside the specs) skips the items, and says that their
+    floors were not checked."""
+    write_project(pytester)
+    pytester.makeini("[pytest]\nllm_floors =\n    arith=0.9\n")
+    result = pytester.runpytest(*_no_model())
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(skipped=9)
+    result.stdout.fnmatch_lines(
+        [
+            "WARNING no model to evaluate (--llm-model is not set): the floors of arith 0.9 "
+            "(llm_floors (ini)), colors 0.0 (spec) were not checked; their items are skipped"
+        ]
+    )
+    # Collecting only runs nothing, so a floor given with it is no mistake.
+    collected = pytester.runpytest(*_no_model("--collect-only", "-q", "--llm-floor=arith=0.9"))
+    assert collected.ret == pytest.ExitCode.OK
+    assert "9 tests collected" in collected.stdout.str()
+
+
+# ------------------------------------------------------------ floors from a reference run
+
+
+@pytest.mark.parametrize(
+    ("ci95", "shown"), [([math.nan, 0.65], "[nan, 0.65]"), ([1.7, 2.0], "[1.7, 2.0]")]
+)
+def test_floors_from_a_reference_with_a_bad_interval_are_a_usage_error(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project, ci95: list[float], shown: str
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    ref = _reference(pytester.path, ci95)
+    result = pytester.runpytest(*_args(tiny_model_dir, f"--llm-floors-from={ref}", "-k", "arith"))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        [
+            _literal(
+                f"ERROR: --llm-floors-from (ini llm_floors_from): {ref / 'metrics_summary.json'}: "
+                f"task 'arith': field 'ci95' is {shown}, not a 95% interval [low, high] with "
+                "0 <= low <= high <= 1; the run's summary is damaged or was not written by "
+                "pytest-llmeval: use another reference run, or give the floor itself "
+                "(--llm-floor TASK=SCORE)"
+            )
+        ]
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+# ------------------------------------------------------------ values taken silently
+
+
+@pytest.mark.parametrize("name", ["llm_plan", "llm_strict", "llm_strip_thinking"])
+def test_an_ini_switch_that_is_not_a_boolean_is_named(
+    pytester: pytest.Pytester, write_project, name: str
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    result = pytester.runpytest(*_no_model("-o", f"{name}=maybe"))
+    assert result.ret == USAGE
+    flag = "--" + name.replace("_", "-")
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: {flag} (ini {name}): invalid truth value 'maybe'; expected true or false "
+            "(also yes/no, on/off, 1/0)"
+        ]
+    )
+
+
+def test_two_ini_floors_for_one_task_are_a_usage_error(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    pytester.makeini("[pytest]\nllm_floors =\n    arith=0.5\n    colors=0.2\n    arith=0.9\n")
+    result = pytester.runpytest(*_no_model())
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: llm_floors (ini): two floors for task 'arith': 'arith=0.5' and "
+            "'arith=0.9'; keep one entry per task"
+        ]
+    )
+
+
+def test_two_command_line_floors_for_one_task_are_a_usage_error(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    # The same entry twice says one thing; the ini's floor for the task is overridden.
+    pytester.makeini("[pytest]\nllm_floors =\n    arith=0.1\n")
+    same = pytester.runpytest(
+        *_no_model("--collect-only", "--llm-floor=arith=0.5", "--llm-floor=arith=0.5")
+    )
+    assert same.ret == pytest.ExitCode.OK
+    result = pytester.runpytest(*_no_model("--llm-floor=arith=0.5", "--llm-floor=arith=0.6"))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        ["ERROR: --llm-floor: two floors for task 'arith': 'arith=0.5' and 'arith=0.6'; *"]
+    )
+
+
+def test_every_data_dir_given_is_searched_in_order(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    for name, folder in (("arith.jsonl", "a"), ("colors.jsonl", "b")):
+        (pytester.path / folder).mkdir()
+        shutil.move(pytester.path / name, pytester.path / folder / name)
+    args = ["--collect-only", "-q", "-p", "no:cacheprovider"]
+    result = pytester.runpytest(*args, "--llm-data-dir=a", "--llm-data-dir=b")
+    result.stdout.fnmatch_lines(["arith.yaml::arith-0004", "colors.yaml::colors-0003"])
+    assert "9 tests collected" in result.stdout.str()
+    # Each one given is checked: a typo in the first is not hidden by the second.
+    missing = pytester.runpytest(*args, "--llm-data-dir=nope", "--llm-data-dir=b")
+    assert missing.ret == USAGE
+    missing.stderr.fnmatch_lines(["ERROR: --llm-data-dir: no such directory: nope; *"])
+
+
+# ------------------------------------------------------------ named before the model loads
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        (
+            "t.jinja",
+            "{% for m in messages %}{{ m.content }\n{% endfor %}",
+            "line 1: unexpected '}'",
+        ),
+        (
+            "tokenizer_config.json",
+            json.dumps({"chat_template": "{% for m in messages %}\n{{ m.content }}\n"}),
+            "line 2: Unexpected end of template. Jinja was looking for the following tags: "
+            "'endfor' or 'else'. The innermost block that needs to be closed is 'for'",
+        ),
+    ],
+)
+def test_a_chat_template_with_a_syntax_error_is_a_usage_error(
+    pytester: pytest.Pytester, write_project, name: str, text: str, where: str
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    (pytester.path / name).write_text(text)
+    # A model path that does not exist: the template is checked before it (nothing loads).
+    result = pytester.runpytest(*_args("no-such-model", f"--llm-chat-template-file={name}"))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        [
+            _literal(
+                f"ERROR: --llm-chat-template-file={name}: not a valid Jinja template: {where}; "
+                "fix the template, or leave the option out to use the model's own"
+            )
+        ]
+    )
+
+
+def test_chat_templates_that_transformers_compiles_pass_the_check() -> None:
+    """The check compiles as transformers does: the published templates of the test
+    families, loop controls and the {% generation %} block are accepted; a syntax error is
+    refused by both."""
+    from chat_families import FAMILIES
+
+    from pytest_llmeval.prompt import check_chat_template
+
+    templates = [f.template for f in FAMILIES.values()]
+    templates.append(
+        "{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}"
+        "{% generation %}{{ m.content | tojson }}{% endgeneration %}{% endfor %}"
+    )
+    for template in templates:
+        check_chat_template(template)
+    broken = "{% for m in messages %}{{ m.content }"
+    with pytest.raises(ValueError, match="line 1: unexpected '}'"):
+        check_chat_template(broken)
+    utils = pytest.importorskip("transformers.utils.chat_template_utils")
+    import jinja2
+
+    for template in templates:
+        utils._compile_jinja_template(template)
+    with pytest.raises(jinja2.TemplateSyntaxError):
+        utils._compile_jinja_template(broken)
+
+
+def test_a_cuda_device_torch_does_not_see_is_a_usage_error(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    device = f"cuda:{count}"  # one past the last device torch sees (cuda:0 on a CPU machine)
+    write_project(pytester)
+    result = pytester.runpytest(*_args(tiny_model_dir, f"--llm-device={device}"))
+    assert result.ret == USAGE
+    seen = "sees no CUDA device" if count == 0 else f"sees {count} CUDA device(s)"
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: --llm-device={device} (ini llm_device): torch * {seen}*; use "
+            "--llm-device=cpu, or auto (CUDA when torch sees a device, else the CPU)"
+        ]
+    )
