@@ -191,3 +191,29 @@ def test_the_plugin_refuses_a_damaged_baseline_or_floors_source(
         assert f"{option} (ini {ini}): {run}: damaged run record ({what}" in err
         assert f"or rerun it; it is not used as {role}" in err
     assert not (pytester.path / "later").exists()
+
+
+def test_runs_under_xdist_and_tasks_combined_with_run_dir_are_intact(
+    pytester: pytest.Pytester, fake_openai: FakeServer
+) -> None:
+    # What the summary records is what the files hold when the last writer ends: under -n 2
+    # (the controller writes every line) and with one process per task (--llm-run-dir)
+    run = _real_run(pytester, fake_openai)  # writes the project too
+    common = (
+        "--llm-backend=openai",
+        f"--llm-base-url={fake_openai.url}",
+        "--llm-model=toy",
+        "--llm-data-dir=.",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert pytester.runpytest(*common, "--llm-output=xdist", "-n", "2").ret == 0
+    (xdist,) = (p for p in (pytester.path / "xdist").iterdir() if p.is_dir())
+    combined = pytester.path / "combined"
+    for task in ("arith", "colors"):
+        assert pytester.runpytest(*common, f"--llm-run-dir={combined}", "-k", task).ret == 0
+    for path in (run, xdist, combined):
+        summary = json.loads((path / "metrics_summary.json").read_text())
+        assert sorted(summary) == ["arith", "colors"]
+        assert run_damage(path) == [], path
+        assert prepare_report(path).state == "finished"
