@@ -680,11 +680,24 @@ def _model(config: pytest.Config, backend: str, ini: str = "llm_model") -> str |
     return model
 
 
-def _empty_model(config: pytest.Config, ini: str) -> None:
+_EMPTY_HINTS = {
+    "llm_model": (
+        "MODEL",
+        "give a model directory or a known name (smollm2-135m), or leave the option out to "
+        "collect the items without evaluating them",
+    ),
+    "llm_reference_model": ("MODEL", "give a model directory or a known name (smollm2-135m)"),
+    "llm_floors_from": ("RUN", "give the reference run directory, or leave the option out"),
+}
+
+
+def _empty_value(config: pytest.Config, ini: str) -> None:
     """``--llm-model=`` (or ``-o llm_model=``) with an empty value, as an unset variable in
     ``--llm-model=$MODEL`` gives: a usage error, not a run without a model (which collects
-    every item and skips it, and would let a CI gate pass without evaluating anything)."""
+    every item and skips it, and would let a CI gate pass without evaluating anything);
+    the same for ``--llm-floors-from=`` (a gate that would silently make no floor)."""
     flag = "--" + ini.replace("_", "-")
+    variable, hint = _EMPTY_HINTS[ini]
     cli = config.getoption(ini)
     overrides = [
         o.partition("=")[2]
@@ -694,9 +707,8 @@ def _empty_model(config: pytest.Config, ini: str) -> None:
     given = cli if cli is not None else (overrides[-1] if overrides else None)
     if given is not None and not str(given).strip():
         raise pytest.UsageError(
-            f"{flag} (ini {ini}): the value is empty (an unset variable in {flag}=$MODEL?); "
-            "give a model directory or a known name (smollm2-135m), or leave the option out "
-            "to collect the items without evaluating them"
+            f"{flag} (ini {ini}): the value is empty (an unset variable in {flag}=${variable}?); "
+            + hint
         )
 
 
@@ -882,8 +894,8 @@ class Options:
         """Every option resolved and checked: a bad value or path is a usage error now,
         before collection and long before a model loads."""
         output = _raw(config, "llm_output")
-        _empty_model(config, "llm_model")
-        _empty_model(config, "llm_reference_model")
+        for name in _EMPTY_HINTS:
+            _empty_value(config, name)
         backend = _text(config, "llm_backend") or "hf"
         system_prompt = _raw(config, "llm_system_prompt")
         floors, floor_sources = _floors(config)

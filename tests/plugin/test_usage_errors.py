@@ -72,6 +72,23 @@ def test_an_empty_model_value_is_a_usage_error(
     assert not (pytester.path / "out").exists()
 
 
+def test_an_empty_reference_run_value_is_a_usage_error(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    result = pytester.runpytest(*_no_model("--llm-floors-from="))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        [
+            _literal(
+                "ERROR: --llm-floors-from (ini llm_floors_from): the value is empty (an unset "
+                "variable in --llm-floors-from=$RUN?); give the reference run directory, or "
+                "leave the option out"
+            )
+        ]
+    )
+
+
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]])
 def test_a_floor_on_the_command_line_without_a_model_is_a_usage_error(
     pytester: pytest.Pytester, write_project, xdist: list[str]
