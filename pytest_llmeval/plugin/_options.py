@@ -306,6 +306,19 @@ def add_options(parser: pytest.Parser) -> None:
         help="wrong answers fail their test (by default only the task floor decides)",
     )
     parser.addini("llm_strict", help="wrong answers fail their test", type="bool", default=False)
+    unisolated = (
+        "run model-generated code even where the kernel cannot give the sandbox a read-only "
+        "filesystem view of its own (no root and no unprivileged user namespaces); only the "
+        "in-process guard and file permissions then protect your files"
+    )
+    group.addoption(
+        "--llm-allow-unisolated-code",
+        dest="llm_allow_unisolated_code",
+        action="store_true",
+        default=None,
+        help=unisolated,
+    )
+    parser.addini("llm_allow_unisolated_code", help=unisolated, type="bool", default=False)
     group.addoption(
         "--llm-plan",
         dest="llm_plan",
@@ -805,6 +818,7 @@ class Options:
     floors: dict[str, float]
     strict: bool
     show: str
+    allow_unisolated_code: bool = False
     repeat: int = 1
     check_determinism: int = 0
     resume: bool = True
@@ -917,6 +931,7 @@ class Options:
             floor_policy=_choice(config, "llm_floor_policy", POLICIES),
             plan=_flag(config, "llm_plan"),
             strict=_flag(config, "llm_strict"),
+            allow_unisolated_code=_flag(config, "llm_allow_unisolated_code"),
             show=_choice(config, "llm_show", ("auto", "all", "wrong", "none")),
             repeat=_int(config, "llm_repeat", 1) or 1,
             check_determinism=_int(config, "llm_check_determinism", 0) or 0,

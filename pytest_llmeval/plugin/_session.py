@@ -331,6 +331,11 @@ class LlmEvalSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.options = Options.from_config(config)
+        # Model-generated code runs only with the kernel's filesystem isolation, unless the
+        # user opted out (the sandbox then refuses nothing and records what it lacked).
+        from pytest_llmeval.sandbox import allow_unisolated
+
+        allow_unisolated(self.options.allow_unisolated_code)
         self.is_worker = hasattr(config, "workerinput")
         self.specs: dict[str, TaskSpec] = {}
         self.total_items: dict[str, int] = {}
@@ -781,6 +786,7 @@ class LlmEvalSession:
                 else None
             ),
             "data_dirs": [str(d) for d in opts.data_dirs],
+            "sandbox": {"allow_unisolated_code": opts.allow_unisolated_code},
             "started": self.started.isoformat(timespec="seconds"),
             "tasks": {
                 name: {

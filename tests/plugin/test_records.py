@@ -44,6 +44,7 @@ def test_run_directory_contents(
     assert len(config["model_sha256"]) == 64
     assert config["seed"] == 1234
     assert config["batch_size"] == 8
+    assert config["sandbox"] == {"allow_unisolated_code": False}
     arith = config["tasks"]["arith"]
     assert arith["fewshot"]["k"] == 1
     assert arith["fewshot"]["ids"] == {"": ["fewshot-0"]}
