@@ -193,7 +193,8 @@ class SpecErrorItem(pytest.Item):
     collection error when the run selects it (:func:`report_spec_errors`, before anything
     runs), a warning when ``-k``/``-m`` deselect it, so that one broken spec does not stop
     runs of the others. Named ``TASK-spec`` (the file's stem when the spec did not load),
-    with the spec's markers."""
+    with the spec's markers. A spec file named on the command line is selected: its error
+    is its collection error at once (``FILE::ITEM`` could not match a stand-in)."""
 
     def __init__(self, *, message: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -240,6 +241,8 @@ class TaskFile(pytest.File):
         try:
             items = list(self._collect())
         except (self.CollectError, LlmEvalError) as exc:
+            if self.session.isinitpath(self.path):  # named on the command line: selected
+                raise self.CollectError(str(exc)) from None
             yield self._spec_error(str(exc))
             return
         yield from items

@@ -127,7 +127,11 @@ def test_a_broken_spec_the_run_does_not_select_is_a_warning(pytester: pytest.Pyt
     by_marker.stdout.fnmatch_lines(["WARNING arc_easy.yaml cannot be collected*"])
 
 
-@pytest.mark.parametrize("select", [[], ["-k", "arc_easy"], ["--collect-only"]])
+@pytest.mark.parametrize(
+    "select",
+    [[], ["-k", "arc_easy"], ["--collect-only"], ["arc_easy.yaml", "-k", "arc_challenge"]],
+    ids=["all", "k", "collect-only", "named-file"],
+)
 def test_a_broken_spec_the_run_selects_is_a_collection_error(
     pytester: pytest.Pytester, select: list[str]
 ) -> None:
