@@ -307,9 +307,13 @@ def test_every_item_over_the_window_fails_a_floor_and_is_recorded(
 # ------------------------------------------------------------------ floors and exclusions
 
 
-def test_a_floor_for_a_task_that_matches_nothing(pytester: pytest.Pytester, write_project) -> None:  # type: ignore[no-untyped-def]
+def test_a_floor_for_a_task_that_matches_nothing(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
-    result = pytester.runpytest("--llm-data-dir=.", "--llm-floor", "colours=0.5")
+    # With a model (a floor on the command line without one is a usage error of its own,
+    # tests/plugin/test_usage_errors.py); the typo is found at collection, before it loads.
+    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-floor", "colours=0.5"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
