@@ -652,7 +652,6 @@ def _baseline(config: pytest.Config) -> Path | None:
         return None
     from pytest_llmeval._errors import LlmEvalError
     from pytest_llmeval.record import load_run
-
     from pytest_llmeval.record._rundir import refuse_damaged
 
     try:

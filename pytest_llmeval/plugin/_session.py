@@ -125,7 +125,6 @@ def _read_reference(path: Path | None) -> ReferenceRun | None:
         return None
     from pytest_llmeval._errors import LlmEvalError
     from pytest_llmeval.gate import ReferenceRun
-
     from pytest_llmeval.record._rundir import refuse_damaged
 
     try:

@@ -181,6 +181,8 @@ def test_code_the_sandbox_did_not_run_is_an_error_not_a_wrong_answer(
     runner, items = _code_task(tmp_path)
     (result,) = runner.run(items, ScriptedBackend(text=lambda r: "    return a + b\n"))
     assert result.error is not None
-    assert "item toy_code-Toy_0: the generated code was not run: sandbox unavailable" in result.error
+    assert (
+        "item toy_code-Toy_0: the generated code was not run: sandbox unavailable" in result.error
+    )
     assert PYTHON_ENV in result.error
     assert result.correct is False

@@ -170,6 +170,14 @@ def test_floors_from_a_run_without_what_is_needed_fails_before_any_model_loads(
     (partial / "metrics_summary.json").write_text(
         json.dumps({"colors": {"n": 4, "metric": "acc", "score": 0.75, "ci95": [0.3, 0.95]}})
     )
+    # its records are intact (a damaged run is refused before its tasks are looked at)
+    (partial / "tasks").mkdir()
+    (partial / "tasks" / "colors_output.jsonl").write_text(
+        "".join(
+            json.dumps({"task": "colors", "item_id": f"colors-{i}", "correct": i > 0}) + "\n"
+            for i in range(4)
+        )
+    )
     result = pytester.runpytest(*no_model, f"--llm-floors-from={partial}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
