@@ -827,7 +827,13 @@ LMEVAL_KEYS = ("task", "include_path", "num_fewshot", "metric", "fewshot_seed")
 
 
 def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> TaskSpec:
-    """Validate a spec given as plain data (the parsed YAML) and build a TaskSpec."""
+    """Validate a spec given as plain data (the parsed YAML) and build a TaskSpec.
+
+    The sections are checked in a fixed order (the first problem found is the one
+    reported): the top-level keys, ``task``, then ``lmeval`` (a spec of its own), or
+    ``dataset``, ``prompt``, ``mode`` and its block, ``fewshot``, ``markers``, ``floor``,
+    ``description``, ``catalog`` and ``contamination``.
+    """
     if not isinstance(data, Mapping):
         raise SpecError(source, "<root>", "a task spec must be a mapping")
     top = _Reader(data, source)
@@ -837,178 +843,24 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
         raise top.fail("task", f"must be a name of letters, digits, '_' or '.', got {name!r}")
     if top.has("lmeval"):
         return _lmeval_spec(top, name, source)
-    dataset_reader = top.child("dataset", required=True)
-    assert dataset_reader is not None
-    dataset = _dataset(dataset_reader)
-
-    prompt_reader = top.child("prompt", required=True)
-    assert prompt_reader is not None
-    prompt_reader.unknown_keys(
-        (
-            "template",
-            "target",
-            "description",
-            "target_delimiter",
-            "fewshot_separator",
-            "chat",
-            "system_prompt",
-        )
-    )
-    prompt = PromptSpec(
-        template=prompt_reader.req_str("template"),
-        target=prompt_reader.str_("target", default="") or "",
-        description=prompt_reader.str_("description", default="") or "",
-        target_delimiter=prompt_reader.str_("target_delimiter", default=" ") or "",
-        fewshot_separator=prompt_reader.str_("fewshot_separator", default="\n\n") or "",
-        chat=_chat_pin(prompt_reader),
-        system_prompt=prompt_reader.str_("system_prompt", default="") or "",
-    )
-    for key in ("template", "target", "description", "system_prompt"):
-        _check_template(prompt_reader, key, getattr(prompt, key))
-
+    dataset = _dataset(_required_child(top, "dataset"))
+    prompt = _prompt(_required_child(top, "prompt"))
     if not top.has("mode"):
         raise top.fail("mode", "is required: 'multiple_choice' or 'generate'")
     mode = top.choice("mode", ("multiple_choice", "generate"), default="generate")
-
     generate = None
     multiple_choice = None
     if mode == "generate":
-        gen = top.child("generate", required=True)
-        assert gen is not None
-        gen.unknown_keys(
-            (
-                "target",
-                "max_new_tokens",
-                "stop",
-                "extract",
-                "compare",
-                "scorer",
-                "execution",
-                "ifeval",
-                "overflow",
-                "targets",
-                "max_new_tokens_by_subset",
-                "thinking",
-                "metrics",
-            )
-        )
-        scorer = gen.choice("scorer", SCORERS, default="match")
-        targets = gen.str_("targets")
-        if targets is not None:
-            _check_template(gen, "targets", targets)
-        budgets = gen.child("max_new_tokens_by_subset")
-        by_subset = (
-            {str(k): budgets.int_(str(k), default=1, minimum=1) for k in budgets.data}
-            if budgets is not None
-            else {}
-        )
-        generate = GenerateSpec(
-            target=(
-                gen.req_str("target")
-                if scorer == "match" and targets is None
-                else gen.str_("target") or ""
-            ),
-            max_new_tokens=gen.int_("max_new_tokens", default=256, minimum=1),
-            stop=gen.str_list("stop"),
-            extract=_extractors(gen, "extract"),
-            compare=gen.choice("compare", COMPARISONS, default="exact"),
-            scorer=scorer,
-            execution=_execution(gen) if scorer == "execution" else None,
-            ifeval=_ifeval(gen) if scorer == "ifeval" else None,
-            overflow=gen.choice("overflow", OVERFLOW_POLICIES, default="skip"),
-            targets=targets,
-            max_new_tokens_by_subset=by_subset,
-            thinking=_thinking(gen),
-            metrics=_metrics(gen, scorer),
-        )
-        _check_template(gen, "target", generate.target)
-        if generate.compare == "f1" and scorer != "match":
-            raise gen.fail("compare", f"f1 applies to scorer match, not {scorer}")
-        if generate.compare == "math_verify":
-            if scorer != "match":
-                raise gen.fail("compare", f"math_verify applies to scorer match, not {scorer}")
-            if gen.has("extract"):
-                raise gen.fail(
-                    "extract",
-                    "compare: math_verify extracts the answer from the whole output itself "
-                    "(math-verify's LaTeX and expression extraction); remove 'extract'",
-                )
+        generate = _generate(_required_child(top, "generate"))
         if top.has("multiple_choice"):
             raise top.fail("multiple_choice", "given, but mode is 'generate'")
     else:
-        mc = top.child("multiple_choice", required=True)
-        assert mc is not None
-        mc.unknown_keys(("choices", "gold", "metric", "labels", "overflow"))
-        raw_choices = mc.data.get("choices")
-        choices: tuple[str, ...] | str
-        if isinstance(raw_choices, str):
-            choices = raw_choices
-            _check_template(mc, "choices", choices)
-        else:
-            choices = mc.str_list("choices")
-            if len(choices) < 2:
-                raise mc.fail(
-                    "choices", "needs at least two choices (or one template rendering a list)"
-                )
-            for i, c in enumerate(choices):
-                _check_template(mc, f"choices[{i}]", c)
-        multiple_choice = MultipleChoiceSpec(
-            choices=choices,
-            gold=mc.req_str("gold"),
-            metric=mc.choice("metric", ("acc", "acc_norm", "mc2"), default="acc"),  # type: ignore[arg-type]
-            labels=mc.str_("labels"),
-            overflow=mc.choice("overflow", OVERFLOW_POLICIES, default="skip"),
-        )
-        _check_template(mc, "gold", multiple_choice.gold)
-        if multiple_choice.labels is not None:
-            _check_template(mc, "labels", multiple_choice.labels)
-        if (multiple_choice.metric == "mc2") != (multiple_choice.labels is not None):
-            raise mc.fail(
-                "labels",
-                "metric mc2 needs labels (a template rendering 1/0 per choice)"
-                if multiple_choice.metric == "mc2"
-                else "only used by metric mc2",
-            )
+        multiple_choice = _multiple_choice(_required_child(top, "multiple_choice"))
         if top.has("generate"):
             raise top.fail("generate", "given, but mode is 'multiple_choice'")
-
-    fewshot = FewShotSpec()
     fs = top.child("fewshot")
-    if fs is not None:
-        fs.unknown_keys(("k", "source", "examples", "order", "seed", "text_file"))
-        k = fs.int_("k", default=0)
-        text_file = fs.str_("text_file")
-        source_reader = fs.child("source")
-        fs_source = _dataset(source_reader) if source_reader is not None else None
-        raw_examples = fs.data.get("examples") or []
-        if not isinstance(raw_examples, list) or not all(
-            isinstance(e, Mapping) for e in raw_examples
-        ):
-            raise fs.fail("examples", "must be a list of mappings (one document each)")
-        if fs_source is not None and raw_examples:
-            raise fs.fail("examples", "give either 'source' or 'examples', not both")
-        if text_file is not None and (fs_source is not None or raw_examples):
-            raise fs.fail("text_file", "give one of 'text_file', 'source' or 'examples'")
-        if k > 0 and fs_source is None and not raw_examples and text_file is None:
-            raise fs.fail("k", f"is {k} but neither 'source' nor 'examples' is given")
-        if raw_examples and k > len(raw_examples):
-            raise fs.fail("k", f"is {k} but only {len(raw_examples)} examples are given")
-        fewshot = FewShotSpec(
-            k=k,
-            source=fs_source,
-            examples=tuple(raw_examples),
-            order=fs.choice("order", ("first", "seeded"), default="first"),  # type: ignore[arg-type]
-            seed=fs.int_("seed", default=1234),
-            text_file=text_file,
-        )
-
-    markers = top.str_list("markers")
-    for i, marker in enumerate(markers):
-        if marker not in KNOWN_MARKERS:
-            raise top.fail(
-                f"markers[{i}]", f"unknown marker {marker!r}; known: {', '.join(KNOWN_MARKERS)}"
-            )
-
+    fewshot = _fewshot(fs) if fs is not None else FewShotSpec()
+    markers = _markers(top)
     return TaskSpec(
         name=name,
         dataset=dataset,
@@ -1024,6 +876,173 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
         probes=_probes(top),
         source=source,
     )
+
+
+def _required_child(top: _Reader, key: str) -> _Reader:
+    reader = top.child(key, required=True)
+    assert reader is not None
+    return reader
+
+
+def _prompt(reader: _Reader) -> PromptSpec:
+    reader.unknown_keys(
+        (
+            "template",
+            "target",
+            "description",
+            "target_delimiter",
+            "fewshot_separator",
+            "chat",
+            "system_prompt",
+        )
+    )
+    prompt = PromptSpec(
+        template=reader.req_str("template"),
+        target=reader.str_("target", default="") or "",
+        description=reader.str_("description", default="") or "",
+        target_delimiter=reader.str_("target_delimiter", default=" ") or "",
+        fewshot_separator=reader.str_("fewshot_separator", default="\n\n") or "",
+        chat=_chat_pin(reader),
+        system_prompt=reader.str_("system_prompt", default="") or "",
+    )
+    for key in ("template", "target", "description", "system_prompt"):
+        _check_template(reader, key, getattr(prompt, key))
+    return prompt
+
+
+GENERATE_KEYS = (
+    "target",
+    "max_new_tokens",
+    "stop",
+    "extract",
+    "compare",
+    "scorer",
+    "execution",
+    "ifeval",
+    "overflow",
+    "targets",
+    "max_new_tokens_by_subset",
+    "thinking",
+    "metrics",
+)
+
+
+def _generate(gen: _Reader) -> GenerateSpec:
+    gen.unknown_keys(GENERATE_KEYS)
+    scorer = gen.choice("scorer", SCORERS, default="match")
+    targets = gen.str_("targets")
+    if targets is not None:
+        _check_template(gen, "targets", targets)
+    budgets = gen.child("max_new_tokens_by_subset")
+    by_subset = (
+        {str(k): budgets.int_(str(k), default=1, minimum=1) for k in budgets.data}
+        if budgets is not None
+        else {}
+    )
+    generate = GenerateSpec(
+        target=(
+            gen.req_str("target")
+            if scorer == "match" and targets is None
+            else gen.str_("target") or ""
+        ),
+        max_new_tokens=gen.int_("max_new_tokens", default=256, minimum=1),
+        stop=gen.str_list("stop"),
+        extract=_extractors(gen, "extract"),
+        compare=gen.choice("compare", COMPARISONS, default="exact"),
+        scorer=scorer,
+        execution=_execution(gen) if scorer == "execution" else None,
+        ifeval=_ifeval(gen) if scorer == "ifeval" else None,
+        overflow=gen.choice("overflow", OVERFLOW_POLICIES, default="skip"),
+        targets=targets,
+        max_new_tokens_by_subset=by_subset,
+        thinking=_thinking(gen),
+        metrics=_metrics(gen, scorer),
+    )
+    _check_template(gen, "target", generate.target)
+    if generate.compare == "f1" and scorer != "match":
+        raise gen.fail("compare", f"f1 applies to scorer match, not {scorer}")
+    if generate.compare == "math_verify":
+        if scorer != "match":
+            raise gen.fail("compare", f"math_verify applies to scorer match, not {scorer}")
+        if gen.has("extract"):
+            raise gen.fail(
+                "extract",
+                "compare: math_verify extracts the answer from the whole output itself "
+                "(math-verify's LaTeX and expression extraction); remove 'extract'",
+            )
+    return generate
+
+
+def _multiple_choice(mc: _Reader) -> MultipleChoiceSpec:
+    mc.unknown_keys(("choices", "gold", "metric", "labels", "overflow"))
+    raw_choices = mc.data.get("choices")
+    choices: tuple[str, ...] | str
+    if isinstance(raw_choices, str):
+        choices = raw_choices
+        _check_template(mc, "choices", choices)
+    else:
+        choices = mc.str_list("choices")
+        if len(choices) < 2:
+            raise mc.fail(
+                "choices", "needs at least two choices (or one template rendering a list)"
+            )
+        for i, c in enumerate(choices):
+            _check_template(mc, f"choices[{i}]", c)
+    spec = MultipleChoiceSpec(
+        choices=choices,
+        gold=mc.req_str("gold"),
+        metric=mc.choice("metric", ("acc", "acc_norm", "mc2"), default="acc"),  # type: ignore[arg-type]
+        labels=mc.str_("labels"),
+        overflow=mc.choice("overflow", OVERFLOW_POLICIES, default="skip"),
+    )
+    _check_template(mc, "gold", spec.gold)
+    if spec.labels is not None:
+        _check_template(mc, "labels", spec.labels)
+    if (spec.metric == "mc2") != (spec.labels is not None):
+        raise mc.fail(
+            "labels",
+            "metric mc2 needs labels (a template rendering 1/0 per choice)"
+            if spec.metric == "mc2"
+            else "only used by metric mc2",
+        )
+    return spec
+
+
+def _fewshot(fs: _Reader) -> FewShotSpec:
+    fs.unknown_keys(("k", "source", "examples", "order", "seed", "text_file"))
+    k = fs.int_("k", default=0)
+    text_file = fs.str_("text_file")
+    source_reader = fs.child("source")
+    fs_source = _dataset(source_reader) if source_reader is not None else None
+    raw_examples = fs.data.get("examples") or []
+    if not isinstance(raw_examples, list) or not all(isinstance(e, Mapping) for e in raw_examples):
+        raise fs.fail("examples", "must be a list of mappings (one document each)")
+    if fs_source is not None and raw_examples:
+        raise fs.fail("examples", "give either 'source' or 'examples', not both")
+    if text_file is not None and (fs_source is not None or raw_examples):
+        raise fs.fail("text_file", "give one of 'text_file', 'source' or 'examples'")
+    if k > 0 and fs_source is None and not raw_examples and text_file is None:
+        raise fs.fail("k", f"is {k} but neither 'source' nor 'examples' is given")
+    if raw_examples and k > len(raw_examples):
+        raise fs.fail("k", f"is {k} but only {len(raw_examples)} examples are given")
+    return FewShotSpec(
+        k=k,
+        source=fs_source,
+        examples=tuple(raw_examples),
+        order=fs.choice("order", ("first", "seeded"), default="first"),  # type: ignore[arg-type]
+        seed=fs.int_("seed", default=1234),
+        text_file=text_file,
+    )
+
+
+def _markers(top: _Reader) -> tuple[str, ...]:
+    markers = top.str_list("markers")
+    for i, marker in enumerate(markers):
+        if marker not in KNOWN_MARKERS:
+            raise top.fail(
+                f"markers[{i}]", f"unknown marker {marker!r}; known: {', '.join(KNOWN_MARKERS)}"
+            )
+    return markers
 
 
 def _lmeval_spec(top: _Reader, name: str, source: str) -> TaskSpec:
@@ -1058,18 +1077,14 @@ def _lmeval_spec(top: _Reader, name: str, source: str) -> TaskSpec:
         not isinstance(num_fewshot, int) or isinstance(num_fewshot, bool) or num_fewshot < 0
     ):
         raise sub.fail("num_fewshot", f"must be an integer >= 0, got {num_fewshot!r}")
-    for i, marker in enumerate(top.str_list("markers")):
-        if marker not in KNOWN_MARKERS:
-            raise top.fail(
-                f"markers[{i}]", f"unknown marker {marker!r}; known: {', '.join(KNOWN_MARKERS)}"
-            )
+    markers = _markers(top)
     return TaskSpec(
         name=name,
         dataset=DatasetSpec(),
         prompt=PromptSpec(template=""),
         mode="generate",
         floor=_floor(top),
-        markers=top.str_list("markers"),
+        markers=markers,
         description=top.str_("description", default="") or "",
         catalog=_catalog(top, "generate"),
         probes=_probes(top),
