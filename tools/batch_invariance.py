@@ -1,6 +1,6 @@
 """Batch-size invariance: the same items at several batch sizes, compared item by item.
 
-    python -m benchmarks.batch_invariance [--model smollm2-135m] [--tasks gsm8k:50,mmlu:100]
+    python -m tools.batch_invariance [--model smollm2-135m] [--tasks gsm8k:50,mmlu:100]
         [--batch-sizes 1,4,16] [--chat on,off] [--dtype float32] [--device cpu]
         [--data-dir DIR] [--out DIR]
 
@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lmeval_tasks import BENCHMARKS, REPO
 from pytest_llmeval.dataset import first_n, load_items
 from pytest_llmeval.eval import ChatSettings, ItemResult, TaskRunner
 from pytest_llmeval.model import Backend, LoglikelihoodRequest, ModelSettings, load_backend
 from pytest_llmeval.task import load_task_spec
+from tools.lmeval_tasks import BENCHMARKS, REPO
 
 DEFAULT_DATA_DIR = REPO.parent / "shared" / "benchmarks"
 
@@ -114,7 +114,7 @@ def compare(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.batch_invariance")
+    parser = argparse.ArgumentParser(prog="python -m tools.batch_invariance")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tasks", default="gsm8k:50,mmlu:100", help="task:items, comma-separated")
     parser.add_argument("--batch-sizes", default="1,4,16")

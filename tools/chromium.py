@@ -1,7 +1,7 @@
 """Headless Chromium through the Chrome DevTools Protocol, standard library only.
 
 Used by the report's browser test (``tests/record/test_report_browser.py``), the size and
-speed budget (``python -m benchmarks.report_budget``) and the screenshots in ``docs/``.
+speed budget (``python -m tools.report_budget``) and the screenshots in ``docs/``.
 
 Chromium is started with ``--remote-debugging-pipe``: it reads protocol messages from file
 descriptor 3 and writes to 4, each a JSON object ended by a NUL byte. No port, no websocket
@@ -358,7 +358,7 @@ class Page:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.chromium",
+        prog="python -m tools.chromium",
         description="Screenshot of a local HTML file in headless Chromium.",
     )
     parser.add_argument("html", type=Path)

@@ -1,6 +1,6 @@
 """Throughput and memory of the n-gram scan on a generated corpus.
 
-``python -m pytest_llmeval.contamination.bench --size-mb 1024 --workers 2`` writes a JSON-lines
+``python -m tools.contamination_bench --size-mb 1024 --workers 2`` writes a JSON-lines
 corpus of that size (10^6 bytes per MB) into a temporary directory, plants benchmark items in
 it, scans it with the local multi-process runner and prints the throughput, the wall time, the
 peak resident memory of the main process and of the largest worker, and how many planted
@@ -36,7 +36,7 @@ from pytest_llmeval.contamination._scan import (
     peak_rss_mb,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def filler_sentences(dirs: Sequence[Path], skip: str, limit: int = 200_000) -> list[str]:

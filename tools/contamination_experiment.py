@@ -1,7 +1,7 @@
 """The planted-contamination experiment: do the verdicts catch a model trained on the test,
 and do they stay silent on models that were not?
 
-``python -m pytest_llmeval.contamination.experiment plant|measure|analyse|run``
+``python -m tools.contamination_experiment plant|measure|analyse|run``
 
 1. ``plant``: take the first ``--items`` items of a task (round-robin over subjects), split
    them at random (seeded) into a planted half and a clean half, and fine-tune the default
@@ -12,7 +12,7 @@ and do they stay silent on models that were not?
    (:func:`measure_items`: canonical-order log-likelihoods, answers as published and
    shuffled, CircularEval, TS-Guessing, membership scores as published and rewritten),
    written as ``<model>-<task>.json``; zero-shot prompts by default (``--fewshot``).
-3. ``analyse``: every verdict of :mod:`._verdicts` on each half of each planted model, with
+3. ``analyse``: every verdict of :mod:`pytest_llmeval.contamination._verdicts` on each half of each planted model, with
    the untouched model as reference; the item-level AUROCs and the flags' precision and
    recall; each verdict's power on draws of planted items and its false alarms on draws of
    clean items (:func:`fire_rates`); ``results.json`` and ``results.md``.
@@ -175,7 +175,7 @@ def plant(setup: Setup, model_out: Path) -> dict[str, Any]:
 def measure_items(
     runner: TaskRunner, items: Sequence[Item], backend: Backend, setup: Setup
 ) -> list[dict[str, Any]]:
-    """The raw per-item measurements every verdict of :mod:`._verdicts` is computed from.
+    """The raw per-item measurements every verdict of :mod:`pytest_llmeval.contamination._verdicts` is computed from.
 
     Multiple choice: the option texts and gold; the canonical-order log-likelihoods
     (published order and ``order_k`` shuffles); right/wrong and the gold option's
@@ -661,7 +661,7 @@ def _setup(args: argparse.Namespace) -> Setup:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_llmeval.contamination.experiment")
+    parser = argparse.ArgumentParser(prog="python -m tools.contamination_experiment")
     commands = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--task", type=Path, default=Path("benchmarks/mmlu.yaml"))

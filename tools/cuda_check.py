@@ -1,6 +1,6 @@
 """The CUDA path of the HF backend, checked in one run on a GPU machine.
 
-    python -m benchmarks.cuda_check --model DIR --data-dir DIR [--chat auto|on|off]
+    python -m tools.cuda_check --model DIR --data-dir DIR [--chat auto|on|off]
         [--out report.json]
 
 What it checks and measures, with the real model and real benchmark items:
@@ -16,8 +16,8 @@ What it checks and measures, with the real model and real benchmark items:
 
 Every prompt goes through the model's chat template unless ``--chat off`` (default ``auto``,
 the plugin's default: on when the model has one); the report records the mode. Parity with
-lm-evaluation-harness on the GPU is ``benchmarks.parity --device cuda --dtype bfloat16
---chat`` (lm-eval must be installed there); ``benchmarks/gpu_check.sh`` runs both.
+lm-evaluation-harness on the GPU is ``tools.parity --device cuda --dtype bfloat16
+--chat`` (lm-eval must be installed there); ``tools/gpu_check.sh`` runs both.
 
 It prints one JSON report (and writes it to --out). It is a check to run by hand on a GPU
 machine, not a test: CI has no GPU.

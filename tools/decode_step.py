@@ -1,6 +1,6 @@
 """One decode step, the model's own forward pass against the HF backend's fused step.
 
-    python -m benchmarks.decode_step [--rows 8] [--context 1000] [--width 1] [--steps 24]
+    python -m tools.decode_step [--rows 8] [--context 1000] [--width 1] [--steps 24]
         [--model smollm2-135m]
 
 Lays out a cache as continuous batching does (``--rows`` rows of about ``--context``
@@ -49,7 +49,7 @@ def _cache(model: Any, rows: int, context: int) -> tuple[Any, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.decode_step")
+    parser = argparse.ArgumentParser(prog="python -m tools.decode_step")
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--context", type=int, default=1000)
     parser.add_argument("--width", type=int, default=1, help="tokens per row per fused step")

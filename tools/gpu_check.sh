@@ -4,20 +4,20 @@
 # with lm-evaluation-harness on a few items with the chat template applied by both tools,
 # and generation speed in bfloat16 against lm-eval's HF backend (tokens/s, the share of the
 # GPU's measured memory read rate the forward passes reach).
-#   benchmarks/gpu_check.sh MODEL_DIR DATA_DIR OUT_DIR
+#   tools/gpu_check.sh MODEL_DIR DATA_DIR OUT_DIR
 set -euo pipefail
 model=${1:?model directory}; data=${2:?benchmark data directory}; out=${3:?output directory}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.csv"
-python -m benchmarks.cuda_check --model "$model" --data-dir "$data" --chat auto \
+python -m tools.cuda_check --model "$model" --data-dir "$data" --chat auto \
     --out "$out/cuda_check.json"
-python -m benchmarks.batch_invariance --model "$model" --data-dir "$data" --device cuda \
+python -m tools.batch_invariance --model "$model" --data-dir "$data" --device cuda \
     --dtype bfloat16 --tasks mmlu:100,gsm8k:50 --batch-sizes 1,4,16 --chat on,off \
     --out "$out/invariance_bf16"
 if python -c "import lm_eval" 2>/dev/null; then
-    python -m benchmarks.parity --model "$model" --data-dir "$data" --device cuda \
+    python -m tools.parity --model "$model" --data-dir "$data" --device cuda \
         --dtype bfloat16 --chat --items 20 --tasks mmlu,gsm8k --out "$out/parity_chat_bf16"
-    python -m benchmarks.speed --model "$model" --data-dir "$data" --device cuda \
+    python -m tools.speed --model "$model" --data-dir "$data" --device cuda \
         --dtype bfloat16 --tasks gsm8k,bbh --items 100 --chunk-items 8 --out "$out/speed_bf16"
 else
     echo "lm-eval is not installed: parity and speed skipped" | tee "$out/parity_skipped.txt"

@@ -1,7 +1,7 @@
 """Our core and lm-evaluation-harness on the same items: per-item parity and timing.
 
-Shared by ``python -m benchmarks.parity`` and ``python -m benchmarks.speed``. For each task
-type (see :mod:`benchmarks.lmeval_tasks`):
+Shared by ``python -m tools.parity`` and ``python -m tools.speed``. For each task
+type (see :mod:`tools.lmeval_tasks`):
 
 1. Both models are loaded once (ours: ``load_backend(ModelSettings(...))``; the harness:
    ``HFLM(pretrained=<the same local directory>)``), same dtype, device and batch size.
@@ -51,18 +51,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lmeval_tasks import (
-    DEFAULT_TASK_TYPES,
-    LMEVAL_FILTERS,
-    REPO,
-    SINGLE_FILE,
-    TASK_TYPES,
-    TaskSet,
-    build_lmeval_tasks,
-    load_spec,
-    select_items,
-    write_task_set,
-)
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import ChatSettings, ItemResult, TaskRunner
 from pytest_llmeval.model import (
@@ -77,6 +65,18 @@ from pytest_llmeval.model import (
     resolve_model_path,
 )
 from pytest_llmeval.scorer import answers_match, extract, score_metric
+from tools.lmeval_tasks import (
+    DEFAULT_TASK_TYPES,
+    LMEVAL_FILTERS,
+    REPO,
+    SINGLE_FILE,
+    TASK_TYPES,
+    TaskSet,
+    build_lmeval_tasks,
+    load_spec,
+    select_items,
+    write_task_set,
+)
 
 LL_TOLERANCE = 1e-4
 DEFAULT_DATA_DIR = REPO.parent / "shared" / "benchmarks"

@@ -1,6 +1,6 @@
 """lm-eval tasks through ``pytest --llm-lmeval-tasks`` and through the ``lm_eval`` CLI.
 
-    python -m benchmarks.lmeval_items --tasks gsm8k_cot_local,ceval-valid-local --limit 8
+    python -m tools.lmeval_items --tasks gsm8k_cot_local,ceval-valid-local --limit 8
 
 runs the same harness tasks on the same documents (``--limit`` per leaf task) twice, one
 process after the other, each timed end to end as a user runs it:
@@ -14,7 +14,7 @@ and then compares every document: the contexts (byte for byte), each choice's
 log-likelihood (|difference| < 1e-4), each generation (identical text), and every
 per-document metric value under every filter. ``--chat on`` runs both with the model's
 chat template (``--apply_chat_template --fewshot_as_multiturn``). The task YAMLs are the
-harness's own configs pointed at local data (``benchmarks/lmeval_local.py``).
+harness's own configs pointed at local data (``tools/lmeval_local.py``).
 
 Writes ``DIR/comparison.json`` and prints a table; the exit status is 1 when any document
 differs.
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lmeval_local import write_local_tasks
+from tools.lmeval_local import write_local_tasks
 
 REPO = Path(__file__).resolve().parents[1]
 LL_TOLERANCE = 1e-4

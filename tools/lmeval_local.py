@@ -14,7 +14,7 @@ files in the data directory (``../shared/benchmarks``):
   with the harness's ``ceval-valid`` aggregation (mean of ``acc`` and ``acc_norm``
   weighted by subject size).
 
-Used by ``python -m benchmarks.lmeval_items`` (the same items through ``pytest
+Used by ``python -m tools.lmeval_items`` (the same items through ``pytest
 --llm-lmeval-tasks`` and through the ``lm_eval`` CLI). lm-eval is imported only to find
 where its task configs are installed.
 """
@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.lmeval_tasks import _Dumper, _FunctionRef
+from tools.lmeval_tasks import _Dumper, _FunctionRef
 
 CEVAL_COLUMNS = ("id", "question", "A", "B", "C", "D", "answer")
 FAMILIES = ("gsm8k_cot_local", "ceval-valid-local")

@@ -1,7 +1,7 @@
 """lm-evaluation-harness task YAMLs that ask exactly what our specs ask.
 
-For the parity harness (``python -m benchmarks.parity``) and the speed benchmark
-(``python -m benchmarks.speed``): for each of three task types this module writes
+For the parity harness (``python -m tools.parity``) and the speed benchmark
+(``python -m tools.speed``): for each of three task types this module writes
 lm-evaluation-harness task configs into a directory used as the harness's
 ``include_path``. They read the same local files as our specs (the ``csv``/``json``
 dataset builders with ``data_files`` in the data directory) and are written in the

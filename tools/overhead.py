@@ -1,7 +1,7 @@
 """What the pytest machinery costs: collection time of a whole task, and the share of a run's
 wall time that is not model work.
 
-    python -m benchmarks.overhead [--task mmlu] [--items 1000] [--model smollm2-135m]
+    python -m tools.overhead [--task mmlu] [--items 1000] [--model smollm2-135m]
                                   [--data-dir ../shared/benchmarks]
 
 1. Collects the whole task (``pytest benchmarks/<task>.yaml --collect-only``) and reports

@@ -1,6 +1,6 @@
 """Parity with lm-evaluation-harness: the same items through both tools, compared per item.
 
-    python -m benchmarks.parity [--items 200] [--tasks mmlu,mmlu_continuation,gsm8k]
+    python -m tools.parity [--items 200] [--tasks mmlu,mmlu_continuation,gsm8k]
         [--batch-size 8] [--model smollm2-135m] [--data-dir ../shared/benchmarks] [--out DIR]
 
 Needs ``pip install -e ".[hf,parity]"``. Prints, per task type, each criterion and the
@@ -8,7 +8,7 @@ items furthest from parity; writes ``parity.json`` (config, summaries, criteria,
 one record per item) into ``--out``. Exit status 1 when any criterion fails:
 
 - every item's context (and each continuation) is byte-identical in both tools (a
-  difference means the harness YAMLs of ``benchmarks/lmeval_tasks.py`` are wrong);
+  difference means the harness YAMLs of ``tools/lmeval_tasks.py`` are wrong);
 - multiple choice: per choice |log-likelihood difference| < 1e-4, identical argmax and
   ``is_greedy``;
 - multiple choice: our per-item ``acc`` equals lm-eval's own per-item ``acc`` (its
@@ -28,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.lmeval_compare import (
+from tools.lmeval_compare import (
     Report,
     format_table,
     out_dir,
@@ -76,7 +76,7 @@ def render(report: Report) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_args(argv, "python -m benchmarks.parity", __doc__.splitlines()[0])
+    opts = parse_args(argv, "python -m tools.parity", __doc__.splitlines()[0])
     with quiet_libraries():
         report = run_all(opts, log=stderr)
     target = out_dir(opts, "parity")

@@ -1,11 +1,11 @@
 """Where generation time goes: our HF backend on a generative task, under cProfile.
 
-    python -m benchmarks.profile_generation [--task gsm8k] [--items 32] [--chunk-items 8|all]
+    python -m tools.profile_generation [--task gsm8k] [--items 32] [--chunk-items 8|all]
         [--batch-size 8] [--decode-step auto|transformers] [--prompt-lookup K]
         [--model smollm2-135m] [--data-dir ../shared/benchmarks]
 
 Runs ``TaskRunner.run`` on the first ``--items`` items of a task (``--chunk-items`` at a
-time, as ``benchmarks.speed`` does; ``all``: one call, continuous batching over all of
+time, as ``tools.speed`` does; ``all``: one call, continuous batching over all of
 them) and prints the wall time split into parts, each measured by cProfile as the time
 spent inside the named functions (cumulative, so a part includes what it calls):
 
@@ -26,7 +26,7 @@ spent inside the named functions (cumulative, so a part includes what it calls):
 Also the decode steps' rows (how full the batch was) and tokens per row (1, or more with
 prompt-lookup drafts). Needs ``pip install -e ".[hf]"``.
 Profiling slows Python-heavy parts more than the matrix products; compare runs made the
-same way, not with ``benchmarks.speed``'s wall times.
+same way, not with ``tools.speed``'s wall times.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lmeval_compare import DEFAULT_DATA_DIR
-from benchmarks.lmeval_tasks import load_spec, select_items
 from pytest_llmeval.eval import ChatSettings, TaskRunner
 from pytest_llmeval.model import ModelSettings, load_backend
+from tools.lmeval_compare import DEFAULT_DATA_DIR
+from tools.lmeval_tasks import load_spec, select_items
 
 
 def _cumulative(stats: pstats.Stats, file_part: str, function: str) -> float:
@@ -125,7 +125,7 @@ def breakdown(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_generation")
+    parser = argparse.ArgumentParser(prog="python -m tools.profile_generation")
     parser.add_argument("--task", default="gsm8k", help="a generative task type (gsm8k, bbh)")
     parser.add_argument("--items", type=int, default=32)
     parser.add_argument("--chunk-items", default="8", help="items per call, or 'all'")

@@ -1,6 +1,6 @@
 """Agreement of our scorers with the field's reference judges (docs/PARITY.md tables).
 
-    python -m benchmarks.reference_agreement [--data-dir ../shared/benchmarks]
+    python -m tools.reference_agreement [--data-dir ../shared/benchmarks]
         [--math-run RUN_DIR_OR_JSONL] [--ifeval-run RUN_DIR_OR_JSONL]
         [--punkt-model-py FILE] [--show 40] [--out FILE.json]
 

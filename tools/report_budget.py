@@ -1,6 +1,6 @@
 """The run report's size and speed budget, measured: a full MMLU run and a 1,000-item run.
 
-    python -m benchmarks.report_budget [--items 14042 --items 1000] [--loads 5]
+    python -m tools.report_budget [--items 14042 --items 1000] [--loads 5]
                                        [--data-dir ../shared/benchmarks] [--keep DIR]
 
 For each size it writes a run directory in the plugin's layout (``tasks/mmlu_output.jsonl``,
@@ -8,7 +8,7 @@ For each size it writes a run directory in the plugin's layout (``tasks/mmlu_out
 (the shipped spec's 5-shot prompts rendered from the local data by ``TaskRunner.prepare``;
 no model) and made-up per-choice log-likelihoods (seeded; the prediction is their argmax),
 builds ``report.html`` with ``write_report`` and opens it in headless Chromium
-(``benchmarks/chromium.py``) ``--loads`` times, each in a fresh tab:
+(``tools/chromium.py``) ``--loads`` times, each in a fresh tab:
 
 - size of the file;
 - build time (reading the records and writing the page);
@@ -162,7 +162,7 @@ def _ms(values: list[float], scale: float = 1000.0) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.report_budget", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.report_budget", description=__doc__)
     parser.add_argument("--items", type=int, action="append", help="run sizes (repeatable)")
     parser.add_argument("--loads", type=int, default=5)
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "benchmarks")

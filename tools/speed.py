@@ -1,11 +1,11 @@
 """Speed against lm-evaluation-harness: the parity runs, timed, and the machine's matmul rate.
 
-    python -m benchmarks.speed [--items 200] [--tasks mmlu,mmlu_continuation,gsm8k]
+    python -m tools.speed [--items 200] [--tasks mmlu,mmlu_continuation,gsm8k]
         [--batch-size 8] [--model smollm2-135m] [--data-dir ../shared/benchmarks] [--out DIR]
 
-Needs ``pip install -e ".[hf,parity]"``. Runs what ``python -m benchmarks.parity`` runs
+Needs ``pip install -e ".[hf,parity]"``. Runs what ``python -m tools.parity`` runs
 (the same items through both tools, same model directory, dtype, device and batch size;
-see :mod:`benchmarks.lmeval_compare` for what is timed) and prints, per task type: items/s
+see :mod:`tools.lmeval_compare` for what is timed) and prints, per task type: items/s
 of each tool (model time / end to end), the ratio ours / lm-eval (above 1: ours is faster),
 the per-item agreement, and the share of the machine's measured float32 matmul rate that
 each tool's forward passes reach (model FLOPs of the forward passes actually run / model
@@ -13,7 +13,7 @@ time, against the best GEMM rate measured here with torch on the same device, dt
 thread count). A second table gives, per tool, generated tokens per second and the memory
 traffic of its forward passes (at least: weights once per pass, keys and values once per
 layer) against the machine's measured memory read rate, the bound of decoding a few rows.
-Then the parity criteria of the same runs, as ``python -m benchmarks.parity`` prints them:
+Then the parity criteria of the same runs, as ``python -m tools.parity`` prints them:
 one run gives both. Writes ``speed.md`` (the tables), ``parity.txt`` (the
 criteria) and ``speed.json`` (everything, with the per-item records) into ``--out``. Exit
 status 1 when a parity criterion fails; nothing here asserts a speed.
@@ -27,8 +27,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from benchmarks import parity
-from benchmarks.lmeval_compare import (
+from pytest_llmeval.model import resolve_model_path
+from tools import parity
+from tools.lmeval_compare import (
     PLUGIN_CHUNKS,
     Options,
     Report,
@@ -42,7 +43,6 @@ from benchmarks.lmeval_compare import (
     stderr,
     write_json,
 )
-from pytest_llmeval.model import resolve_model_path
 
 
 def matmul_shapes(config: Any) -> list[tuple[str, int, int, int]]:
@@ -337,7 +337,7 @@ def _memory(report: Report, bandwidth: dict[str, Any], table: Any) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_args(argv, "python -m benchmarks.speed", __doc__.splitlines()[0])
+    opts = parse_args(argv, "python -m tools.speed", __doc__.splitlines()[0])
     with quiet_libraries():
         report = run_all(opts, log=stderr)
     stderr("measuring the machine's matmul throughput and memory read rate ...")

@@ -14,8 +14,11 @@ benchmark's n-grams (``llmeval-contamination scan``, see ``docs/CONTAMINATION.md
 - CircularEval (``_circular``): every cyclic rotation of the options, the published order
   tested against chance or against a reference model (``_reference``);
 - the n-gram scan (``_ngram``, ``_corpus``, ``_scan``): normalisation, hashing, sharded
-  corpus streaming, local processes or Dask;
-- ``experiment``: the planted-contamination experiment (needs torch).
+  corpus streaming, local processes or Dask.
+
+The planted-contamination experiment and the scan's throughput benchmark are tools of the
+repository, not of this package (``python -m tools.contamination_experiment``,
+``python -m tools.contamination_bench``).
 """
 
 from pytest_llmeval.contamination._circular import (

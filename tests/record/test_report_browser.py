@@ -1,5 +1,5 @@
 """The run report in a real browser: headless Chromium (Debian's ``chromium``; ``.ci/run``
-installs it) driven over the DevTools protocol by ``benchmarks/chromium.py``.
+installs it) driven over the DevTools protocol by ``tools/chromium.py``.
 
 The main test builds the report of a small real run (the default model on real C-Eval and
 GSM8K items) and checks what a person would: the page loads without console errors or
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.chromium import Chromium, Page, find_chromium
 from pytest_llmeval.eval import ItemResult
 from pytest_llmeval.record import write_report
+from tools.chromium import Chromium, Page, find_chromium
 
 pytestmark = pytest.mark.browser
 RunBenchmarks = Callable[..., tuple[pytest.RunResult, Path]]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmeval.contamination.experiment import Setup, main, run
+from tools.contamination_experiment import Setup, main, run
 
 pytest.importorskip("torch")
 

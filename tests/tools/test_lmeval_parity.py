@@ -1,5 +1,5 @@
-"""The lm-evaluation-harness parity harness (``benchmarks/lmeval_tasks.py``,
-``benchmarks/lmeval_compare.py``, ``python -m benchmarks.parity``).
+"""The lm-evaluation-harness parity harness (``tools/lmeval_tasks.py``,
+``tools/lmeval_compare.py``, ``python -m tools.parity``).
 
 Without a model: the harness task YAMLs, built by lm-eval itself, ask byte for byte what our
 specs ask on real items of each task type, and the comparison's criteria catch a context
@@ -20,7 +20,15 @@ import pytest
 
 pytest.importorskip("lm_eval", reason="lm-eval not installed: pip install -e '.[parity]'")
 
-from benchmarks.lmeval_compare import (
+from pytest_llmeval.eval import ChatSettings, TaskRunner
+from pytest_llmeval.model import (
+    GenerateRequest,
+    GenerateResult,
+    LoglikelihoodRequest,
+    LoglikelihoodResult,
+)
+from pytest_llmeval.task import load_task_spec
+from tools.lmeval_compare import (
     ForwardStats,
     LmevalRun,
     Models,
@@ -35,7 +43,7 @@ from benchmarks.lmeval_compare import (
     summarize,
     worst_items,
 )
-from benchmarks.lmeval_tasks import (
+from tools.lmeval_tasks import (
     LMEVAL_FILTERS,
     REPO,
     TaskSet,
@@ -46,14 +54,6 @@ from benchmarks.lmeval_tasks import (
     select_items,
     write_task_set,
 )
-from pytest_llmeval.eval import ChatSettings, TaskRunner
-from pytest_llmeval.model import (
-    GenerateRequest,
-    GenerateResult,
-    LoglikelihoodRequest,
-    LoglikelihoodResult,
-)
-from pytest_llmeval.task import load_task_spec
 
 # college_mathematics-0008's first option is the text "None", which pandas reads as a
 # missing value unless told otherwise.
@@ -534,7 +534,7 @@ def test_parity_cli_on_the_default_model(
 ) -> None:
     """Both tools, 2 MMLU + 2 option-text MMLU + 2 GSM8K items (16 new tokens): every parity
     criterion passes; the report has the per-item records and both tools' timings."""
-    from benchmarks.parity import main
+    from tools.parity import main
 
     code = main(
         [

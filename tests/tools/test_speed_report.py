@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("lm_eval", reason="lm-eval not installed: pip install -e '.[parity]'")
 torch = pytest.importorskip("torch")
 
-from benchmarks.lmeval_compare import ForwardMeter, Report, TaskReport  # noqa: E402
-from benchmarks.speed import generated_tokens, memory_rows  # noqa: E402
+from tools.lmeval_compare import ForwardMeter, Report, TaskReport  # noqa: E402
+from tools.speed import generated_tokens, memory_rows  # noqa: E402
 
 
 def _model(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
