@@ -522,8 +522,16 @@ def scan_with_dask(
     :func:`scan_shard` is mapped over the shards, and results are merged as they complete.
 
     ``client`` is a ``distributed.Client``; the workers must be able to import this package
-    and read the shards' paths.
+    and read the shards' paths. Dask is not a dependency of the package: it comes with the
+    ``scan`` extra (``pip install 'pytest-llm-evaluation[scan]'``).
     """
+    try:
+        import distributed  # noqa: F401  (the futures API the client and the workers run)
+    except ImportError:
+        raise ImportError(
+            "scan_with_dask needs Dask's distributed scheduler, which is not installed: "
+            "pip install 'pytest-llm-evaluation[scan]'"
+        ) from None
     started = time.perf_counter()
     [index_future] = client.scatter([index], broadcast=True)
     futures = client.map(
