@@ -61,7 +61,7 @@ import stat
 import sys
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 DONE_EVENT = "pytest_llmeval.sandbox.done"
@@ -136,21 +136,24 @@ _BLOCKED_MODULES = frozenset(
     }
 )
 _BLOCKED_PREFIXES = ("_test", "ctypes.")
-# event -> (indexes of path arguments, index of the dir_fd argument or None)
-_PATH_EVENTS: dict[str, tuple[tuple[int, ...], int | None]] = {
-    "os.remove": ((0,), 1),
-    "os.rmdir": ((0,), 1),
-    "os.mkdir": ((0,), 2),
-    "os.chmod": ((0,), 2),
-    "os.chown": ((0,), 3),
-    "os.utime": ((0,), 3),
-    "os.truncate": ((0,), None),
-    "os.chflags": ((0,), None),
-    "os.lchflags": ((0,), None),
-    "os.setxattr": ((0,), None),
-    "os.removexattr": ((0,), None),
-    "shutil.rmtree": ((0,), 1),
-}
+# event -> (indexes of path arguments, index of the dir_fd argument or None); read-only, as
+# the guard's other tables: it binds them, and a program can reach this module's globals.
+_PATH_EVENTS: Mapping[str, tuple[tuple[int, ...], int | None]] = types.MappingProxyType(
+    {
+        "os.remove": ((0,), 1),
+        "os.rmdir": ((0,), 1),
+        "os.mkdir": ((0,), 2),
+        "os.chmod": ((0,), 2),
+        "os.chown": ((0,), 3),
+        "os.utime": ((0,), 3),
+        "os.truncate": ((0,), None),
+        "os.chflags": ((0,), None),
+        "os.lchflags": ((0,), None),
+        "os.setxattr": ((0,), None),
+        "os.removexattr": ((0,), None),
+        "shutil.rmtree": ((0,), 1),
+    }
+)
 _READ_ROOTS = ("/usr", "/lib", "/lib32", "/lib64", "/etc", "/bin")
 _READ_FILES = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"})
 
@@ -172,19 +175,29 @@ def _make_policy(
     report: Callable[[str], None],
     hook_globals: dict[str, Any],
 ) -> Callable[[str, tuple[Any, ...]], None]:
-    """The guard's audit hook. Everything it calls is bound here, before program code runs,
-    so that patching ``os``, ``os.path`` or the builtins cannot change its decisions."""
+    """The guard's audit hook. Everything it calls or reads is bound here, before program
+    code runs, so that patching ``os``, ``os.path``, the builtins or this module's globals
+    (which a program reaches through its frames' ``f_globals``) cannot change its decisions."""
     getcwd, lstat, readlink, fspath = os.getcwd, os.lstat, os.readlink, os.fspath
     getpid, getpgrp = os.getpid, os.getpgrp
     s_islnk, s_isdir = stat.S_ISLNK, stat.S_ISDIR
-    _isinstance, _str, _bytes, _int, _any = isinstance, str, bytes, int, any
+    _isinstance, _str, _bytes, _int, _any, _getattr = isinstance, str, bytes, int, any, getattr
     _permission_error, _import_error, _os_error = PermissionError, ImportError, OSError
     workdir_prefix = workdir.rstrip("/") + "/"
     read_prefixes = tuple(root.rstrip("/") + "/" for root in read_roots)
     refusals = [0]
+    max_refusals, write_flags, read_files, af_unix = (
+        _MAX_REFUSALS,
+        _WRITE_FLAGS,
+        _READ_FILES,
+        _AF_UNIX,
+    )
+    path_events, process_events, network_events = _PATH_EVENTS, _PROCESS_EVENTS, _NETWORK_EVENTS
+    introspection_events = _INTROSPECTION_EVENTS
+    blocked_modules, blocked_prefixes = _BLOCKED_MODULES, _BLOCKED_PREFIXES
 
     def refuse(event: str, detail: str, error: type[Exception] = _permission_error) -> None:
-        if refusals[0] < _MAX_REFUSALS:
+        if refusals[0] < max_refusals:
             refusals[0] += 1
             report(f"refused {event}: {detail}\n")
         raise error(f"sandbox: {event} is not allowed ({detail})")
@@ -255,7 +268,7 @@ def _make_policy(
     def readable(path: str) -> bool:
         return (
             inside(path)
-            or path in _READ_FILES
+            or path in read_files
             or path in read_roots
             or _any(path.startswith(prefix) for prefix in read_prefixes)
         )
@@ -283,7 +296,7 @@ def _make_policy(
         if raw and not name.startswith("/") and ".." in name.split("/"):
             refuse("open", f"relative path with '..': {name}")
         where = resolve(absolute(name, None))
-        writing = _isinstance(flags, _int) and flags & _WRITE_FLAGS
+        writing = _isinstance(flags, _int) and flags & write_flags
         if writing:
             if not (inside(where) or where == "/dev/null"):
                 refuse("open", f"writing {where}")
@@ -316,8 +329,8 @@ def _make_policy(
     def policy(event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
             on_open(args)
-        elif event in _PATH_EVENTS:
-            indexes, dir_fd_index = _PATH_EVENTS[event]
+        elif event in path_events:
+            indexes, dir_fd_index = path_events[event]
             dir_fd = args[dir_fd_index] if dir_fd_index is not None else None
             for index in indexes:
                 mutable(event, args[index], dir_fd)
@@ -330,25 +343,25 @@ def _make_policy(
             on_listing(event, args)
         elif event in ("os.kill", "os.killpg"):
             on_signal(event, args)
-        elif event in _PROCESS_EVENTS:
+        elif event in process_events:
             refuse(event, "no new processes")
         elif event == "socket.__new__":
-            if args[1] != _AF_UNIX:
+            if args[1] != af_unix:
                 refuse(event, f"socket family {args[1]}")
-        elif event in _NETWORK_EVENTS:
+        elif event in network_events:
             refuse(event, "no network")
-        elif event in _INTROSPECTION_EVENTS or event.startswith(("sys.monitoring", "ctypes.")):
+        elif event in introspection_events or event.startswith(("sys.monitoring", "ctypes.")):
             refuse(event, "interpreter internals")
         elif event == "import":
             module = args[0]
             if _isinstance(module, _str) and (
-                module in _BLOCKED_MODULES or module.startswith(_BLOCKED_PREFIXES)
+                module in blocked_modules or module.startswith(blocked_prefixes)
             ):
                 refuse(event, module, _import_error)
         elif (
             event == "object.__getattr__"
             and args[1] == "f_code"
-            and getattr(args[0], "f_globals", None) is hook_globals
+            and _getattr(args[0], "f_globals", None) is hook_globals
         ):
             refuse(event, "the done hook's code")
 
