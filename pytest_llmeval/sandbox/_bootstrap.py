@@ -62,7 +62,7 @@ import sys
 import traceback
 import types
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 DONE_EVENT = "pytest_llmeval.sandbox.done"
 _AF_UNIX = 1
@@ -169,38 +169,97 @@ def _read_fd(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+class _Refuse(Protocol):
+    def __call__(self, event: str, detail: str, error: type[Exception] = ...) -> None: ...
+
+
+_Check = Callable[[str, tuple[Any, ...]], None]
+
+
 def _make_policy(
     workdir: str,
     read_roots: tuple[str, ...],
     report: Callable[[str], None],
     hook_globals: dict[str, Any],
-) -> Callable[[str, tuple[Any, ...]], None]:
+) -> _Check:
     """The guard's audit hook. Everything it calls or reads is bound here, before program
     code runs, so that patching ``os``, ``os.path``, the builtins or this module's globals
-    (which a program reaches through its frames' ``f_globals``) cannot change its decisions."""
-    getcwd, lstat, readlink, fspath = os.getcwd, os.lstat, os.readlink, os.fspath
-    getpid, getpgrp = os.getpid, os.getpgrp
-    s_islnk, s_isdir = stat.S_ISLNK, stat.S_ISDIR
-    _isinstance, _str, _bytes, _int, _any, _getattr = isinstance, str, bytes, int, any, getattr
-    _permission_error, _import_error, _os_error = PermissionError, ImportError, OSError
-    workdir_prefix = workdir.rstrip("/") + "/"
-    read_prefixes = tuple(root.rstrip("/") + "/" for root in read_roots)
-    refusals = [0]
-    max_refusals, write_flags, read_files, af_unix = (
-        _MAX_REFUSALS,
-        _WRITE_FLAGS,
-        _READ_FILES,
-        _AF_UNIX,
-    )
+    (which a program reaches through its frames' ``f_globals``) cannot change its decisions.
+
+    The helpers that build its checks (:func:`_refuser`, :func:`_path_checks`,
+    :func:`_signal_check`) run here too, and bind what their checks use the same way."""
+    refuse = _refuser(report)
+    on_open, on_path, on_rename, on_listing = _path_checks(workdir, read_roots, refuse)
+    on_signal = _signal_check(refuse)
+    _isinstance, _str, _getattr, _import_error = isinstance, str, getattr, ImportError
     path_events, process_events, network_events = _PATH_EVENTS, _PROCESS_EVENTS, _NETWORK_EVENTS
-    introspection_events = _INTROSPECTION_EVENTS
+    introspection_events, af_unix = _INTROSPECTION_EVENTS, _AF_UNIX
     blocked_modules, blocked_prefixes = _BLOCKED_MODULES, _BLOCKED_PREFIXES
+
+    def policy(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            on_open(event, args)
+        elif event in path_events:
+            on_path(event, args)
+        elif event == "os.rename":
+            on_rename(event, args)
+        elif event in ("os.link", "os.symlink"):
+            refuse(event, "links are not allowed")
+        elif event in ("os.listdir", "os.scandir"):
+            on_listing(event, args)
+        elif event in ("os.kill", "os.killpg"):
+            on_signal(event, args)
+        elif event in process_events:
+            refuse(event, "no new processes")
+        elif event == "socket.__new__":
+            if args[1] != af_unix:
+                refuse(event, f"socket family {args[1]}")
+        elif event in network_events:
+            refuse(event, "no network")
+        elif event in introspection_events or event.startswith(("sys.monitoring", "ctypes.")):
+            refuse(event, "interpreter internals")
+        elif event == "import":
+            module = args[0]
+            if _isinstance(module, _str) and (
+                module in blocked_modules or module.startswith(blocked_prefixes)
+            ):
+                refuse(event, module, _import_error)
+        elif (
+            event == "object.__getattr__"
+            and args[1] == "f_code"
+            and _getattr(args[0], "f_globals", None) is hook_globals
+        ):
+            refuse(event, "the done hook's code")
+
+    return policy
+
+
+def _refuser(report: Callable[[str], None]) -> _Refuse:
+    """Refuse an operation: report it (the first few times) and raise."""
+    _permission_error, max_refusals = PermissionError, _MAX_REFUSALS
+    refusals = [0]
 
     def refuse(event: str, detail: str, error: type[Exception] = _permission_error) -> None:
         if refusals[0] < max_refusals:
             refusals[0] += 1
             report(f"refused {event}: {detail}\n")
         raise error(f"sandbox: {event} is not allowed ({detail})")
+
+    return refuse
+
+
+def _path_resolver() -> tuple[
+    Callable[[Any], str | None],
+    Callable[[int], str | None],
+    Callable[[str, Any], str],
+    Callable[[str, bool], str],
+]:
+    """``text`` (an event's path argument as a string, None for a descriptor), ``fd_path``
+    (where a descriptor points), ``absolute`` (a path relative to a dir_fd or the current
+    directory) and ``resolve`` (``os.path.realpath``), with the functions bound here."""
+    getcwd, lstat, readlink, fspath = os.getcwd, os.lstat, os.readlink, os.fspath
+    s_islnk = stat.S_ISLNK
+    _isinstance, _str, _bytes, _int, _os_error = isinstance, str, bytes, int, OSError
 
     def text(path: Any) -> str | None:
         if _isinstance(path, _int):
@@ -262,6 +321,22 @@ def _make_policy(
             done.append(part)
         return "/" + "/".join(done)
 
+    return text, fd_path, absolute, resolve
+
+
+def _path_checks(
+    workdir: str, read_roots: tuple[str, ...], refuse: _Refuse
+) -> tuple[_Check, _Check, _Check, _Check]:
+    """The filesystem family: ``open``, the events that change a path, ``os.rename`` and
+    the directory listings. Writes stay inside ``workdir``; reads inside it, under
+    ``read_roots`` or of a few devices."""
+    text, fd_path, absolute, resolve = _path_resolver()
+    lstat, s_isdir = os.lstat, stat.S_ISDIR
+    _isinstance, _int, _any, _os_error = isinstance, int, any, OSError
+    path_events, write_flags, read_files = _PATH_EVENTS, _WRITE_FLAGS, _READ_FILES
+    workdir_prefix = workdir.rstrip("/") + "/"
+    read_prefixes = tuple(root.rstrip("/") + "/" for root in read_roots)
+
     def inside(path: str) -> bool:
         return path == workdir or path.startswith(workdir_prefix)
 
@@ -277,7 +352,7 @@ def _make_policy(
         """Refuse unless ``path`` (relative to ``dir_fd``) is inside the working directory."""
         if _isinstance(path, _int):
             target = fd_path(path)
-            if target is not None and not inside(resolve(target)):
+            if target is not None and not inside(resolve(target, True)):
                 refuse(event, target)
             return
         name = text(path)
@@ -287,33 +362,51 @@ def _make_policy(
         if not inside(where):
             refuse(event, where)
 
-    def on_open(args: tuple[Any, ...]) -> None:
+    def on_open(event: str, args: tuple[Any, ...]) -> None:
         path, mode, flags = args[0], args[1], args[2]
         name = text(path) if path is not None else None
         if name is None:
             return
         raw = mode is None  # os.open: may carry a dir_fd that the event does not show
         if raw and not name.startswith("/") and ".." in name.split("/"):
-            refuse("open", f"relative path with '..': {name}")
-        where = resolve(absolute(name, None))
+            refuse(event, f"relative path with '..': {name}")
+        where = resolve(absolute(name, None), True)
         writing = _isinstance(flags, _int) and flags & write_flags
         if writing:
             if not (inside(where) or where == "/dev/null"):
-                refuse("open", f"writing {where}")
+                refuse(event, f"writing {where}")
         elif not readable(where):
-            refuse("open", f"reading {where}")
+            refuse(event, f"reading {where}")
         if raw and not inside(where):
             try:
                 is_dir = s_isdir(lstat(where).st_mode)
             except _os_error:
                 is_dir = False
             if is_dir:
-                refuse("open", f"directory descriptor {where}")
+                refuse(event, f"directory descriptor {where}")
+
+    def on_path(event: str, args: tuple[Any, ...]) -> None:
+        indexes, dir_fd_index = path_events[event]
+        dir_fd = args[dir_fd_index] if dir_fd_index is not None else None
+        for index in indexes:
+            mutable(event, args[index], dir_fd)
+
+    def on_rename(event: str, args: tuple[Any, ...]) -> None:
+        mutable(event, args[0], args[2])
+        mutable(event, args[1], args[3])
 
     def on_listing(event: str, args: tuple[Any, ...]) -> None:
         name = text(args[0]) if args and args[0] is not None else None
-        if name is not None and not readable(resolve(absolute(name, None))):
+        if name is not None and not readable(resolve(absolute(name, None), True)):
             refuse(event, name)
+
+    return on_open, on_path, on_rename, on_listing
+
+
+def _signal_check(refuse: _Refuse) -> _Check:
+    """Signals go only to the program's own process or process group."""
+    getpid, getpgrp = os.getpid, os.getpgrp
+    _isinstance, _int = isinstance, int
 
     def on_signal(event: str, args: tuple[Any, ...]) -> None:
         target = args[0]
@@ -326,46 +419,7 @@ def _make_policy(
             return
         refuse(event, f"signal to {target}")
 
-    def policy(event: str, args: tuple[Any, ...]) -> None:
-        if event == "open":
-            on_open(args)
-        elif event in path_events:
-            indexes, dir_fd_index = path_events[event]
-            dir_fd = args[dir_fd_index] if dir_fd_index is not None else None
-            for index in indexes:
-                mutable(event, args[index], dir_fd)
-        elif event == "os.rename":
-            mutable(event, args[0], args[2])
-            mutable(event, args[1], args[3])
-        elif event in ("os.link", "os.symlink"):
-            refuse(event, "links are not allowed")
-        elif event in ("os.listdir", "os.scandir"):
-            on_listing(event, args)
-        elif event in ("os.kill", "os.killpg"):
-            on_signal(event, args)
-        elif event in process_events:
-            refuse(event, "no new processes")
-        elif event == "socket.__new__":
-            if args[1] != af_unix:
-                refuse(event, f"socket family {args[1]}")
-        elif event in network_events:
-            refuse(event, "no network")
-        elif event in introspection_events or event.startswith(("sys.monitoring", "ctypes.")):
-            refuse(event, "interpreter internals")
-        elif event == "import":
-            module = args[0]
-            if _isinstance(module, _str) and (
-                module in blocked_modules or module.startswith(blocked_prefixes)
-            ):
-                refuse(event, module, _import_error)
-        elif (
-            event == "object.__getattr__"
-            and args[1] == "f_code"
-            and _getattr(args[0], "f_globals", None) is hook_globals
-        ):
-            refuse(event, "the done hook's code")
-
-    return policy
+    return on_signal
 
 
 def _arm(config: dict[str, Any], report: Callable[[str], None]) -> None:

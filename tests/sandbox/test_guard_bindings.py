@@ -18,7 +18,7 @@ from pytest_llmeval.sandbox import _bootstrap, run_program
 
 # The functions that build the guard's audit hook: what runs when an event is audited is
 # the code nested in them.
-GUARD_BUILDERS = ("_make_policy",)
+GUARD_BUILDERS = ("_make_policy", "_refuser", "_path_resolver", "_path_checks", "_signal_check")
 
 
 def nested_code(code: types.CodeType) -> Iterator[types.CodeType]:
