@@ -155,47 +155,10 @@ def execute(
     except (SandboxUnavailable, OSError) as exc:
         return _error(f"sandbox unavailable: {exc}", started)
     token = secrets.token_hex(16)
-    opened: list[int] = []
-    proc: subprocess.Popen[bytes] | None = None
-    reaped = False
+    run = _Run(base, user, python)
     try:
-        workdir = base / "work"
-        scratch = workdir / "tmp"
-        workdir.mkdir(mode=0o700)
-        scratch.mkdir(mode=0o700)
-        if user.drop:
-            base.chmod(0o711)
-            for folder in (workdir, scratch):
-                os.chown(folder, user.uid, user.gid)
-        (base / "program.json").write_text(json.dumps([list(unit) for unit in units]))
-
-        def open_file(name: str, flags: int) -> int:
-            fd = os.open(base / name, flags | os.O_CLOEXEC, 0o600)
-            opened.append(fd)
-            return fd
-
-        program_fd = open_file("program.json", os.O_RDONLY)
-        write_flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        result_fd = open_file("result", write_flags)
-        stdout_fd = open_file("stdout", write_flags)
-        stderr_fd = open_file("stderr", write_flags)
-        token_read, token_write = os.pipe()
-        opened.append(token_read)
-        try:
-            os.write(token_write, token.encode("ascii"))
-        finally:
-            os.close(token_write)
-
-        env = {
-            "PATH": _SAFE_PATH,
-            "HOME": str(workdir),
-            "TMPDIR": str(scratch),
-            "LANG": "C.UTF-8",
-            "PYTHONHASHSEED": "0",
-            "PYTHONUTF8": "1",
-            "PYTHONIOENCODING": "utf-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
+        workdir, scratch = _make_run_dir(run, units)
+        channels = _open_channels(run, token)
         bootstrap_config = {
             "token_fd": 3,
             "program_fd": 4,
@@ -205,92 +168,199 @@ def execute(
             "done_line": done_line,
             "workdir": str(workdir),
         }
-        launcher_config: dict[str, Any] = {
-            "fds": [token_read, program_fd, result_fd],
-            "drop": user.drop,
-            "uid": user.uid,
-            "gid": user.gid,
-            "limits": _rlimits(limits, user),
-            "guard": guard,
-            "filesystem": {
-                "tmpfs_mb": max(16, 4 * limits.max_file_mb),
-                "required": not _policy["allow_unisolated"],
-                "how_to_allow": HOW_TO_ALLOW,
-            },
-            "parent": os.getpid(),
-            "workdir": str(workdir),
-            "python": python,
-            "bootstrap": _script("_bootstrap.py"),
-            "bootstrap_config": json.dumps(bootstrap_config),
-            "env": env,
-        }
-        spawned = time.monotonic()
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-I",
-                "-S",
-                "-c",
-                _script("_launcher.py"),
-                json.dumps(launcher_config),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=stdout_fd,
-            stderr=stderr_fd,
-            pass_fds=(token_read, program_fd, result_fd),
-            start_new_session=True,
-            env={"PATH": _SAFE_PATH},
-            cwd=base,
-        )
-        for fd in opened:
-            os.close(fd)
-        opened.clear()
-        exited = _wait_for_exit(proc.pid, limits.timeout_s)
-        seconds = time.monotonic() - spawned
-        # The leader is not reaped yet (a zombie holds its pid), so its group id is still
-        # ours to kill: background children die with it.
-        _kill_group(proc.pid)
-        returncode = proc.wait()
-        _await_group_death(proc.pid)
-        kill_user_processes(user, python)
-        reaped = True
-        stdout, stdout_cut = _read_head(base / "stdout", limits.max_output_bytes)
-        stderr, stderr_cut = _read_head(base / "stderr", limits.max_output_bytes)
-        report = _Report.parse(_read_head(base / "result", _RESULT_LIMIT)[0], token)
-        status, reason = _classify(
-            report, returncode, timed_out=not exited, check=check, limits=limits
-        )
-        if status == "error" and not reason.strip():
-            reason = _last_line(_tail(base / "stderr")) or "the sandbox did not start"
-        if status == "failed" and not reason:
-            reason = _last_line(_tail(base / "stderr"))
-        return ExecutionResult(
-            status=status,
-            returncode=returncode,
-            stdout=stdout,
-            stderr=stderr,
-            seconds=round(seconds, 4),
-            reason=reason,
-            stdout_truncated=stdout_cut,
-            stderr_truncated=stderr_cut,
-            isolation=report.isolation,
-            pid=proc.pid,
-            uid=user.uid,
-        )
+        config = _launcher_config(run, channels, workdir, scratch, limits, guard, bootstrap_config)
+        returncode, exited, seconds = _spawn_and_wait(run, channels, config, limits)
+        return _collect(run, token, returncode, exited, seconds, limits, check)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         return _error(f"sandbox failure: {type(exc).__name__}: {exc}", started)
     finally:
-        for fd in opened:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        if proc is not None and proc.returncode is None:
-            _kill_group(proc.pid)
-            with contextlib.suppress(subprocess.SubprocessError):
-                proc.wait(timeout=10)
-        if not reaped:
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                kill_user_processes(user, python)
-        _remove_tree(base)
+        _clean_up(run)
+
+
+@dataclass
+class _Run:
+    """One run's folder and identity, and what the cleanup must release whichever step
+    failed: the descriptors still open, the launcher process, whether it was reaped."""
+
+    base: Path
+    user: SandboxUser
+    python: str
+    opened: list[int] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    reaped: bool = False
+
+    def open_file(self, name: str, flags: int) -> int:
+        fd = os.open(self.base / name, flags | os.O_CLOEXEC, 0o600)
+        self.opened.append(fd)
+        return fd
+
+
+@dataclass(frozen=True)
+class _Channels:
+    """The run's descriptors: the token pipe's read end, the program, the result channel
+    (passed to the launcher) and the files that take its stdout and stderr."""
+
+    token_read: int
+    program: int
+    result: int
+    stdout: int
+    stderr: int
+
+
+def _make_run_dir(run: _Run, units: Sequence[tuple[str, str]]) -> tuple[Path, Path]:
+    """The working directory (the program's ``HOME``), its ``tmp`` (``TMPDIR``), both the
+    sandbox user's when it is dropped, and ``program.json`` beside them."""
+    workdir = run.base / "work"
+    scratch = workdir / "tmp"
+    workdir.mkdir(mode=0o700)
+    scratch.mkdir(mode=0o700)
+    if run.user.drop:
+        run.base.chmod(0o711)
+        for folder in (workdir, scratch):
+            os.chown(folder, run.user.uid, run.user.gid)
+    (run.base / "program.json").write_text(json.dumps([list(unit) for unit in units]))
+    return workdir, scratch
+
+
+def _open_channels(run: _Run, token: str) -> _Channels:
+    """Open the run's files and write the token into a pipe (whose write end is closed)."""
+    program_fd = run.open_file("program.json", os.O_RDONLY)
+    write_flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    result_fd = run.open_file("result", write_flags)
+    stdout_fd = run.open_file("stdout", write_flags)
+    stderr_fd = run.open_file("stderr", write_flags)
+    token_read, token_write = os.pipe()
+    run.opened.append(token_read)
+    try:
+        os.write(token_write, token.encode("ascii"))
+    finally:
+        os.close(token_write)
+    return _Channels(token_read, program_fd, result_fd, stdout_fd, stderr_fd)
+
+
+def _launcher_config(
+    run: _Run,
+    channels: _Channels,
+    workdir: Path,
+    scratch: Path,
+    limits: Limits,
+    guard: bool,
+    bootstrap_config: dict[str, Any],
+) -> dict[str, Any]:
+    """What the launcher (``_launcher.py``) is told: descriptors, identity, limits, the
+    filesystem view, the program's environment and the bootstrap with its own config."""
+    env = {
+        "PATH": _SAFE_PATH,
+        "HOME": str(workdir),
+        "TMPDIR": str(scratch),
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONUTF8": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    return {
+        "fds": [channels.token_read, channels.program, channels.result],
+        "drop": run.user.drop,
+        "uid": run.user.uid,
+        "gid": run.user.gid,
+        "limits": _rlimits(limits, run.user),
+        "guard": guard,
+        "filesystem": {
+            "tmpfs_mb": max(16, 4 * limits.max_file_mb),
+            "required": not _policy["allow_unisolated"],
+            "how_to_allow": HOW_TO_ALLOW,
+        },
+        "parent": os.getpid(),
+        "workdir": str(workdir),
+        "python": run.python,
+        "bootstrap": _script("_bootstrap.py"),
+        "bootstrap_config": json.dumps(bootstrap_config),
+        "env": env,
+    }
+
+
+def _spawn_and_wait(
+    run: _Run, channels: _Channels, config: dict[str, Any], limits: Limits
+) -> tuple[int, bool, float]:
+    """Start the launcher in a session of its own, wait for it (up to the time limit), kill
+    what is left of the run; its return code, whether it exited in time, and the seconds."""
+    spawned = time.monotonic()
+    passed = (channels.token_read, channels.program, channels.result)
+    run.proc = proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _script("_launcher.py"), json.dumps(config)],
+        stdin=subprocess.DEVNULL,
+        stdout=channels.stdout,
+        stderr=channels.stderr,
+        pass_fds=passed,
+        start_new_session=True,
+        env={"PATH": _SAFE_PATH},
+        cwd=run.base,
+    )
+    for fd in run.opened:
+        os.close(fd)
+    run.opened.clear()
+    exited = _wait_for_exit(proc.pid, limits.timeout_s)
+    seconds = time.monotonic() - spawned
+    # The leader is not reaped yet (a zombie holds its pid), so its group id is still
+    # ours to kill: background children die with it.
+    _kill_group(proc.pid)
+    returncode = proc.wait()
+    _await_group_death(proc.pid)
+    kill_user_processes(run.user, run.python)
+    run.reaped = True
+    return returncode, exited, seconds
+
+
+def _collect(
+    run: _Run,
+    token: str,
+    returncode: int,
+    exited: bool,
+    seconds: float,
+    limits: Limits,
+    check: bool,
+) -> ExecutionResult:
+    """Read the outputs and the result channel and judge the run."""
+    assert run.proc is not None
+    base = run.base
+    stdout, stdout_cut = _read_head(base / "stdout", limits.max_output_bytes)
+    stderr, stderr_cut = _read_head(base / "stderr", limits.max_output_bytes)
+    report = _Report.parse(_read_head(base / "result", _RESULT_LIMIT)[0], token)
+    status, reason = _classify(report, returncode, timed_out=not exited, check=check, limits=limits)
+    if status == "error" and not reason.strip():
+        reason = _last_line(_tail(base / "stderr")) or "the sandbox did not start"
+    if status == "failed" and not reason:
+        reason = _last_line(_tail(base / "stderr"))
+    return ExecutionResult(
+        status=status,
+        returncode=returncode,
+        stdout=stdout,
+        stderr=stderr,
+        seconds=round(seconds, 4),
+        reason=reason,
+        stdout_truncated=stdout_cut,
+        stderr_truncated=stderr_cut,
+        isolation=report.isolation,
+        pid=run.proc.pid,
+        uid=run.user.uid,
+    )
+
+
+def _clean_up(run: _Run) -> None:
+    """Close what is still open, kill a launcher still running and, if the run was not
+    reaped, the sandbox user's processes; remove the run's folder."""
+    for fd in run.opened:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    if run.proc is not None and run.proc.returncode is None:
+        _kill_group(run.proc.pid)
+        with contextlib.suppress(subprocess.SubprocessError):
+            run.proc.wait(timeout=10)
+    if not run.reaped:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            kill_user_processes(run.user, run.python)
+    _remove_tree(run.base)
 
 
 def _rlimits(limits: Limits, user: SandboxUser) -> dict[str, list[int]]:
