@@ -1,6 +1,24 @@
-"""Gates that decide: floors from a reference run, verdicts with their uncertainty, and the
-item budget a gate needs (plain Python: no pytest, no torch). See docs/GATES.md."""
+"""Gates that decide: floors from a reference run, verdicts with their uncertainty, the
+paired gate against a baseline run, and the item budget a gate needs (plain Python: no
+pytest, no torch; ``record`` reads the runs). See docs/GATES.md."""
 
+from pytest_llmeval.gate._baseline import (
+    ABSENT,
+    GATE_FORMS,
+    Comparison,
+    ConfigDiff,
+    GateRule,
+    TaskDelta,
+    format_diff,
+    format_p,
+    format_value,
+    gate_failures,
+    item_score,
+    item_scored,
+    paired_delta,
+    parse_gate,
+    sign_flip_test,
+)
 from pytest_llmeval.gate._plan import (
     DROPS,
     PlanSettings,
@@ -44,14 +62,20 @@ from pytest_llmeval.gate._verdict import (
 )
 
 __all__ = [
+    "ABSENT",
     "DROPS",
+    "GATE_FORMS",
     "POLICIES",
     "POLICY_TEXT",
+    "Comparison",
+    "ConfigDiff",
     "FloorRule",
+    "GateRule",
     "PlanSettings",
     "ReferenceFloor",
     "ReferenceRun",
     "Simulated",
+    "TaskDelta",
     "TaskPlan",
     "binom_cdf",
     "binom_pmf",
@@ -64,18 +88,27 @@ __all__ = [
     "detectable_floor_drop",
     "floor_gate_power",
     "floor_need",
+    "format_diff",
+    "format_p",
     "format_plan",
+    "format_value",
+    "gate_failures",
     "interval_verdict",
+    "item_score",
+    "item_scored",
     "mcnemar_critical",
     "mcnemar_power",
     "mcnemar_power_conditional",
     "mcnemar_sample_size",
+    "paired_delta",
     "paired_need",
     "parse_floor_entry",
     "parse_floor_rule",
+    "parse_gate",
     "pass_threshold",
     "plan_task",
     "policy_fails",
+    "sign_flip_test",
     "simulate",
     "write_floors",
 ]

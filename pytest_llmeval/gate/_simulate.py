@@ -8,8 +8,9 @@ records, and plants a drop in the copy: each right item turns wrong with probabi
 ``(churn / 2) / (1 - p0)`` (``churn`` 0: only right items flip, a pure drop). The copy is
 then gated exactly as a run would be:
 
-- **paired**: ``compare_runs`` of the copy against the drawn items, then ``gate_failures``
-  with the ``sig`` rule (exact McNemar, p < alpha), the code ``--llm-baseline-fail`` runs;
+- **paired**: ``paired_delta`` of the copy against the drawn items (what ``compare_runs``
+  runs per task), then ``gate_failures`` with the ``sig`` rule (exact McNemar, p < alpha),
+  the code ``--llm-baseline-fail`` runs;
 - **floor, fresh items** (the plan's model): the floor the rule makes from a reference of
   ``n`` items at ``p0``; the copy's own score and 95% interval against it under the policy;
 - **floor, same items** (what a CI run on the reference's ``--llm-limit`` does): the floor
@@ -31,6 +32,7 @@ from typing import Any
 
 from pytest_llmeval.scorer import accuracy
 
+from ._baseline import Comparison, gate_failures, paired_delta, parse_gate
 from ._plan import ALPHA, floor_at, floor_gate_fail_probability, paired_shares
 from ._power import mcnemar_power
 from ._verdict import FloorRule, policy_fails
@@ -81,11 +83,11 @@ def _record(ids: Sequence[str], correct: Sequence[bool]) -> dict[str, dict[str, 
 
 
 def _paired_fails(task: str, ids: list[str], base: list[bool], cur: list[bool]) -> bool:
-    from pytest_llmeval.record import RunRecord, compare_runs, gate_failures, parse_gate
-
-    baseline = RunRecord(Path("baseline"), {}, {}, {task: _record(ids, base)})
-    current = RunRecord(Path("current"), {}, {}, {task: _record(ids, cur)})
-    return bool(gate_failures(compare_runs(current, baseline), parse_gate("sig")))
+    # compare_runs of two runs that differ only in these items: one task, no differing
+    # settings, compared at compare_runs' alpha (0.05)
+    delta = paired_delta(task, _record(ids, base), _record(ids, cur), 0.05)
+    comparison = Comparison(Path("baseline"), [delta], [], [], current_path=Path("current"))
+    return bool(gate_failures(comparison, parse_gate("sig")))
 
 
 def simulate(

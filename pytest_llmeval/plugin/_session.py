@@ -22,7 +22,7 @@ import pytest
 from pytest_llmeval._errors import SpecError
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import FailureReport, ItemResult, TaskRunner, analyse_failures
-from pytest_llmeval.gate import interval_verdict, policy_fails
+from pytest_llmeval.gate import gate_failures, interval_verdict, parse_gate, policy_fails
 from pytest_llmeval.record import (
     CONFIG,
     MARKDOWN,
@@ -39,9 +39,8 @@ from ._evaluator import WHOLE_TASK_DIST, Evaluator
 from ._options import CLI_FLOOR, Options
 
 if TYPE_CHECKING:
-    from pytest_llmeval.gate import FloorRule, ReferenceRun, TaskPlan
+    from pytest_llmeval.gate import Comparison, FloorRule, ReferenceRun, TaskPlan
     from pytest_llmeval.lmeval import LmEvalRunner
-    from pytest_llmeval.record import Comparison
 
 
 class SelectedItem(Protocol):
@@ -389,8 +388,6 @@ class LlmEvalSession:
         self.limit_warnings: list[str] = []
         self.agreement, self.agreement_sha256 = _read_agreement(self.options.agreement)
         if self.options.baseline_fail and not self.is_worker:
-            from pytest_llmeval.record import parse_gate
-
             try:
                 parse_gate(self.options.baseline_fail)
             except ValueError as exc:
@@ -1157,7 +1154,7 @@ class LlmEvalSession:
     def _compare_with_baseline(self) -> None:
         if self.options.baseline is None or self.run is None:
             return
-        from pytest_llmeval.record import compare_runs, gate_failures, load_run, parse_gate
+        from pytest_llmeval.record import compare_runs, load_run
 
         current = load_run(self.run.path)
         baseline = load_run(self.options.baseline)

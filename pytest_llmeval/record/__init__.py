@@ -1,16 +1,6 @@
 """Run records: run directories, hashes, environment records, baselines and summaries."""
 
-from pytest_llmeval.record._compare import (
-    Comparison,
-    ConfigDiff,
-    RunRecord,
-    TaskDelta,
-    compare_runs,
-    format_comparison,
-    gate_failures,
-    load_run,
-    parse_gate,
-)
+from pytest_llmeval.record._compare import RunRecord, compare_runs, format_comparison, load_run
 from pytest_llmeval.record._env import (
     describe_drift,
     drift_fingerprint,
@@ -48,18 +38,14 @@ from pytest_llmeval.record._summary import (
     prompt_lines,
 )
 from pytest_llmeval.record._taskconfig import config_hash, prompt_hash, task_config
-from pytest_llmeval.scorer import mcnemar_exact  # re-exported: baseline comparisons use it
 
 __all__ = [
     "CONFIG",
     "MARKDOWN",
     "SUMMARY",
-    "Comparison",
-    "ConfigDiff",
     "HashCache",
     "RunDir",
     "RunRecord",
-    "TaskDelta",
     "append_github_step_summary",
     "compact_properties",
     "compare_runs",
@@ -71,16 +57,13 @@ __all__ = [
     "file_sha256",
     "floor_source_text",
     "format_comparison",
-    "gate_failures",
     "git_info",
     "library_versions",
     "load_run",
     "mark_superseded",
     "markdown_summary",
-    "mcnemar_exact",
     "model_fingerprint",
     "new_run_dir",
-    "parse_gate",
     "prepare_report",
     "present_report",
     "prompt_hash",

@@ -44,19 +44,14 @@ from pytest_llmeval.gate import (
     ReferenceRun,
     check_policy,
     format_plan,
+    gate_failures,
     parse_floor_rule,
+    parse_gate,
     plan_task,
     simulate,
     write_floors,
 )
-from pytest_llmeval.record._compare import (
-    RunRecord,
-    compare_runs,
-    format_comparison,
-    gate_failures,
-    load_run,
-    parse_gate,
-)
+from pytest_llmeval.record._compare import RunRecord, compare_runs, format_comparison, load_run
 from pytest_llmeval.record._report import write_report
 from pytest_llmeval.record._rundir import (
     RECORDS_FIELD,

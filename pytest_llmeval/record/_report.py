@@ -35,14 +35,8 @@ from typing import Any
 
 from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.eval import FAILURE_CLASSES, classify
-from pytest_llmeval.record._compare import (
-    Comparison,
-    RunRecord,
-    compare_runs,
-    format_diff,
-    load_run,
-)
-from pytest_llmeval.record._compare import _score as item_score
+from pytest_llmeval.gate import Comparison, format_diff, item_score, item_scored
+from pytest_llmeval.record._compare import RunRecord, compare_runs, load_run
 from pytest_llmeval.record._report_charts import (
     bars_svg,
     delta_svg,
@@ -277,12 +271,6 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _scored(record: Mapping[str, Any]) -> bool:
-    """False for an item whose prompt did not fit the context window (reported, not scored)
-    and for an item that could not be evaluated (its record carries the ``error``)."""
-    return not record.get("error") and not _get(record, "details", "context_overflow")
-
-
 def fmt_p(value: Any) -> str:
     x = _num(value)
     if math.isnan(x):
@@ -326,7 +314,7 @@ def task_rows(run: RunRecord) -> list[TaskRow]:
     for name in tasks:
         summary = run.metrics.get(name)
         records = run.items.get(name, {})
-        scored = [r for r in records.values() if _scored(r)]
+        scored = [r for r in records.values() if item_scored(r)]
         reused = sum(1 for r in records.values() if r.get("reused_from"))
         task_config = _get(run.config, "tasks", name) or {}
         if isinstance(summary, Mapping):
@@ -480,8 +468,8 @@ def comparison_view(
     for t in comparison.tasks:
         # the items both runs scored, as compare_runs counts them (errors and prompts over
         # the window are not compared)
-        base = {i: r for i, r in baseline.items.get(t.task, {}).items() if _scored(r)}
-        cur = {i: r for i, r in current.items.get(t.task, {}).items() if _scored(r)}
+        base = {i: r for i, r in baseline.items.get(t.task, {}).items() if item_scored(r)}
+        cur = {i: r for i, r in current.items.get(t.task, {}).items() if item_scored(r)}
         shared = [i for i in cur if i in base]
         paired = paired_difference(
             [item_score(base[i]) for i in shared], [item_score(cur[i]) for i in shared]
@@ -823,7 +811,7 @@ def item_entry(
     subset = record.get("subset")
     if subset is not None:
         entry["s"] = subsets.setdefault(str(subset), len(subsets))
-    scored = _scored(record)
+    scored = item_scored(record)
     if record.get("error"):
         entry["st"] = ITEM_ERROR
         entry["er"] = str(record["error"])

@@ -13,9 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_llmeval.gate import POLICY_TEXT
-
-from ._compare import Comparison, format_diff, format_p
+from pytest_llmeval.gate import POLICY_TEXT, Comparison, format_diff, format_p
 
 FAILED_STATUSES = ("FAIL", "error", "incomplete")
 MAX_FLIPPED_IDS = 20

@@ -13,20 +13,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_llmeval._errors import LlmEvalError
-from pytest_llmeval.record._compare import (
+from pytest_llmeval.gate import (
     ABSENT,
     Comparison,
     ConfigDiff,
     GateRule,
-    RunRecord,
     TaskDelta,
-    compare_runs,
-    format_comparison,
     gate_failures,
-    load_run,
-    mcnemar_exact,
     parse_gate,
 )
+from pytest_llmeval.record._compare import RunRecord, compare_runs, format_comparison, load_run
+from pytest_llmeval.scorer import mcnemar_exact
 
 BASE_CONFIG: dict[str, Any] = {
     "model": "SmolLM2-135M",

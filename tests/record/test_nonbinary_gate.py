@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from pytest_llmeval.record._compare import compare_runs, load_run, sign_flip_test
+from pytest_llmeval.gate import sign_flip_test
+from pytest_llmeval.record._compare import compare_runs, load_run
 from pytest_llmeval.record._junit import compact_properties, wrong_answer
 from pytest_llmeval.scorer import mcnemar_exact
 

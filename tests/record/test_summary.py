@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pytest_llmeval.record._compare import Comparison, ConfigDiff, TaskDelta
+from pytest_llmeval.gate import Comparison, ConfigDiff, TaskDelta
 from pytest_llmeval.record._summary import (
     append_github_step_summary,
     environment_headline,
