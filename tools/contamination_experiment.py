@@ -12,10 +12,11 @@ and do they stay silent on models that were not?
    (:func:`measure_items`: canonical-order log-likelihoods, answers as published and
    shuffled, CircularEval, TS-Guessing, membership scores as published and rewritten),
    written as ``<model>-<task>.json``; zero-shot prompts by default (``--fewshot``).
-3. ``analyse``: every verdict of :mod:`pytest_llmeval.contamination._verdicts` on each half of each planted model, with
-   the untouched model as reference; the item-level AUROCs and the flags' precision and
-   recall; each verdict's power on draws of planted items and its false alarms on draws of
-   clean items (:func:`fire_rates`); ``results.json`` and ``results.md``.
+3. ``analyse``: every verdict of :mod:`pytest_llmeval.contamination._verdicts` on each half
+   of each planted model, with the untouched model as reference; the item-level AUROCs and
+   the flags' precision and recall; each verdict's power on draws of planted items and its
+   false alarms on draws of clean items (:func:`fire_rates`); ``results.json`` and
+   ``results.md``.
 
 ``run`` does the three for one task. Needs torch and transformers (the ``hf`` extra);
 nothing here runs in the test process's default path.
@@ -53,7 +54,7 @@ from pytest_llmeval.contamination._rewrite import (
     shuffled_orders,
 )
 from pytest_llmeval.contamination._verdicts import (
-    Verdict,
+    ContaminationVerdict,
     circular_verdict,
     guessing_verdict,
     membership_flags,
@@ -175,7 +176,8 @@ def plant(setup: Setup, model_out: Path) -> dict[str, Any]:
 def measure_items(
     runner: TaskRunner, items: Sequence[Item], backend: Backend, setup: Setup
 ) -> list[dict[str, Any]]:
-    """The raw per-item measurements every verdict of :mod:`pytest_llmeval.contamination._verdicts` is computed from.
+    """The raw per-item measurements every verdict of
+    :mod:`pytest_llmeval.contamination._verdicts` is computed from.
 
     Multiple choice: the option texts and gold; the canonical-order log-likelihoods
     (published order and ``order_k`` shuffles); right/wrong and the gold option's
@@ -246,7 +248,7 @@ def measure(setup: Setup, model: str, out: Path, *, batch_size: int = 8) -> dict
         "task": runner.spec.name,
         "task_file": str(setup.task),
         "model": model,
-        "model_info": {k: v for k, v in backend.info().items() if _plain(v)},
+        "model_info": {k: v for k, v in backend.info().items() if _is_json_scalar(v)},
         "setup": {k: str(v) for k, v in setup.__dict__.items()},
         "seconds": round(time.perf_counter() - started, 1),
         "items": records,
@@ -256,7 +258,7 @@ def measure(setup: Setup, model: str, out: Path, *, batch_size: int = 8) -> dict
     return result
 
 
-def _plain(value: Any) -> bool:
+def _is_json_scalar(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
@@ -313,10 +315,10 @@ def verdicts(
     reference: Sequence[Mapping[str, Any]] | None,
     *,
     alpha: float = ALPHA,
-) -> dict[str, Verdict]:
+) -> dict[str, ContaminationVerdict]:
     """Every task-level verdict on ``records`` (a subset of items), with and without the
     reference model's records of the same items."""
-    out: dict[str, Verdict] = {}
+    out: dict[str, ContaminationVerdict] = {}
     if records and "order" in records[0]:
         b = sum(
             1
@@ -328,7 +330,7 @@ def verdicts(
             for r in records
             if r["answer"]["shuffled"]["correct"] and not r["answer"]["published"]["correct"]
         )
-        out["option_shuffle"] = Verdict(
+        out["option_shuffle"] = ContaminationVerdict(
             probe="option_shuffle",
             task=task,
             null="the same items with their options moved",
