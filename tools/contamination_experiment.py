@@ -54,7 +54,7 @@ from pytest_llmeval.contamination._rewrite import (
     shuffled_orders,
 )
 from pytest_llmeval.contamination._verdicts import (
-    Verdict,
+    ContaminationVerdict,
     circular_verdict,
     guessing_verdict,
     membership_flags,
@@ -248,7 +248,7 @@ def measure(setup: Setup, model: str, out: Path, *, batch_size: int = 8) -> dict
         "task": runner.spec.name,
         "task_file": str(setup.task),
         "model": model,
-        "model_info": {k: v for k, v in backend.info().items() if _plain(v)},
+        "model_info": {k: v for k, v in backend.info().items() if _is_json_scalar(v)},
         "setup": {k: str(v) for k, v in setup.__dict__.items()},
         "seconds": round(time.perf_counter() - started, 1),
         "items": records,
@@ -258,7 +258,7 @@ def measure(setup: Setup, model: str, out: Path, *, batch_size: int = 8) -> dict
     return result
 
 
-def _plain(value: Any) -> bool:
+def _is_json_scalar(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
@@ -315,10 +315,10 @@ def verdicts(
     reference: Sequence[Mapping[str, Any]] | None,
     *,
     alpha: float = ALPHA,
-) -> dict[str, Verdict]:
+) -> dict[str, ContaminationVerdict]:
     """Every task-level verdict on ``records`` (a subset of items), with and without the
     reference model's records of the same items."""
-    out: dict[str, Verdict] = {}
+    out: dict[str, ContaminationVerdict] = {}
     if records and "order" in records[0]:
         b = sum(
             1
@@ -330,7 +330,7 @@ def verdicts(
             for r in records
             if r["answer"]["shuffled"]["correct"] and not r["answer"]["published"]["correct"]
         )
-        out["option_shuffle"] = Verdict(
+        out["option_shuffle"] = ContaminationVerdict(
             probe="option_shuffle",
             task=task,
             null="the same items with their options moved",

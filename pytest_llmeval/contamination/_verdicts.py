@@ -98,7 +98,7 @@ def exchangeability(options: Sequence[str]) -> str | None:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ContaminationVerdict:
     """A task-level verdict: the test, its null, its numbers, and whether it fired."""
 
     probe: str
@@ -154,7 +154,7 @@ def order_verdict(
     *,
     reference: OrderTestReport | None = None,
     reference_name: str = "the reference model",
-) -> Verdict:
+) -> ContaminationVerdict:
     """The canonical-order test against a null that fits.
 
     With ``reference`` (the same items, orders and prompts under a clean model): per item,
@@ -171,7 +171,7 @@ def order_verdict(
         c = sum(1 for i in shared if ref_first[i] and not test_first[i])
         n_test = sum(test_first[i] for i in shared)
         n_ref = sum(ref_first[i] for i in shared)
-        return Verdict(
+        return ContaminationVerdict(
             probe="canonical_order",
             task=report.task,
             null=reference_name,
@@ -197,7 +197,7 @@ def order_verdict(
     for rule in excluded.values():
         by_rule[rule] = by_rule.get(rule, 0) + 1
     p_value = binomial_upper_tail(first, len(kept), Fraction(1, report.k + 1)) if kept else 1.0
-    return Verdict(
+    return ContaminationVerdict(
         probe="canonical_order",
         task=report.task,
         null=f"exchangeable option orders ({len(kept)} of {report.n} items kept)",
@@ -223,7 +223,7 @@ def circular_verdict(
     options: Mapping[str, Sequence[str]] | None = None,
     reference: CircularReport | None = None,
     reference_name: str = "the reference model",
-) -> Verdict:
+) -> ContaminationVerdict:
     """CircularEval as a contamination test: items right only in the published rotation.
 
     With ``reference``: one-sided exact McNemar on that indicator, paired by item. Without:
@@ -250,7 +250,7 @@ def circular_verdict(
     if options is not None:
         keep = {i for i, o in options.items() if exchangeability(o) is None}
         kept = replace(report, items=tuple(i for i in report.items if i.item_id in keep))
-    return Verdict(
+    return ContaminationVerdict(
         probe="circular",
         task=report.task,
         null=f"exchangeable option orders ({kept.n} of {report.n} items kept)",
@@ -272,7 +272,7 @@ def guessing_verdict(
     alpha: float,
     *,
     reference_name: str = "the reference model",
-) -> Verdict:
+) -> ContaminationVerdict:
     """TS-Guessing against a reference model: one-sided exact McNemar on exact matches of
     the masked option, paired by item (there is no verdict without a reference)."""
     cmp = guessing_vs_reference(report, reference)
@@ -295,9 +295,9 @@ def _versus_reference(
     what: str,
     alpha: float,
     reference_name: str,
-) -> Verdict:
+) -> ContaminationVerdict:
     """A per-item indicator of the model against the reference's: one-sided McNemar."""
-    return Verdict(
+    return ContaminationVerdict(
         probe=probe,
         task=task,
         null=reference_name,
@@ -357,12 +357,12 @@ class FlagReport:
             else 1.0
         )
 
-    def verdict(self, alpha: float) -> Verdict:
+    def verdict(self, alpha: float) -> ContaminationVerdict:
         flagged = self.flagged
         expected = self.fpr * len(self.values)
         strongest = sorted(flagged, key=lambda i: -self.values[i])[:5]
         named = ", ".join(f"{i} ({self.values[i]:+.2f})" for i in strongest)
-        return Verdict(
+        return ContaminationVerdict(
             probe=f"membership_{self.score}",
             task=self.task,
             null=self.null,

@@ -29,10 +29,10 @@ POLICY_TEXT = {
     "strict": "fail unless the interval's lower end clears the floor",
     "lenient": "fail only when the interval's upper end is below the floor",
 }
-Verdict = Literal["pass", "fail", "undecided"]
+IntervalVerdict = Literal["pass", "fail", "undecided"]
 
 
-def interval_verdict(low: float, high: float, floor: float) -> Verdict:
+def interval_verdict(low: float, high: float, floor: float) -> IntervalVerdict:
     """``pass`` when ``low >= floor``, ``fail`` when ``high < floor``, else ``undecided``.
 
     A floor equal to the lower end passes (as a score equal to its floor always did); a

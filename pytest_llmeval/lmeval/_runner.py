@@ -31,19 +31,19 @@ from pytest_llmeval.task import GenerateSpec, MultipleChoiceSpec, TaskSpec
 
 from ._load import PREFIX, LoadedTask, lmeval_version
 
-SUPPORTED = ("multiple_choice", "generate_until", "loglikelihood")
+SUPPORTED_OUTPUT_TYPES = ("multiple_choice", "generate_until", "loglikelihood")
 # HFLM's budget when a task's generation_kwargs give no max_gen_toks.
 DEFAULT_MAX_GEN_TOKS = 256
 # generation_kwargs that change nothing under greedy decoding.
 _GREEDY_NEUTRAL = {"do_sample": (False,), "temperature": (0, 0.0), "num_beams": (1,)}
 
 
-def _plain(value: Any) -> Any:
+def _json_ready(value: Any) -> Any:
     """JSON-ready: numpy scalars to Python numbers, tuples to lists, NaN kept."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_json_ready(v) for v in value]
     item = getattr(value, "item", None)
     if callable(item) and not isinstance(value, (str, bytes)):
         try:
@@ -107,12 +107,12 @@ def leaf_spec(parent: TaskSpec, loaded: LoadedTask, where: str) -> TaskSpec:
 
     assert parent.lmeval is not None
     output_type = loaded.output_type
-    if output_type not in SUPPORTED:
+    if output_type not in SUPPORTED_OUTPUT_TYPES:
         raise SpecError(
             where,
             "lmeval.task",
             f"lm-eval task {loaded.name} asks for {output_type} requests; this plugin runs "
-            f"{', '.join(SUPPORTED)} tasks",
+            f"{', '.join(SUPPORTED_OUTPUT_TYPES)} tasks",
         )
     config = loaded.task.config
     generate = multiple_choice = None
@@ -277,11 +277,11 @@ class LmEvalRunner(TaskRunner):
                 "task": self.loaded.name,
                 "group": self.lmeval.group,
                 "version": lmeval_version(),
-                "task_version": _plain(self.task.VERSION),
+                "task_version": _json_ready(self.task.VERSION),
                 "metric": self.metric_key,
                 "limit": self.limit,
                 "fewshot_seed": self.lmeval.fewshot_seed,
-                "config": _plain(self.task.dump_config()),
+                "config": _json_ready(self.task.dump_config()),
                 "yaml_path": self.loaded.yaml_path,
             }
         }
@@ -374,7 +374,7 @@ class LmEvalRunner(TaskRunner):
         return PreparedItem(
             item=item,
             prompt=context,
-            target=str(_plain(target)),
+            target=str(_json_ready(target)),
             fewshot_ids=(),
             choices=choices,
             gold=gold,
@@ -406,7 +406,7 @@ class LmEvalRunner(TaskRunner):
             return self.error_result(p.item, message, p)
         insts = self._requests_of(p.item)
         try:
-            result = self._scored(p, [out.text] * len(insts))
+            result = self._result_from_harness(p, [out.text] * len(insts))
         except LlmEvalError as exc:
             return self.error_result(p.item, str(exc), p)
         result.output = out.text
@@ -451,7 +451,7 @@ class LmEvalRunner(TaskRunner):
                 results.append(self.error_result(p.item, problem, p))
                 continue
             try:
-                result = self._scored(p, [(r.logprob, r.is_greedy) for r in lls])
+                result = self._result_from_harness(p, [(r.logprob, r.is_greedy) for r in lls])
             except LlmEvalError as exc:
                 results.append(self.error_result(p.item, str(exc), p))
                 continue
@@ -468,7 +468,7 @@ class LmEvalRunner(TaskRunner):
 
     # ------------------------------------------------------------------ scoring
 
-    def _scored(self, p: PreparedItem, responses: Sequence[Any]) -> ItemResult:
+    def _result_from_harness(self, p: PreparedItem, responses: Sequence[Any]) -> ItemResult:
         """The harness's filters and ``process_results`` on this document's responses:
         every ``metric,filter`` value, the primary one as the item's score."""
         insts = self._requests_of(p.item)
@@ -484,9 +484,9 @@ class LmEvalRunner(TaskRunner):
                 values = self.task.process_results(
                     p.item.doc, [inst.filtered_resps[key] for inst in insts]
                 )
-                filtered[key] = _plain(insts[0].filtered_resps[key])
+                filtered[key] = _json_ready(insts[0].filtered_resps[key])
                 for metric, value in values.items():
-                    metrics[f"{metric},{key}"] = _plain(value)
+                    metrics[f"{metric},{key}"] = _json_ready(value)
         except Exception as exc:
             raise DataError(
                 f"{p.item.id}: lm-eval's filters or process_results failed on this "

@@ -16,7 +16,7 @@ from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import LlmEvalError
 
 if TYPE_CHECKING:
-    from pytest_llmeval.contamination import Handling, Verdict
+    from pytest_llmeval.contamination import ContaminationVerdict, Handling
     from pytest_llmeval.dataset import Item
     from pytest_llmeval.eval import TaskRunner
 
@@ -41,7 +41,7 @@ class ProbeOutcome:
     task: str
     probe: str
     report: Any
-    verdict: Verdict | None
+    verdict: ContaminationVerdict | None
     handling: Handling | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # Why there is no verdict (the probe has no null that fits without a reference model):
@@ -62,13 +62,13 @@ class ProbeOutcome:
         return data
 
 
-def paired_verdict(report: Any, alpha: float) -> Verdict:
+def paired_verdict(report: Any, alpha: float) -> ContaminationVerdict:
     """Option shuffling, number and entity rewrites: the published form answered better
     than its rewrite, one-sided exact McNemar on the discordant pairs."""
-    from pytest_llmeval.contamination import Verdict
+    from pytest_llmeval.contamination import ContaminationVerdict
     from pytest_llmeval.scorer import mcnemar_one_sided
 
-    return Verdict(
+    return ContaminationVerdict(
         probe=report.probe,
         task=report.task,
         null="the same items rewritten",

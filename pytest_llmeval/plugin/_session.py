@@ -281,7 +281,7 @@ class TaskTally:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class TaskVerdict:
     task: str
     n: int
     selected: int
@@ -350,7 +350,7 @@ class LlmEvalSession:
         self.tallies: dict[str, TaskTally] = {}
         self.environment: dict[str, Any] = {}
         self.run: RunDir | None = None
-        self.verdicts: list[Verdict] = []
+        self.verdicts: list[TaskVerdict] = []
         self.probe_verdicts: list[Any] = []  # the llm_probe fixture's ProbeOutcomes
         self.comparison: Comparison | None = None
         # lm-evaluation-harness tasks and groups, as the harness aggregates them.
@@ -871,7 +871,7 @@ class LlmEvalSession:
                 "(offered to --llm-resume)"
             )
 
-    def decide(self) -> list[Verdict]:
+    def decide(self) -> list[TaskVerdict]:
         verdicts = []
         for name in sorted(self.tallies):
             tally = self.tallies[name]
@@ -908,7 +908,7 @@ class LlmEvalSession:
                 self.options.floor_policy, score, est.ci_low, est.ci_high, float(tally.floor or 0)
             )
             verdicts.append(
-                Verdict(
+                TaskVerdict(
                     task=name,
                     n=n,
                     selected=selected,

@@ -10,7 +10,7 @@ import pytest
 from pytest_llmeval.record import prompt_lines
 
 from ._collect import describe
-from ._session import LlmEvalSession, Verdict
+from ._session import LlmEvalSession, TaskVerdict
 
 AUTO_SHOW_MAX_ITEMS = 5
 ERRORS_SHOWN = 5
@@ -214,7 +214,7 @@ def write_warnings(session: LlmEvalSession, tr: Any) -> None:
         tr.write_line(f"WARNING {line}", yellow=True)
 
 
-def verdict_reason(v: Verdict) -> str:
+def verdict_reason(v: TaskVerdict) -> str:
     """Why a task has its verdict: its 95% interval against the floor."""
     assert v.floor is not None
     ci = f"[{_pct(v.estimate.ci_low).strip()}, {_pct(v.estimate.ci_high).strip()}]"

@@ -34,7 +34,7 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
         "task": spec.name,
         "mode": spec.mode,
         "metric": spec.metric,
-        "dataset": _plain(asdict(spec.dataset)),
+        "dataset": _tuples_as_lists(asdict(spec.dataset)),
         "prompt": asdict(spec.prompt),
         # How prompts were presented: the chat template applied (source, SHA256, end of
         # turn) or None, the mode and who chose it, the system prompt, few-shot turns, the
@@ -45,8 +45,10 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
             "k": spec.fewshot.k,
             "order": spec.fewshot.order,
             "seed": spec.fewshot.seed,
-            "source": _plain(asdict(spec.fewshot.source)) if spec.fewshot.source else None,
-            "examples_digest": stable_hash(_plain(list(spec.fewshot.examples))),
+            "source": _tuples_as_lists(asdict(spec.fewshot.source))
+            if spec.fewshot.source
+            else None,
+            "examples_digest": stable_hash(_tuples_as_lists(list(spec.fewshot.examples))),
             "text_file": spec.fewshot.text_file,
             "ids": fewshot_ids,
         },
@@ -54,12 +56,12 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
     if spec.generate is not None:
         # The whole generate block: budgets, stops, extraction, comparison, the scorer and
         # its settings (sandbox templates and limits, IFEval fields), context overflow.
-        generation = _plain(asdict(spec.generate))
+        generation = _tuples_as_lists(asdict(spec.generate))
         if not generation["metrics"]:  # a task without named metrics keeps its config hash
             del generation["metrics"]
         config["generation"] = {**SAMPLING, **generation}
     if spec.multiple_choice is not None:
-        config["multiple_choice"] = _plain(asdict(spec.multiple_choice))
+        config["multiple_choice"] = _tuples_as_lists(asdict(spec.multiple_choice))
     return config
 
 
@@ -78,10 +80,10 @@ def config_hash(task: Mapping[str, Any], model: Mapping[str, Any]) -> str:
     return stable_hash({"task": task, "model": model})
 
 
-def _plain(value: Any) -> Any:
+def _tuples_as_lists(value: Any) -> Any:
     """Tuples to lists, recursively, so that JSON and hashes see one form."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _tuples_as_lists(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_tuples_as_lists(v) for v in value]
     return value

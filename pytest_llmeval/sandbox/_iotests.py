@@ -138,11 +138,11 @@ def _same_output(expected, got):
     return True
 
 
-def _plain(value):
+def _tuples_as_lists(value):
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_tuples_as_lists(v) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _tuples_as_lists(v) for k, v in value.items()}
     return value
 
 
@@ -182,7 +182,7 @@ def check(
     _func_name=FUNC_NAME,
     _per_test=PER_TEST_S,
     _same=_same_output,
-    _plain=_plain,
+    _tuples_as_lists=_tuples_as_lists,
     _show=_show,
     _run_stdin=_run_stdin,
     _loads=_json.loads,
@@ -202,9 +202,9 @@ def check(
         if kind == "functional":
             args = [_loads(line) for line in given.split("\n") if line.strip()]
             got = getattr(solution(), _func_name)(*args)
-            if _plain(got) != _plain(_loads(expected)):
+            if _tuples_as_lists(got) != _tuples_as_lists(_loads(expected)):
                 raise AssertionError(
-                    f"test {number}: expected {_show(expected)}, got {_show(_plain(got))}"
+                    f"test {number}: expected {_show(expected)}, got {_show(_tuples_as_lists(got))}"
                 )
         else:
             got = _run_stdin(code, given)
