@@ -5,6 +5,7 @@ name (``pytest --pyargs pytest_llmeval.suite``) from a folder outside the reposi
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -41,7 +42,9 @@ def wheel_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     src = base / "src"
     shutil.copytree(REPO, src, ignore=_NOT_SOURCE)
     out = base / "out"
-    pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q"]
+    if importlib.util.find_spec("setuptools") is not None:  # else an isolated build fetches it
+        pip.append("--no-build-isolation")
     build = subprocess.run(
         [*pip, "-w", str(out), str(src)],
         capture_output=True,
