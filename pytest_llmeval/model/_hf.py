@@ -185,9 +185,11 @@ class HFBackend:
         self._prefix_bytes = 0
         self._text_tokens: dict[str, list[int]] = {}
         # Decode steps: the fused step (model/_step.py) where it supports the model, built
-        # at the first generation; otherwise the decoder's own forward pass.
+        # and checked against the model's own forward pass at the first generation
+        # (_check_fused); otherwise, or when the check fails, the decoder's own forward pass.
         self._fused: Any = None
         self._fused_skipped = self._fused_reason(settings.decode_step)
+        self._fused_check: dict[str, Any] | None = None
         # Whether any generation ran in this process (the record says which decode step
         # ran, or that none did: a multiple-choice run has no decode step).
         self._generated = False
@@ -204,7 +206,10 @@ class HFBackend:
             return "the model's caches cannot be laid out again (no continuous batching)"
         if self.dtype != torch.float32:
             return f"dtype {str(self.dtype).replace('torch.', '')} (measured in float32 only)"
-        from pytest_llmeval.model._step import unsupported_reason
+        try:
+            from pytest_llmeval.model._step import unsupported_reason
+        except ImportError as exc:  # a transformers internal the step imports moved
+            return f"the fused step (model/_step.py) cannot be imported: {_cause(exc)}"
 
         reason = unsupported_reason(self.model, self.device)
         if reason is None:
@@ -215,7 +220,8 @@ class HFBackend:
 
     def decode_step_info(self) -> dict[str, Any]:
         """How decode steps ran, as the record states it: the step of
-        :meth:`decode_step_plan`, or ``none`` while no generation has run."""
+        :meth:`decode_step_plan` with the fused step's ``check`` when it ran (see
+        :meth:`_check_fused`), or ``none`` while no generation has run."""
         if not self._generated:
             return {
                 "step": "none",
@@ -223,11 +229,15 @@ class HFBackend:
                 "reason": "no generation ran (log-likelihood requests only)",
                 "prompt_lookup": 0,
             }
-        return self.decode_step_plan()
+        info = self.decode_step_plan()
+        if self._fused_check is not None:
+            info["check"] = dict(self._fused_check)
+        return info
 
     def decode_step_plan(self) -> dict[str, Any]:
         """How decode steps run when this model generates (part of a generative task's
-        resume key)."""
+        resume key): the fused step unless it is refused, at load or by its check at the
+        first generation."""
         if self._fused_skipped is None:
             return {
                 "step": "fused",
@@ -890,6 +900,8 @@ class HFBackend:
         if not jobs:
             return
         self._generated = True
+        if self._fused_skipped is None and self._fused_check is None:
+            self._check_fused()
         if self._share:
             for row in self._continuous(jobs):
                 yield row.job.index, self._result(row)
@@ -1152,6 +1164,53 @@ class HFBackend:
         row.lookup.extend(row.new[known:])
         return row.lookup.draft(k)
 
+    def _check_fused(self) -> None:
+        """Before the first generation: the fused step against the model's own forward
+        pass (``_step.self_check``: a fixed prompt in a ragged batch of two, its last
+        position and ``CHECK_STEPS`` greedy steps, the logits within the dtype's
+        ``CHECK_TOLERANCE`` of the scale, the same greedy tokens). On a disagreement, or an
+        error from the transformers internals the step uses, decode steps take the
+        model's own forward pass for the rest of the process, with a warning, and the
+        record's ``decode_step`` says why; either way it holds the check's numbers."""
+        import warnings
+
+        import torch
+
+        from pytest_llmeval.model._step import CHECK_TOLERANCE, self_check
+
+        dtype = str(self.dtype).replace("torch.", "")
+        prompt = self._encode_prompt(_CHECK_PROMPT)
+        prompts = [prompt, prompt[: max(1, len(prompt) * 2 // 3)]]
+        reason = None
+        try:
+            with torch.inference_mode():
+                check = self_check(self.model, self._fused_step(), prompts, CHECK_TOLERANCE[dtype])
+        except Exception as exc:  # whatever a changed internal raises
+            check = {"error": _cause(exc)}
+            reason = (
+                "the fused step failed at its check against the model's forward pass: "
+                f"{_cause(exc)}"
+            )
+        else:
+            if "failed_at" in check:
+                reason = (
+                    "fused step disagreed with the model's forward at check: max |Δ logit| "
+                    f"{check['diff']:.3g} > tol {check['allowed']:.3g} "
+                    f"at token {check['failed_at']}"
+                )
+        self._fused_check = check
+        if reason is not None:
+            self._fused_skipped = reason
+            self._fused = None  # its packed weights are not needed any more
+            warnings.warn(
+                f"--llm-model={self.settings.model}: {reason}; decode steps take the model's "
+                "own forward pass for this run (environment.backend.decode_step in "
+                "eval_config.json). Report it with the torch and transformers versions; "
+                "--llm-decode-step=transformers skips the fused step and its check",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
     def _fused_step(self) -> Any:
         """The fused decode step (``_step.FusedStep``), built on first use."""
         if self._fused is None:
@@ -1251,6 +1310,9 @@ class HFBackend:
 _FUSED_MAX_BYTES = 4 * 2**30
 #: Prompt tokens per row in one fused prefill block (bounds the attention scores' memory).
 _PREFILL_BLOCK = 64
+#: The prompt of the fused step's check (_check_fused): any text; short, since the check
+#: runs it through both paths once per loaded model.
+_CHECK_PROMPT = "Question: what is two plus three? Answer: five.\nQuestion: name a colour. Answer:"
 
 
 def _read_template_file(path: str | None) -> str | None:

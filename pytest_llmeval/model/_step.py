@@ -35,10 +35,12 @@ ran. Imported only by the HF backend (it needs torch).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from transformers import DynamicCache
 from transformers.models.llama.modeling_llama import rotate_half
 
 #: Model types whose decoder layer this step reproduces: pre-norm RMSNorm, rotary
@@ -232,3 +234,106 @@ class FusedStep:
         return bias.expand(rows, self.kv_heads, groups, width, past + width).reshape(
             rows * self.kv_heads, groups * width, past + width
         )
+
+
+#: Decode steps after the prompt that :func:`self_check` compares (the prompt's last
+#: position is one more).
+CHECK_STEPS = 4
+#: How far :func:`self_check` lets the fused step's logits be from the model's own forward
+#: pass, as a fraction of the logits' scale, per dtype (the fused step runs in float32
+#: only, see ``HFBackend._fused_reason``). Measured in float32 (2026-12-03, torch 2.13,
+#: transformers 5.24): at most 3.7e-6 on SmolLM2-135M (Δ 1.1e-4 on logits of scale 31,
+#: prompts of 21 and 776 tokens), 3e-7 on the tests' random Llama, Qwen2, Mistral and
+#: Qwen3 models; a real defect (a changed internal) moves logits by far more.
+CHECK_TOLERANCE = {"float32": 1e-4}
+
+
+def self_check(
+    model: Any, step: FusedStep, prompts: list[list[int]], tolerance: float
+) -> dict[str, Any]:
+    """``step`` against the model's own forward pass on ``prompts`` (a ragged batch: the
+    shorter rows' prefill blocks have holes), at the prompts' last position and for
+    :data:`CHECK_STEPS` greedy decode steps after it: the fused step prefills the prompts
+    into a reserved cache and decodes from it, the reference is the model's own forward
+    pass (``model(...)``, its LM head included) on each row alone, over transformers' own
+    ``DynamicCache``. Both continue with the reference's greedy token.
+
+    A position fails when a logit differs by more than ``tolerance`` times the scale of
+    the reference's logits there (their largest finite magnitude, at least 1), when the
+    two are not finite at the same logits, or when the greedy tokens differ although the
+    reference's best two are further apart than that. Returns ``rows``, ``tokens``
+    (positions compared per row), ``max_abs_diff``, ``tolerance`` (the largest absolute
+    tolerance applied), ``relative_tolerance`` and, on a failure, ``failed_at`` (the
+    position, 1 = the prompt's last token) with that position's ``diff`` and
+    ``allowed``."""
+    from pytest_llmeval.model._kv import reserved_cache
+
+    rows = len(prompts)
+    lengths = [len(p) for p in prompts]
+    longest = max(lengths)
+    device = step.embed.weight.device
+    shape = (rows, step.kv_heads, longest + CHECK_STEPS + 1, step.head_dim)
+    buffers = [
+        (
+            torch.zeros(shape, dtype=step.dtype, device=device),
+            torch.zeros(shape, dtype=step.dtype, device=device),
+        )
+        for _ in step.layers
+    ]
+    cache = reserved_cache(buffers, 0, CHECK_STEPS + 1)
+    block = torch.zeros((rows, longest), dtype=torch.long, device=device)
+    for i, prompt in enumerate(prompts):
+        block[i, : len(prompt)] = torch.tensor(prompt, device=device)
+    counts = torch.tensor(lengths, device=device).unsqueeze(1)
+    real = (torch.arange(longest, device=device) < counts).long()
+    positions = torch.arange(longest, device=device).expand(rows, -1)
+    empty = torch.zeros((rows, 0), dtype=torch.long, device=device)
+    fused = step(block, positions, empty, cache, lengths, logits="last")
+    mask = real  # the shorter rows' block positions past their prompts are holes
+    # transformers 5.2x renamed the forward pass's `past_key_values` to `cache`.
+    params = inspect.signature(model.forward).parameters
+    cache_arg = "cache" if "cache" in params else "past_key_values"
+    own_caches = [DynamicCache() for _ in prompts]
+    inputs = [torch.tensor([p], device=device) for p in prompts]
+    worst = allowed_most = 0.0
+    result: dict[str, Any] = {"rows": rows, "tokens": 0}
+    for t in range(CHECK_STEPS + 1):
+        assert fused is not None
+        own = torch.cat(
+            [
+                model(input_ids=ids, use_cache=True, logits_to_keep=1, **{cache_arg: kv})
+                .logits[:, -1]
+                .to(fused.dtype)
+                for ids, kv in zip(inputs, own_caches, strict=True)
+            ]
+        )
+        diff, allowed, agree = _compare(fused, own, tolerance)
+        worst, allowed_most = max(worst, diff), max(allowed_most, allowed)
+        result["tokens"] = t + 1
+        if not agree:
+            result.update(failed_at=t + 1, diff=diff, allowed=allowed)
+            break
+        if t == CHECK_STEPS:
+            break
+        chosen = own.argmax(-1)
+        inputs = list(chosen.view(rows, 1, 1))
+        fused = step(chosen.unsqueeze(1), mask.sum(1, keepdim=True), mask, cache)
+        mask = torch.cat([mask, mask.new_ones((rows, 1))], 1)
+    result.update(max_abs_diff=worst, tolerance=allowed_most, relative_tolerance=tolerance)
+    return result
+
+
+def _compare(fused: torch.Tensor, own: torch.Tensor, tolerance: float) -> tuple[float, float, bool]:
+    """One position of :func:`self_check`: the largest difference of the finite logits,
+    the absolute tolerance there, and whether the two agree."""
+    finite = torch.isfinite(own)
+    if not torch.equal(finite, torch.isfinite(fused)):
+        return float("inf"), 0.0, False
+    diff = float((fused - own).abs()[finite].max()) if bool(finite.any()) else 0.0
+    scale = max(1.0, float(own.abs()[finite].max())) if bool(finite.any()) else 1.0
+    allowed = tolerance * scale
+    # A greedy token may differ only where the model's own best two are that close.
+    top = own.masked_fill(~finite, float("-inf")).topk(2, dim=-1).values
+    clear = ((top[:, 0] - top[:, 1]) > allowed) & finite.all(-1)
+    tokens_differ = bool(((fused.argmax(-1) != own.argmax(-1)) & clear).any())
+    return diff, allowed, diff <= allowed and not tokens_differ

@@ -8,13 +8,19 @@ from typing import Any
 
 import pytest
 
-from pytest_llmeval.model import ModelSettings, SettingsError, load_backend
+from pytest_llmeval.model import GenerateRequest, ModelSettings, SettingsError, load_backend
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from pytest_llmeval.model import _step  # noqa: E402
 from pytest_llmeval.model._kv import reserved_cache  # noqa: E402
-from pytest_llmeval.model._step import FusedStep, unsupported_reason  # noqa: E402
+from pytest_llmeval.model._step import (  # noqa: E402
+    CHECK_STEPS,
+    CHECK_TOLERANCE,
+    FusedStep,
+    unsupported_reason,
+)
 
 #: The sizes of the small random models (grouped-query attention: 4 heads over 2).
 SIZES: dict[str, Any] = dict(
@@ -196,3 +202,122 @@ def test_a_step_of_several_tokens_per_row_equals_steps_of_one() -> None:
             span = slice(lengths[row], lengths[row] + keep[row])
             assert torch.allclose(a.keys[row, :, span], b.keys[row, :, span], atol=1e-5)
             assert torch.allclose(a.values[row, :, span], b.values[row, :, span], atol=1e-5)
+
+
+# ------------------------------------------------------------------ the check at first use
+
+REQUESTS = [
+    GenerateRequest("Question: what is two plus three? Answer:", max_new_tokens=8),
+    GenerateRequest("Question: name a colour. Answer:", max_new_tokens=5),
+    GenerateRequest("Hello", max_new_tokens=6),
+]
+
+
+def _outputs(backend: Any) -> list[tuple[str, int, str]]:
+    return [(r.text, r.n_tokens, r.finish_reason) for r in backend.generate(REQUESTS)]
+
+
+@pytest.mark.parametrize("fixture", ["tiny_model_dir", "tiny_qwen3_dir"])
+def test_the_check_at_the_first_generation_passes_and_is_recorded(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    """Before its first generation the fused step is checked against the model's own
+    forward pass; the record holds what the check found. Nothing is checked before a
+    generation (a multiple-choice run never pays for it)."""
+    model_dir = request.getfixturevalue(fixture)
+    backend: Any = load_backend(ModelSettings(model=str(model_dir), batch_size=3))
+    assert backend._fused_check is None
+    _outputs(backend)
+    info = backend.info()["decode_step"]
+    assert info["step"] == "fused"
+    check = info["check"]
+    assert check["rows"] == 2 and check["tokens"] == CHECK_STEPS + 1
+    assert check["relative_tolerance"] == CHECK_TOLERANCE["float32"]
+    assert 0 <= check["max_abs_diff"] <= check["tolerance"]
+    assert "failed_at" not in check
+    # The model's own forward pass is not checked (there is nothing to compare).
+    plain: Any = load_backend(
+        ModelSettings(model=str(model_dir), batch_size=3, decode_step="transformers")
+    )
+    _outputs(plain)
+    assert "check" not in plain.info()["decode_step"]
+
+
+def _interleaved_rotate_half(x: Any) -> Any:
+    """A planted defect: the other convention of rotary embeddings (pairs of neighbouring
+    features, GPT-J's), what a change of transformers' ``rotate_half`` would do to the
+    fused step."""
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def test_a_fused_step_that_disagrees_falls_back_to_the_models_forward_pass(
+    tiny_qwen3_dir: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain: Any = load_backend(
+        ModelSettings(model=str(tiny_qwen3_dir), batch_size=3, decode_step="transformers")
+    )
+    expected = _outputs(plain)
+    monkeypatch.setattr(_step, "rotate_half", _interleaved_rotate_half)
+    broken: Any = load_backend(ModelSettings(model=str(tiny_qwen3_dir), batch_size=3))
+    assert broken.info()["decode_plan"]["step"] == "fused"  # planned, not yet checked
+    # The defect matters: unchecked, the broken step prefills to other first tokens.
+    owns = [broken._encode_prompt(r.context) for r in REQUESTS]
+    with torch.inference_mode():
+        assert broken._prefill([None] * 3, owns)[1] != plain._prefill([None] * 3, owns)[1]
+    with pytest.warns(RuntimeWarning, match="disagreed with the model's forward"):
+        got = _outputs(broken)
+    assert got == expected
+    info = broken.info()["decode_step"]
+    assert info["step"] == "transformers" and info["prompt_lookup"] == 0
+    check = info["check"]
+    assert check["failed_at"] >= 1 and check["diff"] > check["allowed"]
+    assert info["reason"] == (
+        "fused step disagreed with the model's forward at check: max |Δ logit| "
+        f"{check['diff']:.3g} > tol {check['allowed']:.3g} at token {check['failed_at']}"
+    )
+    assert broken._fused is None  # its packed weights are dropped
+    # Later generations take the same path without checking again.
+    assert _outputs(broken) == expected
+    assert broken.info()["decode_step"] == info
+
+
+def test_a_fused_step_that_raises_at_its_check_falls_back(
+    tiny_model_dir: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An internal the step uses that is gone or changed shape raises: the run goes on with
+    the model's own forward pass and the record names the error."""
+
+    def gone(x: Any) -> Any:
+        raise AttributeError("module 'modeling_llama' has no attribute 'rotate_half'")
+
+    expected = _outputs(
+        load_backend(
+            ModelSettings(model=str(tiny_model_dir), batch_size=3, decode_step="transformers")
+        )
+    )
+    monkeypatch.setattr(_step, "rotate_half", gone)
+    broken: Any = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=3))
+    with pytest.warns(RuntimeWarning, match="failed at its check"):
+        assert _outputs(broken) == expected
+    info = broken.info()["decode_step"]
+    assert info["step"] == "transformers"
+    assert info["reason"] == (
+        "the fused step failed at its check against the model's forward pass: "
+        "AttributeError: module 'modeling_llama' has no attribute 'rotate_half'"
+    )
+    assert info["check"] == {"error": info["reason"].split("pass: ", 1)[1]}
+
+
+def test_a_fused_step_that_cannot_be_imported_is_not_planned(
+    tiny_model_dir: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An internal that moved in transformers makes model/_step.py fail to import: the
+    backend loads and plans the model's own forward pass, saying why."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pytest_llmeval.model._step", None)
+    backend = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=3))
+    plan = backend.info()["decode_plan"]
+    assert plan["step"] == "transformers"
+    assert plan["reason"].startswith("the fused step (model/_step.py) cannot be imported: ")
