@@ -251,6 +251,22 @@ def _interleaved_rotate_half(x: Any) -> Any:
     return torch.stack((-x2, x1), dim=-1).flatten(-2)
 
 
+@pytest.mark.parametrize("kind", ["llama", "llama-biased", "qwen2", "mistral", "qwen3"])
+def test_the_check_passes_on_each_architecture_and_fails_on_a_defect(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = _model(kind)
+    prompts = [[5, 9, 30, 2, 7, 11, 40, 41, 3, 8, 9, 12], [60, 61, 62, 5, 1]]
+    tolerance = CHECK_TOLERANCE["float32"]
+    with torch.inference_mode():
+        good = _step.self_check(model, FusedStep(model, rows=3), prompts, tolerance)
+        assert good["tokens"] == CHECK_STEPS + 1 and "failed_at" not in good
+        assert good["max_abs_diff"] <= good["tolerance"]
+        monkeypatch.setattr(_step, "rotate_half", _interleaved_rotate_half)
+        bad = _step.self_check(model, FusedStep(model, rows=3), prompts, tolerance)
+    assert bad["failed_at"] == 1 and bad["diff"] > bad["allowed"]
+
+
 def test_a_fused_step_that_disagrees_falls_back_to_the_models_forward_pass(
     tiny_qwen3_dir: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
