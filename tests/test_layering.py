@@ -134,6 +134,35 @@ def test_no_import_cycle_between_packages() -> None:
     )
 
 
+def private_imports(path: Path, package_dir: Path) -> Iterator[tuple[str, int]]:
+    """Names with a leading underscore that a module imports from another module of the
+    package (a module of its own, such as ``_json``, is not such a name)."""
+    source = module_name(path, package_dir)
+    for target, line in imported_modules(path, package_dir):
+        origin, _, name = target.rpartition(".")
+        if not name.startswith("_") or name.startswith("__") or origin == source:
+            continue
+        if node_of(target, package_dir) is None:
+            continue
+        relative = Path(*target.split(".")[1:])
+        if (package_dir / relative).is_dir() or (package_dir / f"{relative}.py").is_file():
+            continue
+        yield target, line
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    offenders = [
+        f"{path.relative_to(PACKAGE_DIR.parent)}:{line} imports {target}"
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        for target, line in private_imports(path, PACKAGE_DIR)
+    ]
+    assert not offenders, (
+        "a private name used across modules: "
+        + "; ".join(offenders)
+        + "; give it a public name in the module where it belongs"
+    )
+
+
 def dotted(node: ast.expr) -> list[str] | None:
     """``["torch", "optim", "AdamW"]`` for the expression ``torch.optim.AdamW``."""
     if isinstance(node, ast.Name):
@@ -270,3 +299,16 @@ def test_torch_without_its_optimizer_is_no_training_loop(planted: Path) -> None:
         planted.parent, f"{ROOT}/alpha/_step.py", "import torch\nx = torch.nn.functional.softmax\n"
     )
     assert list(uses_of(planted / "alpha" / "_step.py", "torch.optim")) == []
+
+
+def test_a_private_name_from_another_module_is_found(planted: Path) -> None:
+    write(
+        planted.parent,
+        f"{ROOT}/beta/_c.py",
+        "from pytest_llmeval.alpha._a import _hidden, a\n"
+        "from pytest_llmeval import _errors\n"
+        "from . import _b\n",
+    )
+    assert list(private_imports(planted / "beta" / "_c.py", planted)) == [
+        (f"{ROOT}.alpha._a._hidden", 1)
+    ]

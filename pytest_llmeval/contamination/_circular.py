@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from pytest_llmeval.contamination._probes import _by_id, _variant, option_fields
+from pytest_llmeval.contamination._probes import option_fields, results_by_id, variant_item
 from pytest_llmeval.contamination._reference import ReferenceComparison, compare_indicator
 from pytest_llmeval.contamination._rewrite import option_texts, permute_options
 from pytest_llmeval.dataset import Item
@@ -238,8 +238,8 @@ def circular_probe(runner: TaskRunner, items: Sequence[Item], backend: Backend) 
         kept.append((item, orders))
         for r, order in enumerate(orders):
             doc = permute_options(item.doc, options_field, gold_field, order)
-            variants.append(_variant(item, doc, f"rot{r}"))
-    results = _by_id(runner.run(variants, backend)) if variants else {}
+            variants.append(variant_item(item, doc, f"rot{r}"))
+    results = results_by_id(runner.run(variants, backend)) if variants else {}
     scored: list[CircularItem] = []
     failed: list[tuple[str, str]] = []
     for item, orders in kept:

@@ -37,7 +37,7 @@ from pytest_llmeval.contamination._cues import rouge_l
 from pytest_llmeval.contamination._ngram import normalize
 from pytest_llmeval.contamination._probes import option_fields
 from pytest_llmeval.contamination._reference import ReferenceComparison, compare_indicator
-from pytest_llmeval.contamination._rewrite import _rng, gold_index, option_texts
+from pytest_llmeval.contamination._rewrite import gold_index, item_rng, option_texts
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import TaskRunner
 from pytest_llmeval.model import Backend, GenerateRequest
@@ -137,7 +137,7 @@ def masked_option(options: Sequence[str], gold: int, *, seed: int, item_id: str)
     candidates = [i for i, o in enumerate(options) if i != gold and maskable(str(o))]
     if not candidates:
         return None
-    _rng(seed, item_id, "ts-guessing").shuffle(candidates)
+    item_rng(seed, item_id, "ts-guessing").shuffle(candidates)
     # max keeps the first of equals: the seeded shuffle breaks ties.
     return max(candidates, key=lambda i: len(str(options[i]).strip()))
 

@@ -150,7 +150,8 @@ def option_fields(runner: TaskRunner) -> tuple[OptionFields, str]:
     return options, gold
 
 
-def _variant(item: Item, doc: dict[str, Any], tag: str) -> Item:
+def variant_item(item: Item, doc: dict[str, Any], tag: str) -> Item:
+    """A rewritten copy of ``item`` with document ``doc``, its id tagged ``ID~TAG``."""
     return Item(id=f"{item.id}~{tag}", index=item.index, doc=doc, subset=item.subset)
 
 
@@ -173,8 +174,8 @@ def option_shuffle_probe(
         )
         for j, order in enumerate(orders[item.id]):
             doc = permute_options(item.doc, options_field, gold_field, order)
-            variants.append(_variant(item, doc, f"order{j}"))
-    permuted = _by_id(runner.run(variants, backend))
+            variants.append(variant_item(item, doc, f"order{j}"))
+    permuted = results_by_id(runner.run(variants, backend))
     paired = []
     for item, result in zip(items, canonical, strict=True):
         chosen = [result.pred]
@@ -198,7 +199,8 @@ def option_shuffle_probe(
     return PairedReport("option_shuffle", runner.spec.name, seed, tuple(paired))
 
 
-def _by_id(results: Sequence[ItemResult]) -> dict[str, ItemResult]:
+def results_by_id(results: Sequence[ItemResult]) -> dict[str, ItemResult]:
+    """The results of a run keyed by item id."""
     return {r.item_id: r for r in results}
 
 
@@ -281,7 +283,7 @@ def canonical_order_test(
         texts = [prepared.question]
         for order in shuffles:
             doc = permute_options(item.doc, options_field, gold_field, order)
-            texts.append(runner.prepare(_variant(item, doc, "order")).question)
+            texts.append(runner.prepare(variant_item(item, doc, "order")).question)
         requests.extend(LoglikelihoodRequest(context=context, continuation=t) for t in texts)
         counts.append(len(texts))
     results = backend.loglikelihood(requests)
@@ -325,9 +327,9 @@ def number_rewrite_probe(
         kept.append(item)
         rewrites[item.id] = rewrite
         doc = {**item.doc, question_field: rewrite.question, solution_field: rewrite.solution}
-        variants.append(_variant(item, doc, "numbers"))
+        variants.append(variant_item(item, doc, "numbers"))
     canonical = runner.run(kept, backend) if kept else []
-    rewritten = _by_id(runner.run(variants, backend)) if variants else {}
+    rewritten = results_by_id(runner.run(variants, backend)) if variants else {}
     paired = []
     for item, result in zip(kept, canonical, strict=True):
         r = rewritten[f"{item.id}~numbers"]
@@ -368,9 +370,9 @@ def entity_rewrite_probe(
             continue
         kept.append(item)
         changes[item.id] = rewrite.changes
-        variants.append(_variant(item, {**item.doc, question_field: rewrite.text}, "entities"))
+        variants.append(variant_item(item, {**item.doc, question_field: rewrite.text}, "entities"))
     canonical = runner.run(kept, backend) if kept else []
-    rewritten = _by_id(runner.run(variants, backend)) if variants else {}
+    rewritten = results_by_id(runner.run(variants, backend)) if variants else {}
     paired = [
         PairedItem(
             item_id=item.id,

@@ -26,7 +26,8 @@ from typing import Any
 Doc = Mapping[str, Any]
 
 
-def _rng(seed: int, item_id: str, salt: str) -> random.Random:
+def item_rng(seed: int, item_id: str, salt: str) -> random.Random:
+    """The generator of one item's rewrite: the same for the same seed, item and salt."""
     # A string seed is hashed with SHA-512 by random.Random: stable across runs and machines.
     return random.Random(f"{seed}\x00{salt}\x00{item_id}")
 
@@ -44,7 +45,7 @@ def option_orders(
         raise ValueError(f"need at least two options, got {n_options}")
     if not 0 <= gold < n_options:
         raise ValueError(f"gold index {gold} out of range for {n_options} options")
-    rng = _rng(seed, item_id, "options")
+    rng = item_rng(seed, item_id, "options")
     orders: list[tuple[int, ...]] = []
     for _ in range(200 * max(1, k)):
         if len(orders) == k:
@@ -310,7 +311,7 @@ def rewrite_numbers(
     )
     if not used:
         return None
-    rng = _rng(seed, item_id, "numbers")
+    rng = item_rng(seed, item_id, "numbers")
     for _ in range(attempts):
         new: dict[Fraction, Fraction] = {}
         for v in used:
@@ -543,7 +544,7 @@ def rewrite_entities(text: str, *, seed: int, item_id: str) -> EntityRewrite | N
     female one, so pronouns still fit) that the text does not use; the same name is always
     replaced by the same new one. None when the text names none of them. The answer of a
     word problem does not depend on who does it, so it is unchanged."""
-    rng = _rng(seed, item_id, "entities")
+    rng = item_rng(seed, item_id, "entities")
     changes: dict[str, str] = {}
     for kind in (FEMALE_NAMES, MALE_NAMES, CITIES):
         present = [w for w in kind if re.search(rf"\b{re.escape(w)}\b", text)]

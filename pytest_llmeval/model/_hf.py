@@ -114,7 +114,7 @@ class HFBackend:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         # ModelSettings checked every setting when it was made.
-        template_text = _read_template_file(settings.chat_template_file)
+        template_text = read_template_file(settings.chat_template_file)
         self.settings = settings
         self.path = resolve_model_path(settings.model)
         if settings.device == "auto":
@@ -1315,7 +1315,7 @@ _PREFILL_BLOCK = 64
 _CHECK_PROMPT = "Question: what is two plus three? Answer: five.\nQuestion: name a colour. Answer:"
 
 
-def _read_template_file(path: str | None) -> str | None:
+def read_template_file(path: str | None) -> str | None:
     """``--llm-chat-template-file``: a Jinja template (or a tokenizer_config.json /
     chat_template.json holding one under ``chat_template``)."""
     if path is None:

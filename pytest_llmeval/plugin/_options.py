@@ -603,11 +603,11 @@ def _template_file(config: pytest.Config) -> Path | None:
             f"--llm-chat-template-file (ini llm_chat_template_file): no such file: {path}"
         )
     from pytest_llmeval._errors import ModelError
-    from pytest_llmeval.model._hf import _read_template_file
+    from pytest_llmeval.model._hf import read_template_file
     from pytest_llmeval.prompt import check_chat_template
 
     try:
-        text = _read_template_file(str(path))
+        text = read_template_file(str(path))
     except ModelError as exc:
         raise pytest.UsageError(str(exc)) from None
     assert text is not None
