@@ -40,9 +40,26 @@ def write_probes(session: LlmEvalSession, tr: Any) -> None:
 
 
 def write_summary(session: LlmEvalSession, tr: Any) -> None:
-    verdicts = session.verdicts
-    if not verdicts:
+    """The summary after a run: the task table, the floors, what the scores were computed
+    with, notes per task, the verdicts that fail, warnings, the baseline comparison, the
+    failure classes, the harness's own results, the item budget and where the records are."""
+    if not session.verdicts:
         return
+    _write_task_table(session, tr)
+    write_floors(session, tr)
+    _write_settings(session, tr)
+    _write_task_notes(session, tr)
+    _write_verdict_problems(session, tr)
+    _write_run_warnings(session, tr)
+    _write_baseline(session, tr)
+    write_failures(session, tr)
+    _write_lmeval_and_plan(session, tr)
+    _write_record_paths(session, tr)
+
+
+def _write_task_table(session: LlmEvalSession, tr: Any) -> None:
+    """One row per task (its other metrics and repeats below it), and whether the scores
+    cover only part of the tasks."""
     tr.write_sep("=", "llmeval summary")
     header = (
         f"{'task':<16} {'items':>11} {'metric':<11} {'score':>6} {'95% CI':>13} "
@@ -50,7 +67,7 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     )
     tr.write_line(header)
     partial = False
-    for v in verdicts:
+    for v in session.verdicts:
         items = f"{v.n}/{v.total}"
         partial = partial or v.n + len(session.tallies[v.task].not_fitting) < v.total
         ci = f"[{_pct(v.estimate.ci_low).strip()},{_pct(v.estimate.ci_high).strip()}]"
@@ -83,8 +100,12 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             "partial: scores cover only the selected items (--llm-limit or -k), not whole tasks",
             yellow=True,
         )
-    write_floors(session, tr)
-    for line in prompt_lines({v.task: session.tallies[v.task].config for v in verdicts}):
+
+
+def _write_settings(session: LlmEvalSession, tr: Any) -> None:
+    """What the scores were computed with: the prompts, an exclusion list, an agreement
+    check."""
+    for line in prompt_lines({v.task: session.tallies[v.task].config for v in session.verdicts}):
         tr.write_line(f"prompts: {line}")
     if session.options.exclude is not None:
         tr.write_line(
@@ -99,6 +120,12 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             f"{summary_line(session.agreement)} "
             f"({session.options.agreement}, sha256 {str(session.agreement_sha256)[:12]})"
         )
+
+
+def _write_task_notes(session: LlmEvalSession, tr: Any) -> None:
+    """What a task's score does not show: outputs with cues of recall, subsets without rows,
+    items that do not fit the context window (each kind for every task, in that order)."""
+    verdicts = session.verdicts
     for v in verdicts:
         cues = session.tallies[v.task].recall_cues
         if cues:
@@ -132,7 +159,11 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
                 f"window ({window} tokens) and are not scored: listed in metrics_summary.json",
                 yellow=True,
             )
-    for v in verdicts:
+
+
+def _write_verdict_problems(session: LlmEvalSession, tr: Any) -> None:
+    """A line for each task that fails its floor, has errors or did not run all its items."""
+    for v in session.verdicts:
         if v.floor is not None and v.status in ("FAIL", "undecided") and v.floor_fails:
             tr.write_line(
                 f"FAIL {v.task}: {v.metric} {v.score:.4f} "
@@ -160,7 +191,11 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             tr.write_line(
                 f"INCOMPLETE {v.task}: only {v.n} of {v.selected} selected items ran", red=True
             )
-    for v in verdicts:
+
+
+def _write_run_warnings(session: LlmEvalSession, tr: Any) -> None:
+    """Saturated gates, stable against fresh scores, the warnings about limits."""
+    for v in session.verdicts:
         tally = session.tallies[v.task]
         if tally.saturation and v.floor is not None and v.status in ("pass", "FAIL"):
             advice = f" Consider {tally.successor} as the gate." if tally.successor else ""
@@ -171,6 +206,10 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
         tr.write_line(line, yellow=True)
     for line in session.limit_warnings:
         tr.write_line(f"WARNING {line}", yellow=True)
+
+
+def _write_baseline(session: LlmEvalSession, tr: Any) -> None:
+    """The comparison with --llm-baseline and the gate's failures."""
     if session.comparison is not None:
         from pytest_llmeval.record import format_comparison
 
@@ -179,7 +218,10 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
             tr.write_line(line)
     for failure in session.gate_failures:
         tr.write_line(f"BASELINE GATE ({session.options.baseline_fail}): {failure}", red=True)
-    write_failures(session, tr)
+
+
+def _write_lmeval_and_plan(session: LlmEvalSession, tr: Any) -> None:
+    """The lm-evaluation-harness results, and the item budget (plan.json)."""
     if session.lmeval_results is not None:
         from ._session import lmeval_lines
 
@@ -194,6 +236,10 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
         )
         for line in format_plan(session.plans, settings):
             tr.write_line(line)
+
+
+def _write_record_paths(session: LlmEvalSession, tr: Any) -> None:
+    """Where the run record and its report are (or why the report is missing)."""
     if session.run is not None:
         stopped = f" (interrupted: {session.interrupted}; resumable)" if session.interrupted else ""
         tr.write_line(f"run record: {session.run.path}{stopped}")
