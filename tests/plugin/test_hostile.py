@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiny_projects import KILL_CONFTEST
 
 from pytest_llmeval.record._rundir import RunLease, run_state, strip_timing
 
@@ -530,17 +531,6 @@ def test_multiple_choice_over_the_window_is_truncated_and_flagged(
 
 
 # ------------------------------------------------------------------ resume
-
-
-KILL_CONFTEST = """
-import os, signal
-seen = []
-def pytest_runtest_logreport(report):
-    if report.when == "call" and os.environ.get("KILL_AFTER"):
-        seen.append(report.nodeid)
-        if len(seen) == int(os.environ["KILL_AFTER"]):
-            os.kill(os.getpid(), signal.SIGKILL)
-"""
 
 
 def _kill_after(

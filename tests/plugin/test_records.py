@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tiny_projects import KILL_CONFTEST
 
 from pytest_llmeval.record._rundir import strip_timing
 
@@ -115,17 +116,6 @@ def test_determinism_check_names_differing_items(
             "*ERROR colors: non-deterministic item colors-0001*",
         ]
     )
-
-
-KILL_CONFTEST = """
-import os, signal
-seen = []
-def pytest_runtest_logreport(report):
-    if report.when == "call" and os.environ.get("KILL_AFTER"):
-        seen.append(report.nodeid)
-        if len(seen) == int(os.environ["KILL_AFTER"]):
-            os.kill(os.getpid(), signal.SIGKILL)
-"""
 
 
 def _count(log: str, verb: str, task: str = r"\w+") -> int:

@@ -10,21 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiny_projects import KILL_CONFTEST
 
 from pytest_llmeval.record import prepare_report
 from pytest_llmeval.record.__main__ import main as record_main
 
 pytest.importorskip("torch")
 
-KILL_CONFTEST = """
-import os, signal
-seen = []
-def pytest_runtest_logreport(report):
-    if report.when == "call" and os.environ.get("KILL_AFTER"):
-        seen.append(report.nodeid)
-        if len(seen) == int(os.environ["KILL_AFTER"]):
-            os.kill(os.getpid(), signal.SIGKILL)
-"""
 
 BROKEN_REPORT_CONFTEST = """
 import pytest_llmeval.record as record

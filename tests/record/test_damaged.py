@@ -13,18 +13,13 @@ from pathlib import Path
 
 import pytest
 from openai_fake import FakeServer
+from tiny_projects import COLORS
 
 from pytest_llmeval.record import prepare_report
 from pytest_llmeval.record.__main__ import main as record_main
 from pytest_llmeval.record._rundir import run_damage
 
 ARITH = [{"q": f"what is {i} plus one?", "a": str(i + 1)} for i in range(6)]
-COLORS = [
-    {"question": "Which one is a color?", "options": ["red", "table", "seven"], "label": 0},
-    {"question": "Which one is a number?", "options": ["blue", "seven", "apple"], "label": 1},
-    {"question": "Which one is a fruit?", "options": ["nine", "green", "apple"], "label": 2},
-    {"question": "Which one is an animal?", "options": ["cat", "four", "yellow"], "label": 0},
-]
 GEN_SPEC = """\
 task: arith
 dataset: {path: arith.jsonl}

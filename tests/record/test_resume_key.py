@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from openai_fake import FakeServer
+from tiny_projects import KILL_CONFTEST
+from tiny_projects import write_project as write_project_files
 
 from pytest_llmeval.record import (
     HashCache,
@@ -23,80 +25,12 @@ from pytest_llmeval.record import (
     tokenizer_digest,
 )
 
-KILL_CONFTEST = """
-import os, signal
-seen = []
-def pytest_runtest_logreport(report):
-    if report.when == "call" and os.environ.get("KILL_AFTER"):
-        seen.append(report.nodeid)
-        if len(seen) == int(os.environ["KILL_AFTER"]):
-            os.kill(os.getpid(), signal.SIGKILL)
-"""
-
-
-# The project of tests/plugin/conftest.py (its fixtures do not reach tests/record).
-ARITH = [
-    {"q": "what is two plus three?", "a": "5"},
-    {"q": "what is one plus one?", "a": "2"},
-    {"q": "what is four plus four?", "a": "8"},
-    {"q": "what is nine minus two?", "a": "7"},
-    {"q": "what is three times three?", "a": "9"},
-]
-COLORS = [
-    {"question": "Which one is a color?", "options": ["red", "table", "seven"], "label": 0},
-    {"question": "Which one is a number?", "options": ["blue", "seven", "apple"], "label": 1},
-    {"question": "Which one is a fruit?", "options": ["nine", "green", "apple"], "label": 2},
-    {"question": "Which one is an animal?", "options": ["cat", "four", "yellow"], "label": 0},
-]
-
-GEN_SPEC = """\
-task: arith
-markers: [regression, math]
-floor: {floor}
-dataset: {{path: arith.jsonl}}
-prompt:
-  template: "Question: {{{{ q }}}}\\nAnswer:"
-  target: "{{{{ a }}}}"
-fewshot:
-  k: 1
-  examples: [{{q: "what is zero plus one?", a: "1"}}]
-mode: generate
-generate:
-  target: "{{{{ a }}}}"
-  max_new_tokens: 4
-  stop: ["\\n"]
-  extract: [last_number]
-  compare: numeric
-"""
-
-MC_SPEC = """\
-task: colors
-markers: [release, knowledge]
-floor: {floor}
-dataset: {{path: colors.jsonl}}
-prompt:
-  template: "{{{{ question }}}}\\nAnswer:"
-mode: multiple_choice
-multiple_choice:
-  choices: "{{{{ options }}}}"
-  gold: "{{{{ label }}}}"
-"""
-
-
-def _write_project(
-    pytester: pytest.Pytester, gen_floor: float = 0.0, mc_floor: float = 0.0
-) -> None:
-    (pytester.path / "arith.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ARITH))
-    (pytester.path / "colors.jsonl").write_text("".join(json.dumps(r) + "\n" for r in COLORS))
-    (pytester.path / "arith.yaml").write_text(GEN_SPEC.format(floor=gen_floor))
-    (pytester.path / "colors.yaml").write_text(MC_SPEC.format(floor=mc_floor))
-
 
 @pytest.fixture
 def write_project():  # type: ignore[no-untyped-def]
-    """The two tiny tasks of tests/plugin/conftest.py (generative ``arith``,
-    multiple-choice ``colors``) with their data."""
-    return _write_project
+    """The two tiny tasks of tests/tiny_projects.py (generative ``arith``, multiple-choice
+    ``colors``) with their data (tests/plugin/conftest.py's fixture does not reach here)."""
+    return write_project_files
 
 
 def _runs(root: Path) -> list[Path]:
