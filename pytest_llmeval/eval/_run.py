@@ -240,11 +240,18 @@ def item_digests(p: PreparedItem) -> dict[str, str]:
     }
 
 
-def _refuse_unrun(result: ExecutionResult, item: Item) -> None:
-    """A program the sandbox did not run (no isolation, no interpreter) is the item's error,
-    never a wrong answer: a pass@1 of 0 would otherwise say nothing about the model."""
+def _sandbox_details(result: ExecutionResult, item: Item) -> dict[str, Any]:
+    """The record's details of a program the sandbox ran: how it ended and the isolation
+    layers that held. A program the sandbox did not run (no isolation, no interpreter) is
+    the item's error, never a wrong answer: a pass@1 of 0 would say nothing of the model."""
     if result.status == "error":
         raise SandboxError(f"item {item.id}: the generated code was not run: {result.reason}")
+    return {
+        "status": result.status,
+        "reason": result.reason,
+        "seconds": result.seconds,
+        "isolation": list(result.isolation),
+    }
 
 
 def _argmax(values: Sequence[float]) -> int:
@@ -938,14 +945,7 @@ class TaskRunner:
             timeout_s=ex.timeout_s,
             memory_mb=ex.memory_mb,
         )
-        _refuse_unrun(result, p.item)
-        details = {
-            "status": result.status,
-            "reason": result.reason,
-            "seconds": result.seconds,
-            "isolation": list(result.isolation),
-        }
-        return result.status == "passed", completion, details
+        return result.status == "passed", completion, _sandbox_details(result, p.item)
 
     def _execute_io(
         self, p: PreparedItem, output: str, ex: ExecutionSpec, doc: dict[str, Any]
@@ -984,14 +984,7 @@ class TaskRunner:
             per_test_timeout_s=ex.timeout_s,
             memory_mb=ex.memory_mb,
         )
-        _refuse_unrun(result, p.item)
-        details = {
-            "status": result.status,
-            "reason": result.reason,
-            "seconds": result.seconds,
-            "isolation": list(result.isolation),
-            "n_tests": len(tests),
-        }
+        details = {**_sandbox_details(result, p.item), "n_tests": len(tests)}
         return result.status == "passed", program, details
 
     def _ifeval(self, p: PreparedItem, output: str) -> tuple[bool, dict[str, Any]]:
