@@ -15,6 +15,11 @@ pytest.importorskip("torch")
 pytest.importorskip(
     "lm_eval", reason="lm-eval not installed: pip install 'pytest-llm-evaluation[lmeval]'"
 )
+# lm-eval's HF model module is imported here, at collection, not first inside a test: the
+# pytester fixture drops the modules a test imported, while lm-eval's registry (imported
+# earlier by other tests) keeps the class, so a later import of the module by any test
+# collides with it ("'model' alias 'hf-auto' already registered").
+pytest.importorskip("lm_eval.models.huggingface")
 
 COLORS = [
     {"question": "Which one is a color?", "options": ["red", "table", "seven"], "label": 0},
