@@ -273,6 +273,9 @@ class TaskRunner:
     def __init__(
         self, spec: TaskSpec, data_dirs: Sequence[Path], chat: ChatSettings | None = None
     ) -> None:
+        # The spec as written; ``spec`` is the one that runs: its ``chat_form`` once a chat
+        # template applies (:meth:`bind`).
+        self.base_spec = spec
         self.spec = spec
         self.data_dirs = list(data_dirs)
         self.chat = chat or ChatSettings()
@@ -383,6 +386,31 @@ class TaskRunner:
             )
         self.template = template
         self._bound = True
+        if template is not None and self.spec.chat_form is not None:
+            self._use_chat_form(template, info)
+
+    def _use_chat_form(self, template: ChatTemplate, info: Mapping[str, Any]) -> None:
+        """The chat template applies: the task runs in its spec's ``chat_form`` (its prompt
+        and generation fields), prompts built afresh. An assistant prefix needs the
+        template rendered here: a server that applies its own cannot continue a turn."""
+        form = self.spec.chat_form
+        assert form is not None
+        if form.prompt.assistant_prefix and template.render is None:
+            raise ModelError(
+                f"{form.source}: field 'chat_form.prompt.assistant_prefix' opens the "
+                f"assistant's turn of task {self.spec.name}, which the server at "
+                f"{info.get('base_url')} cannot continue (it applies its own chat template "
+                "through /chat/completions): run it with --llm-chat-template=off (the "
+                "completion form) or with --llm-backend=hf (the template applied in-process)"
+            )
+        self.spec = form
+        self._shots.clear()
+
+    @property
+    def chat_form_applied(self) -> bool | None:
+        """Whether the task runs in its spec's ``chat_form`` (None: the spec has none)."""
+        form = self.base_spec.chat_form
+        return None if form is None else self.spec is form
 
     def prompt_record(self) -> dict[str, Any]:
         """What the run record keeps of how prompts were presented (part of the config
@@ -471,6 +499,10 @@ class TaskRunner:
             own_system = render(self.spec.prompt.system_prompt, doc)
         except TemplateRenderProblem as exc:
             raise self._fail("prompt.system_prompt", item, exc) from None
+        try:
+            prefix = render(self.spec.prompt.assistant_prefix, doc)
+        except TemplateRenderProblem as exc:
+            raise self._fail("chat_form.prompt.assistant_prefix", item, exc) from None
         sep = self.spec.prompt.fewshot_separator
         return build_messages(
             system=system_message([self.chat.system_prompt, own_system, shots.description], sep),
@@ -479,6 +511,7 @@ class TaskRunner:
             target_delimiter=self.spec.prompt.target_delimiter,
             fewshot_separator=sep,
             fewshot_text=shots.text,
+            assistant_prefix=prefix,
         )
 
     def instruction_prompt(self, text: str, backend: Backend) -> tuple[str, tuple[Message, ...]]:
@@ -517,6 +550,8 @@ class TaskRunner:
             sent = fold_system(sent, self.spec.prompt.fewshot_separator)
         if template.render is None:  # the server renders: show the conversation
             return "\n".join(f"<{m.role}>\n{m.content}" for m in sent), sent
+        if sent and sent[-1].role == "assistant":  # an assistant prefix: continue that turn
+            return template.render(as_dicts(sent), opened=False, continue_final=True), sent
         return template.render(as_dicts(sent)), sent
 
     @property
@@ -579,6 +614,7 @@ class TaskRunner:
                     subset_problems[item.subset] = f"{exc}{where}"
                     raise
                 self._question(item, doc)
+                self._check_chat_form(item, doc)
                 render(self.spec.prompt.system_prompt, doc)
                 self._answer(item, doc)
                 self._check_scorer(item, doc)
@@ -587,6 +623,18 @@ class TaskRunner:
             except LlmEvalError as exc:
                 problems[item.id] = subset_problems.get(item.subset) or str(exc)
         return problems
+
+    def _check_chat_form(self, item: Item, doc: dict[str, Any]) -> None:
+        """The item's own templates of the spec's ``chat_form``, which a chat template
+        selects only once the model is loaded."""
+        form = self.base_spec.chat_form
+        if form is None or self.spec is form:
+            return
+        for name in ("template", "assistant_prefix"):
+            try:
+                render(getattr(form.prompt, name), doc)
+            except TemplateRenderProblem as exc:
+                raise self._fail(f"chat_form.prompt.{name}", item, exc) from None
 
     def _question(self, item: Item, doc: dict[str, Any]) -> str:
         try:

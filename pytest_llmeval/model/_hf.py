@@ -445,13 +445,21 @@ class HFBackend:
         assert source is not None
         tokenizer = self.tokenizer
 
-        def render(messages: Sequence[Mapping[str, str]], *, opened: bool = True) -> str:
+        def render(
+            messages: Sequence[Mapping[str, str]],
+            *,
+            opened: bool = True,
+            continue_final: bool = False,
+        ) -> str:
+            # continue_final: the last (assistant) message is left open for the model to
+            # continue, as lm-eval renders a gen_prefix.
             return str(
                 tokenizer.apply_chat_template(
                     [dict(m) for m in messages],
                     chat_template=text,
                     tokenize=False,
                     add_generation_prompt=opened,
+                    continue_final_message=continue_final,
                 )
             )
 

@@ -15,7 +15,7 @@ result says how many prompt tokens were dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -201,6 +201,20 @@ class GenerateResult:
     error: str | None = None
 
 
+class RenderChat(Protocol):
+    """Messages to prompt text. ``opened``: the template's generation prompt opens the
+    assistant's turn; ``continue_final``: the last (assistant) message is left open for
+    the model to continue (an assistant prefix), transformers' ``continue_final_message``."""
+
+    def __call__(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        opened: bool = True,
+        continue_final: bool = False,
+    ) -> str: ...
+
+
 @dataclass(frozen=True)
 class ChatTemplate:
     """A model's chat template, as its backend applies it.
@@ -216,9 +230,7 @@ class ChatTemplate:
 
     source: str
     sha256: str | None
-    render: Callable[[Sequence[Mapping[str, str]]], str] | None = field(
-        default=None, compare=False, repr=False
-    )
+    render: RenderChat | None = field(default=None, compare=False, repr=False)
     system_role: bool = True
     end_of_turn: str | None = None
 

@@ -17,6 +17,11 @@ user message as plain text (question, target delimiter, target, few-shot separat
 lm-eval's ``multiturn_to_singleturn``. A verbatim few-shot text block (BBH's published
 prompts) cannot be split into turns: it is always part of the user message.
 
+An assistant prefix (a spec's ``chat_form.prompt.assistant_prefix``, lm-eval's
+``gen_prefix``) is a last, open assistant turn: single-turn keeps it apart from the user
+message, and the template renders it as a turn the model continues (transformers'
+``continue_final_message``).
+
 The same messages render as plain text when no chat template applies (``as_plain_text``),
 which is exactly the prompt of a run without chat template.
 
@@ -68,21 +73,25 @@ def build_messages(
     target_delimiter: str,
     fewshot_separator: str,
     fewshot_text: str | None = None,
+    assistant_prefix: str = "",
 ) -> tuple[Message, ...]:
     """The conversation of one item (see the module docstring): ``system`` (already joined
     from the system prompts and the description, may be empty), the few-shot ``examples``
     as (question, target) pairs, or a verbatim ``fewshot_text`` block, and the item's
-    ``question``."""
+    ``question``; an ``assistant_prefix`` opens the assistant's turn after it (the model
+    continues that turn: lm-eval's ``gen_prefix``)."""
     messages: list[Message] = []
     if system:
         messages.append(Message("system", system))
     if fewshot_text is not None:
         messages.append(Message("user", fewshot_text + question))
-        return tuple(messages)
-    for q, a in examples:
-        messages.append(Message("user", q, target_delimiter))
-        messages.append(Message("assistant", a, fewshot_separator))
-    messages.append(Message("user", question))
+    else:
+        for q, a in examples:
+            messages.append(Message("user", q, target_delimiter))
+            messages.append(Message("assistant", a, fewshot_separator))
+        messages.append(Message("user", question))
+    if assistant_prefix:
+        messages.append(Message("assistant", assistant_prefix))
     return tuple(messages)
 
 
@@ -103,10 +112,11 @@ def single_turn(messages: Sequence[Message]) -> tuple[Message, ...]:
         return ()
     system = [m for m in messages[:1] if m.role == "system"]
     rest = list(messages[len(system) :])
+    opened = [rest.pop()] if len(rest) > 1 and rest[-1].role == "assistant" else []
     if not rest:
         return tuple(system)
     text = "".join(m.content + m.delimiter for m in rest[:-1]) + rest[-1].content
-    return (*system, Message("user", text))
+    return (*system, Message("user", text), *opened)
 
 
 def as_plain_text(messages: Sequence[Message]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.eval import TaskRunner
 from pytest_llmeval.record._hash import stable_hash
+from pytest_llmeval.task import TaskSpec
 
 # Greedy decoding is the only sampling mode; recorded explicitly so that records say so.
 SAMPLING = {"do_sample": False, "temperature": 0.0, "top_p": 1.0, "num_beams": 1}
@@ -35,7 +36,7 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
         "mode": spec.mode,
         "metric": spec.metric,
         "dataset": _tuples_as_lists(asdict(spec.dataset)),
-        "prompt": asdict(spec.prompt),
+        "prompt": _prompt_fields(spec),
         # How prompts were presented: the chat template applied (source, SHA256, end of
         # turn) or None, the mode and who chose it, the system prompt, few-shot turns, the
         # BOS policy, reasoning-block stripping.
@@ -53,6 +54,9 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
             "ids": fewshot_ids,
         },
     }
+    if runner.chat_form_applied is not None:
+        # The spec has a chat form: whether the task ran in it (under a chat template).
+        config["chat_form"] = runner.chat_form_applied
     if spec.generate is not None:
         # The whole generate block: budgets, stops, extraction, comparison, the scorer and
         # its settings (sandbox templates and limits, IFEval fields), context overflow.
@@ -63,6 +67,15 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
     if spec.multiple_choice is not None:
         config["multiple_choice"] = _tuples_as_lists(asdict(spec.multiple_choice))
     return config
+
+
+def _prompt_fields(spec: TaskSpec) -> dict[str, Any]:
+    """The prompt templates; an assistant prefix only where one is set (the configs of
+    tasks without one keep their hashes)."""
+    prompt = asdict(spec.prompt)
+    if not prompt.get("assistant_prefix"):
+        prompt.pop("assistant_prefix", None)
+    return prompt
 
 
 PROMPT_FIELDS = ("prompt", "fewshot", "chat_template", "system_prompt", "fewshot_multiturn", "bos")

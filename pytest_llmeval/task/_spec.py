@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -132,6 +132,9 @@ class PromptSpec:
     fewshot_separator: str = "\n\n"
     chat: str | None = None
     system_prompt: str = ""
+    # Only in a spec's ``chat_form``: a template that opens the assistant's turn (the
+    # model continues it), lm-evaluation-harness's ``gen_prefix``.
+    assistant_prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -361,6 +364,9 @@ class TaskSpec:
     probes: ProbeSpec = field(default_factory=ProbeSpec)
     source: str = "<python>"
     lmeval: LmEvalSpec | None = None
+    # The task as it runs when the model's chat template applies (the spec's ``chat_form``:
+    # its ``prompt`` and ``generate`` fields over the spec's own), or None: the same task.
+    chat_form: TaskSpec | None = None
 
     @property
     def metric(self) -> str:
@@ -822,7 +828,10 @@ TOP_LEVEL = (
     "floor",
     "markers",
     "lmeval",
+    "chat_form",
 )
+#: What a ``chat_form`` may change: how the item is asked and how the answer is read.
+CHAT_FORM_KEYS = ("prompt", "generate")
 LMEVAL_KEYS = ("task", "include_path", "num_fewshot", "metric", "fewshot_seed")
 
 
@@ -838,13 +847,56 @@ def task_spec_from_dict(data: Mapping[str, Any], source: str = "<python>") -> Ta
         raise SpecError(source, "<root>", "a task spec must be a mapping")
     top = _Reader(data, source)
     top.unknown_keys(TOP_LEVEL)
+    base = _task_spec(top, source)
+    form = top.child("chat_form")
+    if form is None:
+        return base
+    return replace(base, chat_form=_chat_form(data, form, base, source))
+
+
+def _chat_form(data: Mapping[str, Any], form: _Reader, base: TaskSpec, source: str) -> TaskSpec:
+    """The task under a chat template: the spec with ``chat_form``'s ``prompt`` and
+    ``generate`` fields laid over its own (mappings merged field by field, everything else
+    replaced), validated as a whole spec; a problem is named at its ``chat_form.`` field."""
+    form.unknown_keys(CHAT_FORM_KEYS)
+    if base.lmeval is not None:
+        raise form.fail("prompt", "an lmeval spec takes the harness's own prompts")
+    for key in CHAT_FORM_KEYS:
+        child = form.child(key)
+        if key == "generate" and child is not None and base.mode != "generate":
+            raise form.fail(key, f"given, but mode is {base.mode!r}")
+        if key == "prompt" and child is not None and child.has("chat"):
+            raise child.fail("chat", "pins the chat template; set it in the spec's own prompt")
+    merged = {k: v for k, v in data.items() if k != "chat_form"}
+    merged = _merged(merged, form.data)
+    try:
+        spec = _task_spec(_Reader(merged, source), source, chat_form=True)
+    except SpecError as exc:
+        raise SpecError(source, f"chat_form.{exc.field}", exc.message) from None
+    if spec == replace(base, source=spec.source):
+        raise form.fail("prompt", "changes nothing: give the prompt or generate fields that differ")
+    return spec
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` laid over ``base``: nested mappings merged key by key, other values replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _task_spec(top: _Reader, source: str, *, chat_form: bool = False) -> TaskSpec:
     name = top.req_str("task")
     if not name or not all(c.isalnum() or c in "_." for c in name):
         raise top.fail("task", f"must be a name of letters, digits, '_' or '.', got {name!r}")
     if top.has("lmeval"):
         return _lmeval_spec(top, name, source)
     dataset = _dataset(_required_child(top, "dataset"))
-    prompt = _prompt(_required_child(top, "prompt"))
+    prompt = _prompt(_required_child(top, "prompt"), chat_form=chat_form)
     if not top.has("mode"):
         raise top.fail("mode", "is required: 'multiple_choice' or 'generate'")
     mode = top.choice("mode", ("multiple_choice", "generate"), default="generate")
@@ -884,7 +936,7 @@ def _required_child(top: _Reader, key: str) -> _Reader:
     return reader
 
 
-def _prompt(reader: _Reader) -> PromptSpec:
+def _prompt(reader: _Reader, *, chat_form: bool = False) -> PromptSpec:
     reader.unknown_keys(
         (
             "template",
@@ -894,8 +946,14 @@ def _prompt(reader: _Reader) -> PromptSpec:
             "fewshot_separator",
             "chat",
             "system_prompt",
+            "assistant_prefix",
         )
     )
+    if reader.has("assistant_prefix") and not chat_form:
+        raise reader.fail(
+            "assistant_prefix",
+            "opens the assistant's turn of a chat template: give it under chat_form.prompt",
+        )
     prompt = PromptSpec(
         template=reader.req_str("template"),
         target=reader.str_("target", default="") or "",
@@ -904,8 +962,9 @@ def _prompt(reader: _Reader) -> PromptSpec:
         fewshot_separator=reader.str_("fewshot_separator", default="\n\n") or "",
         chat=_chat_pin(reader),
         system_prompt=reader.str_("system_prompt", default="") or "",
+        assistant_prefix=reader.str_("assistant_prefix", default="") or "",
     )
-    for key in ("template", "target", "description", "system_prompt"):
+    for key in ("template", "target", "description", "system_prompt", "assistant_prefix"):
         _check_template(reader, key, getattr(prompt, key))
     return prompt
 

@@ -312,3 +312,64 @@ def test_template_file_overrides_the_models_own(
         load_backend(
             ModelSettings(model=str(family_dirs["chatml"]), chat_template_file=str(tmp_path / "no"))
         )
+
+
+def _form_spec(**form: Any) -> Any:
+    """A generative spec with a chat form: another question, an assistant prefix, no stop."""
+    data: dict[str, Any] = {
+        "task": "colours_form",
+        "dataset": {"path": "colours.jsonl"},
+        "prompt": {"template": "Q: {{ question }}\nA:"},
+        "mode": "generate",
+        "generate": {"target": "{{ options[answer] }}", "max_new_tokens": 8, "stop": ["\n"]},
+        "chat_form": {
+            "prompt": {
+                "template": "Answer with one colour.\n{{ question }}\n",
+                "assistant_prefix": "The colour of {{ question.split()[-1] }} is\n",
+                **form,
+            },
+            "generate": {"stop": []},
+        },
+    }
+    return task_spec_from_dict(data)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("multiturn", [True, False])
+def test_chat_form_applies_under_the_template_and_continues_the_prefix(
+    backends: dict[str, Any], data_dir: Path, family: str, multiturn: bool
+) -> None:
+    """Under a chat template the task runs in its chat form: the form's question as the user
+    turn and the assistant prefix as an open assistant turn, rendered as lm-eval renders a
+    gen_prefix (transformers' continue_final_message, which drops a prefix's trailing
+    whitespace under templates that trim, such as Llama 3's)."""
+    backend = backends[family]
+    spec = _form_spec()
+    runner = TaskRunner(spec, [data_dir], ChatSettings(mode="on", multiturn=multiturn))
+    runner.bind(backend)
+    assert runner.spec is spec.chat_form and runner.chat_form_applied is True
+    prepared = runner.prepare(load_items(runner.spec, [data_dir])[0])
+    expected = backend.tokenizer.apply_chat_template(
+        [
+            {"role": "user", "content": "Answer with one colour.\nWhat colour is snow?\n"},
+            {"role": "assistant", "content": "The colour of snow? is\n"},
+        ],
+        tokenize=False,
+        continue_final_message=True,
+    )
+    assert prepared.prompt == expected
+    assert "The colour of snow? is" in prepared.prompt
+    assert not prepared.prompt.rstrip().endswith(FAMILIES[family].end_of_turn)
+    assert runner.spec.generate is not None and runner.spec.generate.stop == ()
+
+
+def test_without_a_template_the_spec_runs_as_written(
+    backends: dict[str, Any], data_dir: Path
+) -> None:
+    spec = _form_spec()
+    runner = TaskRunner(spec, [data_dir], ChatSettings(mode="off"))
+    runner.bind(backends["chatml"])
+    assert runner.spec is spec and runner.chat_form_applied is False
+    prepared = runner.prepare(load_items(runner.spec, [data_dir])[0])
+    assert prepared.prompt == "Q: What colour is snow?\nA:"
+    assert runner.spec.generate is not None and runner.spec.generate.stop == ("\n",)

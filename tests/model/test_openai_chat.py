@@ -144,3 +144,31 @@ def test_stop_sequences_never_cut_the_reasoning_block(fake_openai: FakeServer) -
     assert "stop" not in _chat_bodies(fake_openai)[-1]  # the server would cut the thought
     assert out.text == "<think>first\n\nsecond</think>\nThe answer is 5."
     assert out.finish_reason == "stop"
+
+
+def test_a_chat_form_through_a_server_template(fake_openai: FakeServer, data: Path) -> None:
+    """A chat form's question goes to /chat/completions; one that opens the assistant's turn
+    (an assistant prefix) is refused with the alternatives: the server's own template
+    cannot continue a turn."""
+    fake_openai.routes["/v1/chat/completions"] = lambda body: _chat_reply("The answer is 5")
+    backend = _backend(fake_openai)
+    base = {
+        "task": "toy",
+        "dataset": {"path": "toy.jsonl"},
+        "prompt": {"template": "Q: {{ question }}\nA:"},
+        "mode": "generate",
+        "generate": {"target": "{{ answer }}", "stop": ["\n"], "max_new_tokens": 16},
+    }
+    asked = task_spec_from_dict({**base, "chat_form": {"prompt": {"template": "{{ question }}"}}})
+    runner = TaskRunner(asked, [data], ChatSettings(mode="on"))
+    runner.run(load_items(runner.spec, [data]), backend)
+    assert _chat_bodies(fake_openai)[-1]["messages"][-1] == {"role": "user", "content": "1+1?"}
+    prefixed = task_spec_from_dict(
+        {**base, "chat_form": {"prompt": {"assistant_prefix": "The answer is"}}}
+    )
+    runner = TaskRunner(prefixed, [data], ChatSettings(mode="on"))
+    with pytest.raises(ModelError) as err:
+        runner.run(load_items(runner.spec, [data]), backend)
+    message = str(err.value)
+    assert "chat_form.prompt.assistant_prefix" in message
+    assert "--llm-chat-template=off" in message and "--llm-backend=hf" in message

@@ -576,3 +576,71 @@ def test_every_error_case_is_valid_before_mutation() -> None:
     # The bases themselves are valid, so each error case tests exactly one fault.
     task_spec_from_dict(_generate_spec())
     task_spec_from_dict(_mc_spec())
+
+
+def _with_form(form: Any, mode: str = "generate") -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "task": "t",
+        "dataset": {"path": "t.jsonl"},
+        "prompt": {"template": "{{ q }}"},
+        "mode": mode,
+        "chat_form": form,
+    }
+    if mode == "generate":
+        data["generate"] = {"target": "{{ a }}", "stop": ["\n"]}
+    else:
+        data["multiple_choice"] = {"choices": ["A", "B"], "gold": "{{ a }}"}
+    return data
+
+
+def test_chat_form_lays_its_fields_over_the_spec() -> None:
+    spec = task_spec_from_dict(
+        _with_form({"prompt": {"template": "Please: {{ q }}"}, "generate": {"stop": []}})
+    )
+    form = spec.chat_form
+    assert form is not None and form.chat_form is None
+    assert form.prompt.template == "Please: {{ q }}"
+    assert form.generate is not None and form.generate.stop == ()
+    assert form.generate.target == "{{ a }}"  # unchanged fields come from the spec
+    assert spec.generate is not None and spec.generate.stop == ("\n",)
+
+
+@pytest.mark.parametrize(
+    ("form", "mode", "field", "message"),
+    [
+        ({"prompt": {"template": "{{ q "}}, "generate", "chat_form.prompt.template", ""),
+        ({"fewshot": {"k": 1}}, "generate", "chat_form.fewshot", "unknown field"),
+        ({"prompt": {"chat": "off"}}, "generate", "chat_form.prompt.chat", "pins the chat"),
+        ({"generate": {"stop": []}}, "multiple_choice", "chat_form.generate", "mode is"),
+        ({"prompt": {"template": "{{ q }}"}}, "generate", "chat_form.prompt", "changes nothing"),
+        ({"generate": {"max_new_tokens": -1}}, "generate", "chat_form.generate.max_new_tokens", ""),
+        ("on", "generate", "chat_form", "must be a mapping"),
+    ],
+)
+def test_chat_form_problems_are_named_at_their_field(
+    form: Any, mode: str, field: str, message: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        task_spec_from_dict(_with_form(form, mode), source="t.yaml")
+    assert info.value.field == field
+    assert message in info.value.message
+
+
+def test_assistant_prefix_only_in_a_chat_form() -> None:
+    data = _with_form({"prompt": {"assistant_prefix": "Sure: "}})
+    assert task_spec_from_dict(data).chat_form is not None
+    data["prompt"]["assistant_prefix"] = "Sure: "
+    with pytest.raises(SpecError) as info:
+        task_spec_from_dict(data)
+    assert info.value.field == "prompt.assistant_prefix"
+    assert "chat_form.prompt" in info.value.message
+
+
+def test_shipped_humaneval_asks_for_a_code_block_under_a_chat_template() -> None:
+    """The completion stops cut chat answers within a few tokens (docs/USAGE.md): under a
+    chat template HumanEval asks for a solution and has no stop sequence."""
+    spec = load_task_spec(BENCHMARKS / "humaneval.yaml")
+    assert spec.generate is not None and "\ndef" in spec.generate.stop
+    form = spec.chat_form
+    assert form is not None and form.generate is not None
+    assert form.generate.stop == () and form.prompt.template.startswith("Write a solution")
