@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -46,7 +47,13 @@ from pytest_llmeval.record._report_charts import (
     pct,
     strip_svg,
 )
-from pytest_llmeval.record._rundir import DAMAGE_FIX, run_damage, run_state
+from pytest_llmeval.record._rundir import (
+    DAMAGE_FIX,
+    PROCESSES,
+    output_file,
+    run_damage,
+    run_state,
+)
 from pytest_llmeval.record._summary import floor_source_text
 from pytest_llmeval.scorer import accuracy, paired_difference
 
@@ -60,6 +67,20 @@ NOT_SCORED = "not_scored"  # an item whose prompt did not fit the context window
 ITEM_ERROR = "error"  # an item that could not be evaluated (its record says why)
 
 # ---------------------------------------------------------------------------- the model
+
+
+@dataclass
+class SubRow:
+    """A row under its task in the task table: a named metric beside the primary score
+    (GSM8K's ``strict_match``, ``flexible_extract``) or one subset's score (an MMLU subject,
+    a BBH subtask), as lm-evaluation-harness prints them; proportions, NaN where none."""
+
+    name: str
+    kind: str  # "metric" or "subset"
+    n: int
+    score: float
+    ci_low: float
+    ci_high: float
 
 
 @dataclass
@@ -92,6 +113,8 @@ class TaskRow:
     recorded_failed: bool | None = None
     floor_source: str | None = None
     damaged: bool = False  # its item records do not match the summary (record.run_damage)
+    # Named metrics, then per-subset scores: rows under the task (see SubRow).
+    subrows: list[SubRow] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -117,6 +140,10 @@ class DeltaRow:
     improved: list[str]
     only_in_baseline: int
     only_in_current: int
+    # What the interval is when the normal one says nothing (see paired_interval): None
+    # for the normal paired interval; else a sentence, and ci_low/ci_high are then the
+    # exact bound (no discordant pairs) or NaN (not enough pairs to bound).
+    interval_note: str | None = None
 
 
 @dataclass
@@ -197,13 +224,31 @@ class HistoryPoint:
     total: int | None
     same_config: bool
     current: bool = False
+    selection: str | None = None  # a debug selection (-k, node ids): see run_selection
 
 
 @dataclass
 class HistorySeries:
+    """One task's trend: only runs over the same item set as this run (the digest of the
+    task's item ids, :func:`item_set_digest`), so that a 1-item ``-k`` run and a 10-item
+    run never share a line; the runs left out are counted."""
+
     task: str
     points: list[HistoryPoint]
     earlier_found: int  # earlier runs with this task (points shows at most HISTORY_LIMIT)
+    item_set: str = ""  # the digest's first 12 hex digits
+    n_items: int = 0
+    other_sets: int = 0  # earlier runs of this task over other item sets, left out
+    other_debug: int = 0  # of those, debug selections (-k, node ids)
+    selection: str | None = None  # this run's own debug selection, if any
+
+    @property
+    def left_out(self) -> str:
+        """The runs not on the trend, in words ("" when none)."""
+        if not self.other_sets:
+            return ""
+        debug = f", {self.other_debug} of them -k/node-id selections" if self.other_debug else ""
+        return f"{self.other_sets} earlier run(s) over other item sets left out{debug}"
 
 
 @dataclass
@@ -307,6 +352,64 @@ def script_json(data: Any) -> str:
 
 def task_rows(run: RunRecord) -> list[TaskRow]:
     """The task table: from ``metrics_summary.json`` where the run wrote one; a task with item
+def _estimate_row(name: str, kind: str, scores: Sequence[float]) -> SubRow:
+    est = accuracy(list(scores))
+    return SubRow(name, kind, est.n, est.value, est.ci_low, est.ci_high)
+
+
+def _spec_order(rows: list[SubRow], task_config: Any) -> list[SubRow]:
+    """Named metrics in the order the spec names them (``eval_config.json`` keeps it; the
+    summary's keys are sorted)."""
+    named = _get(task_config, "generation", "metrics")
+    order = [str(_get(m, "name")) for m in named] if isinstance(named, list) else []
+    return sorted(rows, key=lambda r: order.index(r.name) if r.name in order else len(order))
+
+
+def metric_rows(
+    summary: Any, scored: Sequence[Mapping[str, Any]], task_config: Any = None
+) -> list[SubRow]:
+    """The named metrics of a task (``generate.metrics``): as ``metrics_summary.json``
+    recorded them, or, without a summary, from the scored item records (the same mean and
+    interval the plugin computes, ``scorer.accuracy``); in the spec's order."""
+    return _spec_order(_metric_rows(summary, scored), task_config)
+
+
+def _metric_rows(summary: Any, scored: Sequence[Mapping[str, Any]]) -> list[SubRow]:
+    recorded = _get(summary, "metrics")
+    if isinstance(recorded, Mapping) and recorded:
+        rows = []
+        for name, m in recorded.items():
+            ci = _get(m, "ci95") or [math.nan, math.nan]
+            rows.append(
+                SubRow(
+                    str(name),
+                    "metric",
+                    _int(_get(m, "n")) or 0,
+                    _num(_get(m, "mean")),
+                    _num(ci[0]) if len(ci) > 0 else math.nan,
+                    _num(ci[1]) if len(ci) > 1 else math.nan,
+                )
+            )
+        return rows
+    scores: dict[str, list[float]] = {}
+    for r in scored:
+        for name, value in (r.get("metrics") or {}).items():
+            if math.isfinite(_num(_get(value, "score"))):
+                scores.setdefault(str(name), []).append(_num(value["score"]))
+    return [_estimate_row(name, "metric", v) for name, v in scores.items()]
+
+
+def subset_rows(scored: Sequence[Mapping[str, Any]]) -> list[SubRow]:
+    """Per-subset scores (MMLU subjects, BBH subtasks) from the scored item records, in name
+    order, each with its n and interval (``scorer.accuracy``: Wilson for 0/1 scores). A
+    task whose items carry no subset has none."""
+    scores: dict[str, list[float]] = {}
+    for r in scored:
+        if r.get("subset") is not None:
+            scores.setdefault(str(r["subset"]), []).append(item_score(r))
+    return [_estimate_row(name, "subset", scores[name]) for name in sorted(scores)]
+
+
     records but no summary (an interrupted run) is computed from its scored items, without a
     verdict."""
     tasks = sorted(set(run.metrics) | set(run.items))
@@ -352,6 +455,7 @@ def task_rows(run: RunRecord) -> list[TaskRow]:
                     ),
                 )
             )
+                    subrows=metric_rows(summary, scored, task_config) + subset_rows(scored),
             continue
         estimate = accuracy([item_score(r) for r in scored])
         errors = sum(1 for r in records.values() if r.get("error"))
@@ -377,6 +481,7 @@ def task_rows(run: RunRecord) -> list[TaskRow]:
                 truncated=sum(1 for r in scored if _get(r, "details", "truncated_prompt_tokens")),
             )
         )
+                subrows=metric_rows(None, scored, task_config) + subset_rows(scored),
     return rows
 
 
@@ -461,6 +566,49 @@ def environment_facts(config: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def comparison_view(
     comparison: Comparison, current: RunRecord, baseline: RunRecord
+def no_change_bound(n: int, alpha: float = 0.05) -> float:
+    """The largest change (as a proportion) that ``n`` pairs without one discordant pair
+    leave open: the exact (Clopper-Pearson) two-sided upper limit for a share observed as
+    0 of ``n``, ``1 - (alpha/2)**(1/n)``; a change can be no larger than the share of items
+    that change, with 0/1 or partial scores in [0, 1]. 30.8 points for 10 pairs, 3.6 for
+    100."""
+    return 1.0 - (alpha / 2) ** (1.0 / n) if n > 0 else math.nan
+
+
+def paired_interval(
+    differences: Sequence[float], low: float, high: float
+) -> tuple[float, float, str | None]:
+    """The paired interval the report shows, and a note where the normal one
+    (``scorer.paired_difference``: mean +- 1.96 standard errors) would read as certainty
+    or cannot be formed. Every pair equal (all differences 0): no discordant pairs, McNemar
+    p = 1 in the gate (``gate/_baseline.py``), and the exact bound of
+    :func:`no_change_bound` instead of [+0.0, +0.0]; every pair changed by the same amount
+    (no spread): from that amount times the exact lower bound on the share of items that
+    changed, to the amount; fewer than 2 pairs: not enough pairs to bound the change."""
+    n = len(differences)
+    if n < 2:
+        return math.nan, math.nan, f"{n} shared item(s): not enough pairs to bound the change"
+    if all(d == 0 for d in differences):
+        bound = no_change_bound(n)
+        return (
+            -bound,
+            bound,
+            f"no discordant pairs: all {n} shared items scored the same in both runs "
+            f"(McNemar p = 1); {n} pairs bound the change only to ±{100 * bound:.1f} points "
+            "(exact 95%)",
+        )
+    if len(set(differences)) == 1:  # every pair moved the same way by the same amount
+        step, bound = differences[0], no_change_bound(n)
+        ends = sorted((step * (1.0 - bound), step))
+        return (
+            ends[0],
+            ends[1],
+            f"all {n} shared items changed by {100 * step:+.1f} points: no spread for a "
+            f"normal interval; exact 95% bound on the share that changed",
+        )
+    return low, high, None
+
+
 ) -> ComparisonView:
     """Per task: the delta on the shared items with its paired 95% interval, McNemar's p and
     the flipped items; then the settings and environment fields that differ."""
@@ -471,8 +619,10 @@ def comparison_view(
         base = {i: r for i, r in baseline.items.get(t.task, {}).items() if item_scored(r)}
         cur = {i: r for i, r in current.items.get(t.task, {}).items() if item_scored(r)}
         shared = [i for i in cur if i in base]
-        paired = paired_difference(
-            [item_score(base[i]) for i in shared], [item_score(cur[i]) for i in shared]
+        before, after = [item_score(base[i]) for i in shared], [item_score(cur[i]) for i in shared]
+        paired = paired_difference(before, after)
+        low, high, note = paired_interval(
+            [y - x for x, y in zip(before, after, strict=True)], paired.ci_low, paired.ci_high
         )
         rows.append(
             DeltaRow(
@@ -481,8 +631,8 @@ def comparison_view(
                 baseline_score=t.baseline_score,
                 current_score=t.current_score,
                 delta=t.delta,
-                ci_low=paired.ci_low,
-                ci_high=paired.ci_high,
+                ci_low=low,
+                ci_high=high,
                 p_value=t.p_value,
                 significant=t.significant,
                 regressed=list(t.regressed),
@@ -491,6 +641,7 @@ def comparison_view(
                 only_in_current=t.only_in_current,
             )
         )
+                interval_note=note,
     return ComparisonView(
         baseline_name=baseline.path.name,
         baseline_path=str(baseline.path),
@@ -643,9 +794,73 @@ def _started(config: Mapping[str, Any], path: Path) -> str:
 
 def history_series(
     run: RunRecord, rows: Sequence[TaskRow], history_dir: Path, limit: int = HISTORY_LIMIT
+def item_set_digest(ids: Iterable[str]) -> str:
+    """What defines a trend's item set: SHA256 of the task's item ids (each once, sorted,
+    one per line), first 12 hex digits. Runs with the same ``--llm-limit`` and selection
+    of the same data share it; a ``-k`` run of a few items, another limit or other data
+    do not."""
+    text = "\n".join(sorted(set(ids)))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _recorded_ids(run: Path, task: str) -> list[str]:
+    """The item ids in an earlier run's output file of a task (only the ids are kept)."""
+    ids = []
+    try:
+        with (run / output_file(task)).open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(record, Mapping) and record.get("item_id") is not None:
+                    ids.append(str(record["item_id"]))
+    except OSError:
+        return []
+    return ids
+
+
+def selection_of(args: Sequence[str]) -> str | None:
+    """A debug selection in a run's command line, as its leases recorded it: ``-k EXPR``
+    (any form), ``--deselect``, or node ids (``path::name``). None for a run of whole
+    specs (``--llm-limit`` alone is not a debug selection: its items are the first N)."""
+    found = []
+    for k, arg in enumerate(args):
+        if arg in ("-k", "--keyword") and k + 1 < len(args):
+            found.append(f"-k {args[k + 1]}")
+        elif arg.startswith("--keyword="):
+            found.append(f"-k {arg.split('=', 1)[1]}")
+        elif arg.startswith("-k") and len(arg) > 2 and not arg.startswith("--"):
+            found.append(f"-k {arg[2:]}")
+        elif arg == "--deselect" or arg.startswith("--deselect="):
+            found.append("--deselect")
+        elif "::" in arg and not arg.startswith("-"):
+            found.append(f"node id {arg}")
+    return "; ".join(found) or None
+
+
+def run_selection(run: Path) -> str | None:
+    """The debug selection of a run, from the command lines its leases recorded
+    (``processes/*.json``, ``args``); None when no process selected items that way."""
+    folder = run / PROCESSES
+    try:
+        files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    except OSError:
+        return None
+    for file in files:
+        args = _get(_read_json(file), "args")
+        if isinstance(args, list):
+            found = selection_of([str(a) for a in args])
+            if found:
+                return found
+    return None
+
+
 ) -> list[HistorySeries]:
     """Scores of the earlier finished runs in ``history_dir`` made with the same model (same
-    weights digest, or the same name when a run has none) for each task of this run."""
+    weights digest, or the same name when a run has none) for each task of this run, over
+    the same item set (:func:`item_set_digest`); runs over other item sets (other limits,
+    ``-k`` debug runs) are counted, not drawn."""
     identity = _model_identity(run.config)
     started = _started(run.config, run.path)
     if identity is None or not history_dir.is_dir():
@@ -673,16 +888,25 @@ def history_series(
     earlier.sort(key=lambda e: (e[0], e[1].name))
     series = []
     for row in rows:
+    selections = {path: run_selection(path) for _, path, _, _ in earlier}
+    own_selection = run_selection(run.path)
         if math.isnan(row.score):
             continue
         current_hash = _get(run.config, "tasks", row.name, "config_hash")
         points = []
+        own_ids = list(run.items.get(row.name, {}))
+        digest = item_set_digest(own_ids)
         for when, path, config, metrics in earlier:
             entry = metrics.get(row.name)
+        other_sets = other_debug = 0
             if not isinstance(entry, Mapping) or math.isnan(_num(entry.get("score"))):
                 continue
             ci = entry.get("ci95") or [math.nan, math.nan]
             points.append(
+            if item_set_digest(_recorded_ids(path, row.name)) != digest:
+                other_sets += 1
+                other_debug += selections[path] is not None
+                continue
                 HistoryPoint(
                     run=path.name,
                     started=when,
@@ -694,7 +918,8 @@ def history_series(
                     same_config=_get(config, "tasks", row.name, "config_hash") == current_hash,
                 )
             )
-        if not points:
+                    selection=selections[path],
+        if not points and not other_sets:
             continue
         found = len(points)
         points = points[-limit:]
@@ -711,7 +936,19 @@ def history_series(
                 current=True,
             )
         )
-        series.append(HistorySeries(task=row.name, points=points, earlier_found=found))
+                selection=own_selection,
+            )
+        )
+        series.append(
+            HistorySeries(
+                task=row.name,
+                points=points,
+                earlier_found=found,
+                item_set=digest,
+                n_items=len(set(own_ids)),
+                other_sets=other_sets,
+                other_debug=other_debug,
+                selection=own_selection,
     return series
 
 
@@ -726,6 +963,31 @@ class Prefix:
     fewshot_ids: tuple[str, ...]
 
 
+    # Few-shot examples counted in the prefix: the assistant turns before the item's own
+    # turn of a chat prompt with few-shot turns; None where they are text in one message.
+    turns: int | None = None
+    chat: bool = False  # the prefix begins with a chat template's header/system message
+
+
+def prefix_label(prefix: Prefix, fewshot: Any) -> str:
+    """What the fold holds, in words, for its summary line. Few-shot text from a file (BBH's
+    cot-prompts: one id for a text of several examples) is named as such, with the spec's
+    ``fewshot.k``, rather than counted as one example."""
+    ids = prefix.fewshot_ids
+    shown = ", ".join(ids)
+    shown = shown if len(shown) <= 120 else shown[:119] + "…"
+    head = "chat header, " if prefix.chat else ""
+    text_file = _get(fewshot, "text_file")
+    if text_file and len(ids) == 1:
+        k = _int(_get(fewshot, "k"))
+        shots = f"{k}-shot text (the spec's fewshot.k)" if k else "few-shot text"
+        return f"{head}description and {shots} from {ids[0].split('#')[0]}"
+    if prefix.turns is not None:
+        return (
+            f"system message and {prefix.turns} few-shot example(s) as chat turns "
+            f"({shown}); the item's own turn follows"
+        )
+    return f"{head}description and few-shot block: {len(ids)} example(s) ({shown})"
 def _common_prefix(texts: Sequence[str]) -> str:
     """The longest string every text starts with (character by character)."""
     if not texts:
@@ -739,15 +1001,116 @@ def _common_prefix(texts: Sequence[str]) -> str:
 
 def split_prompts(
     records: Sequence[Mapping[str, Any]], separator: str | None
+_TAG_BEFORE_ROLE = re.compile(r"(<[^<>\s]*>|<\|?|\[)$")  # <|im_start|>, <start_of_turn>, <|
+
+
+def _find_content(prompt: str, content: str, end: int | None = None) -> tuple[int, int] | None:
+    """Where a message's content sits in the rendered prompt (the last place before ``end``):
+    templates print it as written or trimmed (Llama-3's ``| trim``)."""
+    for text in (content, content.strip()):
+        if text:
+            at = prompt.rfind(text, 0, len(prompt) if end is None else end)
+            if at >= 0:
+                return at, at + len(text)
+    return None
+
+
+def _turn_start(gap: str, role: str) -> int:
+    """The offset in ``gap`` (the text between the previous message's content and this
+    message's content) where this message's turn begins: before the role header's opening
+    tag (``<|im_start|>user``, ``<|start_header_id|>user``, ``<start_of_turn>user``,
+    ``<|user|>``) or at the start of the header's line (``### User:``). The previous turn's
+    end-of-turn token (``<|im_end|>``, ``<|eot_id|>``) stays with the previous turn. Without
+    the role's name in the gap (``[INST]``-style templates), the whole gap is the header."""
+    at = gap.lower().rfind(role.lower())
+    if at < 0:
+        return len(gap)
+    head = gap[:at]
+    tag = _TAG_BEFORE_ROLE.search(head)
+    if tag:
+        return tag.start()
+    newline = head.rfind("\n")
+    return newline + 1 if newline >= 0 else at
+
+
+@dataclass(frozen=True)
+class ChatSplit:
+    """A chat-rendered prompt seen through its conversation (the record's ``messages``).
+
+    ``turn``: where the item's own user turn begins (header included); ``content``: where
+    that turn's text begins and ends; ``multiturn``: the few-shot examples are earlier
+    user/assistant turns (``--llm-fewshot-multiturn``) rather than text inside the one user
+    message."""
+
+    turn: int
+    content: tuple[int, int]
+    multiturn: bool
+
+
+def chat_split(prompt: str, messages: Any) -> ChatSplit | None:
+    """Find the item's own turn in a prompt rendered by a chat template (any family: the
+    positions come from the messages' contents, not from one template's markers). None for
+    a completion prompt, or where the last user message cannot be found in the prompt."""
+    if not isinstance(messages, list) or not messages:
+        return None
+    turns = [m for m in messages if isinstance(m, Mapping) and isinstance(m.get("content"), str)]
+    users = [i for i, m in enumerate(turns) if m.get("role") == "user"]
+    if not users:
+        return None
+    last = users[-1]
+    found = _find_content(prompt, str(turns[last]["content"]))
+    if found is None:
+        return None
+    start = found[0]
+    earlier = [str(m["content"]) for m in turns[:last] if str(m["content"]).strip()]
+    previous_end = 0
+    if earlier:
+        prev = _find_content(prompt, earlier[-1], start)
+        previous_end = prev[1] if prev else 0
+    gap = prompt[previous_end:start]
+    turn = previous_end + _turn_start(gap, str(turns[last].get("role") or "user"))
+    multiturn = any(turns[i].get("role") == "assistant" for i in range(last))
+    return ChatSplit(turn=turn, content=found, multiturn=multiturn)
+
+
+def _fold_end(
+    prompts: Sequence[str], chats: Sequence[ChatSplit | None], separator: str | None
+) -> list[int]:
+    """Per prompt of one group (same subset, same few-shot ids), where its folded prefix
+    ends (0: nothing folded).
+
+    A chat prompt with few-shot turns is cut where the item's own user turn begins, so the
+    fold holds the system message and every example turn and the item's question stays in
+    view. Otherwise (a completion prompt, or a chat prompt whose one user message holds the
+    examples) the cut is just after the last few-shot separator in the group's common
+    prefix (in a group of one: in the prompt), searched inside the item's user message for
+    a chat prompt; without a separator, a group of several is cut at its common prefix."""
+    if chats and all(c is not None and c.multiturn for c in chats):
+        return [c.turn for c in chats if c is not None]
+    common = _common_prefix(prompts)
+    low, high = 0, len(common)
+    if all(c is not None for c in chats):
+        low = max(c.content[0] for c in chats if c is not None)
+        high = min([high] + [c.content[1] for c in chats if c is not None])
+    end = 0
+    cut = common.rfind(separator, low, high) if separator and high > low else -1
+    if cut >= 0:
+        end = cut + len(separator or "")
+    elif len(prompts) > 1 and low == 0:
+        end = len(common)
+    end = min(end, min(len(p) for p in prompts))
+    return [end] * len(prompts)
+
+
 ) -> tuple[list[Prefix], list[tuple[int, str]]]:
     """Split each prompt into a shared prefix (description and few-shot examples) and the
     rest, so that the page folds the few-shot block and stores it once.
 
-    Items are grouped by subset and few-shot ids (one group, one few-shot block). A group's
-    prefix is the longest common prefix of its prompts, cut back to just after the last
-    few-shot separator in it; a group of one item is cut after the last separator of its
-    prompt. Items without few-shot examples keep their whole prompt. Returns the prefixes
-    and, per record, ``(prefix index or -1, rest)``; ``prefix + rest`` is the prompt.
+    Items are grouped by subset and few-shot ids (one group, one few-shot block); where the
+    fold ends is :func:`_fold_end`'s rule (chat prompts: at the item's own turn). Items
+    without few-shot examples keep their whole prompt. Returns the prefixes (each distinct
+    text once) and, per record, ``(prefix index or -1, rest)``; ``prefix + rest`` is the
+    prompt.
     """
     groups: dict[tuple[Any, tuple[str, ...]], list[int]] = {}
     for index, record in enumerate(records):
@@ -757,20 +1120,27 @@ def split_prompts(
     prefixes: list[Prefix] = []
     split: list[tuple[int, str]] = [(-1, str(r.get("prompt") or "")) for r in records]
     for (_, ids), members in groups.items():
+    known: dict[Prefix, int] = {}
         prompts = [str(records[i]["prompt"]) for i in members]
-        common = _common_prefix(prompts)
-        end = 0
-        cut = common.rfind(separator) if separator else -1
-        if cut >= 0:
-            end = cut + len(separator or "")
-        elif len(prompts) > 1:
-            end = len(common)
-        end = min(end, min(len(p) for p in prompts))
-        if end <= 0:
-            continue
-        prefixes.append(Prefix(text=prompts[0][:end], fewshot_ids=ids))
-        for i, prompt in zip(members, prompts, strict=True):
-            split[i] = (len(prefixes) - 1, prompt[end:])
+        chats = [
+            chat_split(p, records[i].get("messages")) for i, p in zip(members, prompts, strict=True)
+        ]
+        ends = _fold_end(prompts, chats, separator)
+        for i, prompt, chat, end in zip(members, prompts, chats, ends, strict=True):
+            if end <= 0:
+                continue
+            turns = None
+            if chat is not None and chat.multiturn:
+                turns = sum(
+                    1
+                    for m in records[i].get("messages") or []
+                    if isinstance(m, Mapping) and m.get("role") == "assistant"
+                )
+            prefix = Prefix(prompt[:end], ids, turns, chat is not None)
+            if prefix not in known:
+                known[prefix] = len(prefixes)
+                prefixes.append(prefix)
+            split[i] = (known[prefix], prompt[end:])
     return prefixes, split
 
 
@@ -853,6 +1223,12 @@ def item_entry(
         entry["fl"] = flips[item_id]
     return entry
 
+    named = record.get("metrics")
+    if isinstance(named, Mapping) and named:  # GSM8K's strict_match, flexible_extract
+        entry["nm"] = [
+            [str(name), _round([_get(m, "score")])[0], _get(m, "extracted")]
+            for name, m in named.items()
+        ]
 
 def browser_data(
     run: RunRecord, comparison: ComparisonView | None, rows: Sequence[TaskRow]
@@ -888,11 +1264,22 @@ def browser_data(
         ]
         present = {str(i["fc"]) for i in items if "fc" in i}
         tasks.append(
+        order = [m.name for m in _spec_order(metric_rows(None, records), task_config)]
+        for entry in items:  # named metrics in the spec's order, as in the task table
+            if "nm" in entry:
+                entry["nm"].sort(key=lambda m: order.index(m[0]) if m[0] in order else len(order))
             {
                 "name": name,
                 "metric": metrics.get(name, ""),
                 "subsets": list(subsets),
-                "prefixes": [{"t": p.text, "ids": list(p.fewshot_ids)} for p in prefixes],
+                "prefixes": [
+                    {
+                        "t": p.text,
+                        "ids": list(p.fewshot_ids),
+                        "lb": prefix_label(p, _get(task_config, "fewshot")),
+                    }
+                    for p in prefixes
+                ],
                 "classes": [c for c in FAILURE_CLASSES if c in present]
                 + sorted(present - set(FAILURE_CLASSES)),
                 "flips": bool(flips.get(name)),
@@ -963,6 +1350,7 @@ def prepare_report(
             f"{DAMAGE_FIX[1:]}."
         )
     finished = state == "finished"
+                    subrows=[],
     has_items = any(record.items.values())
     computed = (
         " Task scores are computed here from its item records; no floor was checked."

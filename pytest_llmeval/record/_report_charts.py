@@ -90,10 +90,18 @@ def interval_svg(
 
 
 def delta_svg(
-    delta: float, low: float, high: float, scale: float, *, width: int = 220, height: int = 22
+    delta: float,
+    low: float,
+    high: float,
+    scale: float,
+    *,
+    width: int = 220,
+    height: int = 22,
+    note: str | None = None,
 ) -> str:
     """A change in points on a symmetric scale (``-scale``..``+scale`` points), zero marked,
-    with its paired 95% interval."""
+    with its paired 95% interval; ``note`` says what the interval is where it is not the
+    normal one (an exact bound: drawn dashed; or none at all)."""
     pad = 6
     span = width - 2 * pad
     scale = max(scale, 1e-9)
@@ -106,7 +114,9 @@ def delta_svg(
         f'<svg class="delta" role="img" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
         _title(
-            f"change {100 * delta:+.1f} points, paired 95% interval "
+            f"change {100 * delta:+.1f} points: {note}"
+            if note
+            else f"change {100 * delta:+.1f} points, paired 95% interval "
             f"{100 * low:+.1f} to {100 * high:+.1f}"
             if math.isfinite(low) and math.isfinite(high)
             else f"change {100 * delta:+.1f} points (no interval: fewer than 2 shared items)"
@@ -115,13 +125,14 @@ def delta_svg(
         f'<line class="zero" x1="{_f(x(0))}" y1="2" x2="{_f(x(0))}" y2="{height - 2}"/>',
     ]
     if math.isfinite(low) and math.isfinite(high):
+        whisker = "whisker exact" if note else "whisker"
         parts.append(
-            f'<line class="whisker" x1="{_f(x(low))}" y1="{_f(mid)}" x2="{_f(x(high))}" '
+            f'<line class="{whisker}" x1="{_f(x(low))}" y1="{_f(mid)}" x2="{_f(x(high))}" '
             f'y2="{_f(mid)}"/>'
         )
         for end in (low, high):
             parts.append(
-                f'<line class="whisker" x1="{_f(x(end))}" y1="{_f(mid - 5)}" '
+                f'<line class="{whisker}" x1="{_f(x(end))}" y1="{_f(mid - 5)}" '
                 f'x2="{_f(x(end))}" y2="{_f(mid + 5)}"/>'
             )
     if math.isfinite(delta):
@@ -215,8 +226,10 @@ def strip_svg(values: Sequence[float], median: float, *, width: int = 220, heigh
 
 def history_svg(series: HistorySeries, *, width: int = 360, height: int = 150) -> str:
     """A task's score over earlier runs (oldest left), 95% intervals as whiskers; this run
-    is the last, larger point; runs with another task config are hollow."""
-    left, right, top, bottom = 34, 10, 10, 24
+    is the last, larger point; runs with another task config are hollow. The axis labels
+    are text in the page's foreground colour at 12px (class ``axis-label``), not grid
+    lines."""
+    left, right, top, bottom = 40, 10, 10, 28
     points = series.points
     span_x = width - left - right
     span_y = height - top - bottom
@@ -237,8 +250,8 @@ def history_svg(series: HistorySeries, *, width: int = 360, height: int = 150) -
         y = py(tick)
         parts.append(
             f'<line class="grid" x1="{left}" y1="{_f(y)}" x2="{width - right}" y2="{_f(y)}"/>'
-            f'<text class="tick" x="{left - 4}" y="{_f(y + 3)}" text-anchor="end">'
-            f"{int(100 * tick)}</text>"
+            f'<text class="axis-label" x="{left - 5}" y="{_f(y + 4)}" text-anchor="end">'
+            f"{int(100 * tick)}%</text>"
         )
     path = " ".join(
         f"{'M' if i == 0 else 'L'}{_f(px(i))},{_f(py(p.score))}" for i, p in enumerate(points)
@@ -257,6 +270,7 @@ def history_svg(series: HistorySeries, *, width: int = 360, height: int = 150) -
             f"{p.run} ({p.started or 'start unknown'}): {pct(p.score)} "
             f"[{pct(p.ci_low)}, {pct(p.ci_high)}] on {p.n}/{total} items"
             + ("" if p.same_config else "; another task config (prompt or settings)")
+            + (f"; debug selection {p.selection}" if p.selection else "")
             + (" (this run)" if p.current else "")
         )
         parts.append(
@@ -265,8 +279,8 @@ def history_svg(series: HistorySeries, *, width: int = 360, height: int = 150) -
         )
     first, last = (p.started[:16].replace("T", " ") for p in (points[0], points[-1]))
     parts.append(
-        f'<text class="tick" x="{left}" y="{height - 6}">{html.escape(first)}</text>'
-        f'<text class="tick" x="{width - right}" y="{height - 6}" text-anchor="end">'
+        f'<text class="axis-label" x="{left}" y="{height - 8}">{html.escape(first)}</text>'
+        f'<text class="axis-label" x="{width - right}" y="{height - 8}" text-anchor="end">'
         f"{html.escape(last)} (this run)</text>"
     )
     parts.append("</svg>")

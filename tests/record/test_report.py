@@ -28,12 +28,18 @@ from pytest_llmeval.record._report import (
     environment_facts,
     history_svg,
     interval_svg,
+    item_set_digest,
+    no_change_bound,
+    paired_interval,
+    prefix_label,
     probe_flagged,
+    run_selection,
     script_json,
+    selection_of,
     split_prompts,
     task_rows,
 )
-from pytest_llmeval.scorer import paired_difference
+from pytest_llmeval.scorer import accuracy, paired_difference
 
 FEWSHOT = "Q: 1+1?\nA: 2\n\nQ: 2+2?\nA: 4\n\n"
 HOSTILE = '</script><script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
@@ -150,6 +156,11 @@ def write_run(
     if cfg is not None:
         (path / "eval_config.json").write_text(json.dumps(cfg))
     return path
+
+
+def same_items() -> list[dict[str, Any]]:
+    """Records of the item set of the ``run`` fixture (a history trend needs the same ids)."""
+    return [gen(f"arith-{i:04d}", i == 0) for i in range(3)]
 
 
 @pytest.fixture
@@ -522,7 +533,7 @@ def test_history_has_the_earlier_runs_of_the_same_model(tmp_path: Path, run: Pat
     ]:
         cfg = config(model_sha=sha, started=started)
         cfg["tasks"]["arith"]["config_hash"] = task_hash
-        write_run(runs / name, {}, {"arith": summary(3, score)}, cfg)
+        write_run(runs / name, {"arith": same_items()}, {"arith": summary(3, score)}, cfg)
     write_run(
         runs / "20261127-100000_tiny_interrupted",
         {"arith": [gen("arith-0000", True)]},
@@ -756,7 +767,7 @@ def test_a_run_killed_without_a_word_is_interrupted_and_a_superseded_one_says_by
 def test_a_live_run_reads_as_running_and_is_not_in_the_history(tmp_path: Path, run: Path) -> None:
     live = write_run(
         run.parent / "20261129-100000_tiny_live",
-        {"arith": [gen("arith-0000", True)]},
+        {"arith": same_items()},
         {"arith": summary(3, 0.9)},
         config(started="2026-11-29T10:00:00"),
     )
@@ -779,7 +790,7 @@ def test_history_leaves_out_interrupted_runs_that_wrote_a_summary(
     for name, state in (("20261128-100000_tiny_a", "finished"), ("20261129-100000_tiny_b", "x")):
         earlier = write_run(
             run.parent / name,
-            {},
+            {"arith": same_items()},
             {"arith": summary(3, 0.4)},
             config(started=f"2026-11-{name[6:8]}T10:00:00"),
         )
@@ -842,3 +853,235 @@ def test_strict_json_nulls_and_item_errors_are_read_and_shown(tmp_path: Path) ->
     shutil.rmtree(path / "processes")
     (row,) = prepare_report(path).tasks
     assert (row.n, row.errors, row.not_fitting, row.score) == (2, 1, 0, 1.0)
+
+
+# ---------------------------------------------------------------------------- issue 30 views
+
+# Chat prompts as four template families render them (the markers of each family's
+# template; the report finds the turns from the messages, not from these markers).
+FAMILIES: dict[str, tuple[str, str, str, str]] = {
+    # family: (turn header with {role}, end of turn, generation prompt, the prompt's start)
+    "chatml": ("<|im_start|>{role}\n", "<|im_end|>\n", "<|im_start|>assistant\n", ""),
+    "llama3": (
+        "<|start_header_id|>{role}<|end_header_id|>\n\n",
+        "<|eot_id|>",
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        "<|begin_of_text|>",
+    ),
+    "gemma": ("<start_of_turn>{role}\n", "<end_of_turn>\n", "<start_of_turn>model\n", "<bos>"),
+    "phi3": ("<|{role}|>\n", "<|end|>\n", "<|assistant|>\n", ""),
+}
+
+
+def render_chat(family: str, messages: list[dict[str, str]]) -> str:
+    header, end, generation, start = FAMILIES[family]
+    text = start
+    for m in messages:
+        role = "model" if family == "gemma" and m["role"] == "assistant" else m["role"]
+        content = m["content"].strip() if family == "llama3" else m["content"]
+        text += header.format(role=role) + content + end
+    return text + generation
+
+
+def chat_mc(family: str, item_id: str, subset: str, shots: int = 5) -> dict[str, Any]:
+    """An MMLU-like item under a chat template with its few-shot examples as turns; the
+    system message ends with the separator (MMLU's description does), which is what made
+    the old fold stop after the system message."""
+    messages = [{"role": "system", "content": f"Questions about {subset}.\n\n"}]
+    for k in range(shots):
+        messages += [
+            {"role": "user", "content": f"Example {k} of {subset}?\nAnswer:"},
+            {"role": "assistant", "content": "AB"[k % 2]},
+        ]
+    messages.append({"role": "user", "content": f"The item's own question {item_id}?\nAnswer:"})
+    record = mc(item_id, subset, 1)
+    record.update(
+        prompt=render_chat(family, messages),
+        messages=messages,
+        fewshot_ids=[f"{subset}-{k}" for k in range(shots)],
+    )
+    return record
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("group", [1, 3])
+def test_a_chat_prompt_folds_every_fewshot_turn_and_shows_the_items_own_turn(
+    family: str, group: int
+) -> None:
+    records = [chat_mc(family, f"quiz-a-{i}", "a") for i in range(group)]
+    prefixes, split = split_prompts(records, "\n\n")
+    (prefix,) = prefixes
+    header = FAMILIES[family][0].format(role="user")
+    for record, (index, rest) in zip(records, split, strict=True):
+        assert index == 0 and prefix.text + rest == record["prompt"]
+        assert rest.startswith(header), rest  # the item's turn, no stray end-of-turn token
+        assert f"own question {record['item_id']}" in rest and "Example" not in rest
+    for k in range(5):
+        assert f"Example {k} of a?" in prefix.text
+    assert prefix.text.endswith(FAMILIES[family][1])  # the last example's turn, whole
+    assert prefix.turns == 5
+    label = prefix_label(prefix, {"k": 5})
+    assert label.startswith("system message and 5 few-shot example(s) as chat turns")
+
+
+def test_a_chat_prompt_with_its_examples_in_one_message_is_cut_inside_that_message() -> None:
+    # BBH: one user message holds the description and the 3-shot text of the spec's file;
+    # the last separator of the whole prompt would be in the template's tail (Llama-3's
+    # generation header ends with a blank line), the one inside the message is the cut.
+    shots = "Solve these.\n\nQ: one?\nA: 1\n\nQ: two?\nA: 2\n\nQ: three?\nA: 3\n\n"
+    records = []
+    for i in range(2):
+        messages = [{"role": "user", "content": shots + f"Q: item {i}?\nA: Let's think."}]
+        record = gen(f"bbh-x-{i:04d}", True, subset=f"x{i}", fewshot_ids=["x.txt#ab12"])
+        record.update(prompt=render_chat("llama3", messages), messages=messages)
+        records.append(record)
+    prefixes, split = split_prompts(records, "\n\n")
+    assert len(prefixes) == 1  # two subsets with the same text: stored once
+    for record, (index, rest) in zip(records, split, strict=True):
+        assert prefixes[index].text + rest == record["prompt"]
+        assert rest.startswith("Q: item ") and "Q: three?" in prefixes[index].text
+    label = prefix_label(prefixes[0], {"k": 3, "text_file": "bbh/cot-prompts/{subset}.txt"})
+    assert label == "chat header, description and 3-shot text (the spec's fewshot.k) from x.txt"
+    assert "1 example" not in label
+
+
+def test_named_metrics_and_subsets_are_rows_under_their_task(tmp_path: Path) -> None:
+    records = [
+        gen(
+            f"g-{i}",
+            i < 2,
+            subset="ab"[i % 2],
+            metrics={
+                "strict_match": {"score": float(i < 1), "extracted": str(i)},
+                "flexible_extract": {"score": float(i < 3), "extracted": str(i)},
+            },
+        )
+        for i in range(4)
+    ]
+    cfg = config(
+        arith={"generation": {"metrics": [{"name": "strict_match"}, {"name": "flexible_extract"}]}}
+    )
+    named = {"flexible_extract": {"n": 4, "mean": 0.75, "stderr": 0.2, "ci95": [0.3, 0.95]}}
+    named["strict_match"] = {"n": 4, "mean": 0.25, "stderr": 0.2, "ci95": [0.05, 0.7]}
+    path = write_run(
+        tmp_path / "r", {"arith": records}, {"arith": summary(4, 0.5, metrics=named)}, cfg
+    )
+    (row,) = task_rows(load_run(path))
+    assert [(r.kind, r.name, r.n, r.score) for r in row.subrows] == [
+        ("metric", "strict_match", 4, 0.25),  # the spec's order, not the summary's
+        ("metric", "flexible_extract", 4, 0.75),
+        ("subset", "a", 2, 0.5),  # g-0 right, g-2 wrong
+        ("subset", "b", 2, 0.5),
+    ]
+    wilson = accuracy([1.0, 0.0])
+    assert (row.subrows[2].ci_low, row.subrows[2].ci_high) == (wilson.ci_low, wilson.ci_high)
+    model = prepare_report(path)
+    html = render_report(model)
+    for kind, name in (("metric", "strict_match"), ("subset", "a"), ("subset", "b")):
+        assert f'<tr class="sub {kind}" data-task="arith" data-name="{name}">' in html
+    first = model.browser["tasks"][0]["items"][0]
+    assert first["nm"] == [["strict_match", 1.0, "0"], ["flexible_extract", 1.0, "0"]]
+    # without a summary (an interrupted run) the named metrics come from the items
+    (path / "metrics_summary.json").unlink()
+    (row,) = task_rows(load_run(path))
+    assert [(r.name, r.n, r.score) for r in row.subrows[:2]] == [
+        ("strict_match", 4, 0.25),
+        ("flexible_extract", 4, 0.75),
+    ]
+
+
+def test_identical_paired_items_show_what_ten_pairs_can_bound(tmp_path: Path) -> None:
+    items = [gen(f"arith-{i:04d}", i < 4) for i in range(10)]
+    runs = tmp_path / "runs"
+    base = write_run(runs / "20261129-100000_tiny_a", {"arith": items}, {}, config())
+    cur = write_run(runs / "20261130-100000_tiny_b", {"arith": items}, {}, config())
+    model = prepare_report(cur, base)
+    assert model.comparison is not None
+    (row,) = model.comparison.rows
+    assert row.delta == 0.0 and row.p_value == 1.0 and not row.regressed and not row.improved
+    bound = 1 - 0.025 ** (1 / 10)  # Clopper-Pearson upper limit of 0 of 10
+    assert (row.ci_low, row.ci_high) == (-bound, bound) and round(100 * bound, 1) == 30.8
+    assert row.interval_note is not None and "no discordant pairs" in row.interval_note
+    html = render_report(model)
+    assert "[+0.0, +0.0]" not in html
+    assert "[-30.8, +30.8] exact" in html and "no discordant pairs" in html
+    assert "±30.8 points" in html
+
+
+def test_paired_interval_without_spread_or_pairs() -> None:
+    low, high, note = paired_interval([1.0], math.nan, math.nan)
+    assert math.isnan(low) and math.isnan(high) and note and "not enough pairs" in note
+    low, high, note = paired_interval([1.0] * 10, 1.0, 1.0)  # every item went wrong -> right
+    assert (low, high) == (1.0 - no_change_bound(10), 1.0) and note
+    assert paired_interval([0.0, 1.0, -1.0], -0.9, 0.9) == (-0.9, 0.9, None)
+    assert round(100 * no_change_bound(100), 1) == 3.6
+
+
+def test_history_trend_is_over_the_same_item_set_and_counts_debug_runs_apart(
+    tmp_path: Path, run: Path
+) -> None:
+    runs = run.parent
+    same = write_run(
+        runs / "20261128-100000_tiny_same",
+        {"arith": same_items()},
+        {"arith": summary(3, 0.3)},
+        config(started="2026-11-28T10:00:00"),
+    )
+    debug = write_run(
+        runs / "20261129-100000_tiny_debug",
+        {"arith": [gen("arith-0001", True)]},
+        {"arith": summary(1, 1.0)},
+        config(started="2026-11-29T10:00:00"),
+    )
+    other = write_run(
+        runs / "20261129-110000_tiny_limit5",
+        {"arith": [gen(f"arith-{i:04d}", True) for i in range(5)]},
+        {"arith": summary(5, 0.8)},
+        config(started="2026-11-29T11:00:00"),
+    )
+    for path, args in ((same, ["benchmarks/"]), (debug, ["-k", "arith-0001"]), (other, [])):
+        rundir = RunDir(path)
+        rundir.claim(args)
+        rundir.release("finished")
+    assert run_selection(debug) == "-k arith-0001" and run_selection(same) is None
+    (series,) = prepare_report(run).history
+    assert [p.run for p in series.points] == [same.name, run.name]
+    assert series.item_set == item_set_digest(["arith-0000", "arith-0001", "arith-0002"])
+    assert (series.n_items, series.other_sets, series.other_debug) == (3, 2, 1)
+    html = render_report(prepare_report(run))
+    assert f"item set {series.item_set} (3 items)" in html
+    assert "2 earlier run(s) over other item sets left out, 1 of them -k/node-id" in html
+    # the 1-item debug run's own report: no earlier run over its item
+    (own,) = prepare_report(debug).history
+    assert [p.current for p in own.points] == [True] and own.selection == "-k arith-0001"
+    assert "No earlier run over these 1 items" in render_report(prepare_report(debug))
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        (["benchmarks/", "--llm-limit=10"], None),
+        (["-k", "gsm8k-0000"], "-k gsm8k-0000"),
+        (["-kmmlu"], "-k mmlu"),
+        (["--keyword=x or y"], "-k x or y"),
+        (["benchmarks/gsm8k.yaml::gsm8k-0001"], "node id benchmarks/gsm8k.yaml::gsm8k-0001"),
+        (["--deselect", "a::b"], "--deselect; node id a::b"),
+    ],
+)
+def test_debug_selections_are_read_from_the_command_line(args: list[str], want: str | None) -> None:
+    assert selection_of(args) == want
+
+
+def test_history_axis_labels_are_text_in_the_foreground_colour() -> None:
+    points = [
+        HistoryPoint("a", "2026-11-28T10:00", 0.3, 0.1, 0.5, 10, 100, True),
+        HistoryPoint("b", "2026-11-29T10:00", 0.4, 0.2, 0.6, 10, 100, True, current=True),
+    ]
+    root = _svg(history_svg(HistorySeries("arith", points, 1)))
+    labels = [t for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert {t.get("class") for t in labels} == {"axis-label"}
+    assert [t.text for t in labels[:5]] == ["0%", "25%", "50%", "75%", "100%"]
+    css = (
+        Path(__file__).parents[2] / "pytest_llmeval/record/_report_assets/report.css"
+    ).read_text()
+    assert "svg text.axis-label { fill: var(--fg); font-size: 12px;" in css

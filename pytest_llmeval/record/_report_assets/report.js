@@ -165,6 +165,18 @@
     return dl;
   }
 
+  function namedMetrics(nm) {
+    // the spec's named metrics beside the primary score: GSM8K's strict_match, flexible_extract
+    var list = el("ul", { cls: "named-metrics" });
+    nm.forEach(function (m) {
+      var mark = m[1] === 1 ? "\u2713 " : m[1] === 0 ? "\u2717 " : "";
+      list.appendChild(el("li", { "data-metric": m[0] }, [
+        el("span", { cls: "metric-name", text: mark + m[0] }),
+        " score " + (m[1] === null ? "n/a" : m[1]) + ", extracted ", code(m[2])]));
+    });
+    return list;
+  }
+
   function code(s) { return el("code", { text: s === null || s === undefined ? "(none)" : String(s) }); }
 
   function body(task, it) {
@@ -185,6 +197,7 @@
       ["finish reason", it.fr],
       ["output tokens", it.nt],
       ["acc_norm choice", it.ch && it.pn !== undefined && it.pn !== it.pr ? code(it.ch[it.pn]) : null],
+      ["metrics", it.nm ? namedMetrics(it.nm) : null],
       ["repeat scores", it.rs ? it.rs.join(", ") : null],
       ["determinism", it.de],
       ["reused from", it.ru]
@@ -194,8 +207,8 @@
     if (it.pf !== undefined) {
       var pre = task.prefixes[it.pf];
       box.appendChild(el("details", { cls: "fewshot" }, [
-        el("summary", { text: "description and few-shot block: " + pre.ids.length + " example(s) (" +
-          clip(pre.ids.join(", "), 120) + "), " + pre.t.length + " characters" }),
+        el("summary", { text: (pre.lb || "description and few-shot block: " + pre.ids.length + " example(s) (" +
+          clip(pre.ids.join(", "), 120) + ")") + ", " + pre.t.length + " characters" }),
         el("pre", { cls: "prefix", text: pre.t })]));
     }
     box.appendChild(el("pre", { cls: "prompt", text: it.q }));
