@@ -350,8 +350,6 @@ def script_json(data: Any) -> str:
 # ---------------------------------------------------------------------------- tasks
 
 
-def task_rows(run: RunRecord) -> list[TaskRow]:
-    """The task table: from ``metrics_summary.json`` where the run wrote one; a task with item
 def _estimate_row(name: str, kind: str, scores: Sequence[float]) -> SubRow:
     est = accuracy(list(scores))
     return SubRow(name, kind, est.n, est.value, est.ci_low, est.ci_high)
@@ -410,6 +408,8 @@ def subset_rows(scored: Sequence[Mapping[str, Any]]) -> list[SubRow]:
     return [_estimate_row(name, "subset", scores[name]) for name in sorted(scores)]
 
 
+def task_rows(run: RunRecord) -> list[TaskRow]:
+    """The task table: from ``metrics_summary.json`` where the run wrote one; a task with item
     records but no summary (an interrupted run) is computed from its scored items, without a
     verdict."""
     tasks = sorted(set(run.metrics) | set(run.items))
@@ -453,9 +453,9 @@ def subset_rows(scored: Sequence[Mapping[str, Any]]) -> list[SubRow]:
                         if summary.get("floor") is not None and "floor_source" in summary
                         else None
                     ),
+                    subrows=metric_rows(summary, scored, task_config) + subset_rows(scored),
                 )
             )
-                    subrows=metric_rows(summary, scored, task_config) + subset_rows(scored),
             continue
         estimate = accuracy([item_score(r) for r in scored])
         errors = sum(1 for r in records.values() if r.get("error"))
@@ -479,9 +479,9 @@ def subset_rows(scored: Sequence[Mapping[str, Any]]) -> list[SubRow]:
                 reused=reused,
                 errors=errors,
                 truncated=sum(1 for r in scored if _get(r, "details", "truncated_prompt_tokens")),
+                subrows=metric_rows(None, scored, task_config) + subset_rows(scored),
             )
         )
-                subrows=metric_rows(None, scored, task_config) + subset_rows(scored),
     return rows
 
 
@@ -564,8 +564,6 @@ def environment_facts(config: Mapping[str, Any]) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------------------- comparison
 
 
-def comparison_view(
-    comparison: Comparison, current: RunRecord, baseline: RunRecord
 def no_change_bound(n: int, alpha: float = 0.05) -> float:
     """The largest change (as a proportion) that ``n`` pairs without one discordant pair
     leave open: the exact (Clopper-Pearson) two-sided upper limit for a share observed as
@@ -609,6 +607,8 @@ def paired_interval(
     return low, high, None
 
 
+def comparison_view(
+    comparison: Comparison, current: RunRecord, baseline: RunRecord
 ) -> ComparisonView:
     """Per task: the delta on the shared items with its paired 95% interval, McNemar's p and
     the flipped items; then the settings and environment fields that differ."""
@@ -639,9 +639,9 @@ def paired_interval(
                 improved=list(t.improved),
                 only_in_baseline=t.only_in_baseline,
                 only_in_current=t.only_in_current,
+                interval_note=note,
             )
         )
-                interval_note=note,
     return ComparisonView(
         baseline_name=baseline.path.name,
         baseline_path=str(baseline.path),
@@ -792,8 +792,6 @@ def _started(config: Mapping[str, Any], path: Path) -> str:
         return ""
 
 
-def history_series(
-    run: RunRecord, rows: Sequence[TaskRow], history_dir: Path, limit: int = HISTORY_LIMIT
 def item_set_digest(ids: Iterable[str]) -> str:
     """What defines a trend's item set: SHA256 of the task's item ids (each once, sorted,
     one per line), first 12 hex digits. Runs with the same ``--llm-limit`` and selection
@@ -856,6 +854,8 @@ def run_selection(run: Path) -> str | None:
     return None
 
 
+def history_series(
+    run: RunRecord, rows: Sequence[TaskRow], history_dir: Path, limit: int = HISTORY_LIMIT
 ) -> list[HistorySeries]:
     """Scores of the earlier finished runs in ``history_dir`` made with the same model (same
     weights digest, or the same name when a run has none) for each task of this run, over
@@ -886,27 +886,27 @@ def run_selection(run: Path) -> str | None:
             continue
         earlier.append((when, path, config, metrics))
     earlier.sort(key=lambda e: (e[0], e[1].name))
-    series = []
-    for row in rows:
     selections = {path: run_selection(path) for _, path, _, _ in earlier}
     own_selection = run_selection(run.path)
+    series = []
+    for row in rows:
         if math.isnan(row.score):
             continue
-        current_hash = _get(run.config, "tasks", row.name, "config_hash")
-        points = []
         own_ids = list(run.items.get(row.name, {}))
         digest = item_set_digest(own_ids)
+        current_hash = _get(run.config, "tasks", row.name, "config_hash")
+        points = []
+        other_sets = other_debug = 0
         for when, path, config, metrics in earlier:
             entry = metrics.get(row.name)
-        other_sets = other_debug = 0
             if not isinstance(entry, Mapping) or math.isnan(_num(entry.get("score"))):
                 continue
-            ci = entry.get("ci95") or [math.nan, math.nan]
-            points.append(
             if item_set_digest(_recorded_ids(path, row.name)) != digest:
                 other_sets += 1
                 other_debug += selections[path] is not None
                 continue
+            ci = entry.get("ci95") or [math.nan, math.nan]
+            points.append(
                 HistoryPoint(
                     run=path.name,
                     started=when,
@@ -916,9 +916,9 @@ def run_selection(run: Path) -> str | None:
                     n=_int(entry.get("n")) or 0,
                     total=_int(entry.get("total_items")),
                     same_config=_get(config, "tasks", row.name, "config_hash") == current_hash,
+                    selection=selections[path],
                 )
             )
-                    selection=selections[path],
         if not points and not other_sets:
             continue
         found = len(points)
@@ -934,8 +934,6 @@ def run_selection(run: Path) -> str | None:
                 total=row.total,
                 same_config=True,
                 current=True,
-            )
-        )
                 selection=own_selection,
             )
         )
@@ -949,6 +947,8 @@ def run_selection(run: Path) -> str | None:
                 other_sets=other_sets,
                 other_debug=other_debug,
                 selection=own_selection,
+            )
+        )
     return series
 
 
@@ -961,8 +961,6 @@ class Prefix:
 
     text: str
     fewshot_ids: tuple[str, ...]
-
-
     # Few-shot examples counted in the prefix: the assistant turns before the item's own
     # turn of a chat prompt with few-shot turns; None where they are text in one message.
     turns: int | None = None
@@ -988,6 +986,8 @@ def prefix_label(prefix: Prefix, fewshot: Any) -> str:
             f"({shown}); the item's own turn follows"
         )
     return f"{head}description and few-shot block: {len(ids)} example(s) ({shown})"
+
+
 def _common_prefix(texts: Sequence[str]) -> str:
     """The longest string every text starts with (character by character)."""
     if not texts:
@@ -999,8 +999,6 @@ def _common_prefix(texts: Sequence[str]) -> str:
     return low[:n]
 
 
-def split_prompts(
-    records: Sequence[Mapping[str, Any]], separator: str | None
 _TAG_BEFORE_ROLE = re.compile(r"(<[^<>\s]*>|<\|?|\[)$")  # <|im_start|>, <start_of_turn>, <|
 
 
@@ -1102,6 +1100,8 @@ def _fold_end(
     return [end] * len(prompts)
 
 
+def split_prompts(
+    records: Sequence[Mapping[str, Any]], separator: str | None
 ) -> tuple[list[Prefix], list[tuple[int, str]]]:
     """Split each prompt into a shared prefix (description and few-shot examples) and the
     rest, so that the page folds the few-shot block and stores it once.
@@ -1118,9 +1118,9 @@ def _fold_end(
         if ids and isinstance(record.get("prompt"), str):
             groups.setdefault((record.get("subset"), ids), []).append(index)
     prefixes: list[Prefix] = []
+    known: dict[Prefix, int] = {}
     split: list[tuple[int, str]] = [(-1, str(r.get("prompt") or "")) for r in records]
     for (_, ids), members in groups.items():
-    known: dict[Prefix, int] = {}
         prompts = [str(records[i]["prompt"]) for i in members]
         chats = [
             chat_split(p, records[i].get("messages")) for i, p in zip(members, prompts, strict=True)
@@ -1221,14 +1221,14 @@ def item_entry(
         entry["d"] = details
     if item_id in flips:
         entry["fl"] = flips[item_id]
-    return entry
-
     named = record.get("metrics")
     if isinstance(named, Mapping) and named:  # GSM8K's strict_match, flexible_extract
         entry["nm"] = [
             [str(name), _round([_get(m, "score")])[0], _get(m, "extracted")]
             for name, m in named.items()
         ]
+    return entry
+
 
 def browser_data(
     run: RunRecord, comparison: ComparisonView | None, rows: Sequence[TaskRow]
@@ -1262,12 +1262,12 @@ def browser_data(
             )
             for r, (prefix, rest) in zip(records, split, strict=True)
         ]
-        present = {str(i["fc"]) for i in items if "fc" in i}
-        tasks.append(
         order = [m.name for m in _spec_order(metric_rows(None, records), task_config)]
         for entry in items:  # named metrics in the spec's order, as in the task table
             if "nm" in entry:
                 entry["nm"].sort(key=lambda m: order.index(m[0]) if m[0] in order else len(order))
+        present = {str(i["fc"]) for i in items if "fc" in i}
+        tasks.append(
             {
                 "name": name,
                 "metric": metrics.get(name, ""),
@@ -1334,6 +1334,7 @@ def prepare_report(
                     ci_high=math.nan,
                     verdict="damaged",
                     damaged=True,
+                    subrows=[],
                 )
             elif row.name in damaged_tasks:
                 rows[i] = dataclasses.replace(row, damaged=True)
@@ -1350,7 +1351,6 @@ def prepare_report(
             f"{DAMAGE_FIX[1:]}."
         )
     finished = state == "finished"
-                    subrows=[],
     has_items = any(record.items.values())
     computed = (
         " Task scores are computed here from its item records; no floor was checked."
