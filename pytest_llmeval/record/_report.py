@@ -820,8 +820,9 @@ def _recorded_ids(run: Path, task: str) -> list[str]:
 
 def selection_of(args: Sequence[str]) -> str | None:
     """A debug selection in a run's command line, as its leases recorded it: ``-k EXPR``
-    (any form), ``--deselect``, or node ids (``path::name``). None for a run of whole
-    specs (``--llm-limit`` alone is not a debug selection: its items are the first N)."""
+    (any form), ``--deselect``, or node ids of a spec's items (``spec.yaml::item``; a node
+    id in a ``.py`` file, a contamination probe, selects no task items). None for a run of
+    whole specs (``--llm-limit`` alone is not a debug selection: its items are the first N)."""
     found = []
     for k, arg in enumerate(args):
         if arg in ("-k", "--keyword") and k + 1 < len(args):
@@ -832,8 +833,8 @@ def selection_of(args: Sequence[str]) -> str | None:
             found.append(f"-k {arg[2:]}")
         elif arg == "--deselect" or arg.startswith("--deselect="):
             found.append("--deselect")
-        elif "::" in arg and not arg.startswith("-"):
-            found.append(f"node id {arg}")
+        elif "::" in arg and not arg.startswith("-") and not arg.split("::")[0].endswith(".py"):
+            found.append(f"node id {arg}")  # a spec's item; a probe's (.py) selects no items
     return "; ".join(found) or None
 
 

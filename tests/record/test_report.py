@@ -1065,7 +1065,8 @@ def test_history_trend_is_over_the_same_item_set_and_counts_debug_runs_apart(
         (["-kmmlu"], "-k mmlu"),
         (["--keyword=x or y"], "-k x or y"),
         (["benchmarks/gsm8k.yaml::gsm8k-0001"], "node id benchmarks/gsm8k.yaml::gsm8k-0001"),
-        (["--deselect", "a::b"], "--deselect; node id a::b"),
+        (["--deselect", "a.yaml::b"], "--deselect; node id a.yaml::b"),
+        (["benchmarks/test_contamination.py::test_no_sign_of_contamination[mmlu-x]"], None),
     ],
 )
 def test_debug_selections_are_read_from_the_command_line(args: list[str], want: str | None) -> None:
@@ -1085,3 +1086,44 @@ def test_history_axis_labels_are_text_in_the_foreground_colour() -> None:
         Path(__file__).parents[2] / "pytest_llmeval/record/_report_assets/report.css"
     ).read_text()
     assert "svg text.axis-label { fill: var(--fg); font-size: 12px;" in css
+
+
+@pytest.mark.parametrize("family", ["chatml", "qwen", "llama3", "gemma"])
+def test_the_fold_under_the_published_chat_templates(family: str) -> None:
+    # The template strings as the models publish them (tests/chat_families.py), rendered
+    # as the tokenizer would; Gemma's refuses a system message, so its description is
+    # the first user turn's text.
+    import jinja2
+    from chat_families import FAMILIES as PUBLISHED
+
+    spec = PUBLISHED[family]
+
+    def refuse(message: str) -> None:
+        raise ValueError(message)
+
+    template = jinja2.Environment().from_string(spec.template)
+    records = []
+    for i in range(2):
+        record = chat_mc("chatml", f"quiz-a-{i}", "a")
+        messages = record["messages"]
+        if not spec.system_role:
+            messages = messages[1:]
+            messages[0] = {"role": "user", "content": "About a.\n\n" + messages[0]["content"]}
+        record.update(
+            messages=messages,
+            prompt=template.render(
+                messages=messages,
+                add_generation_prompt=True,
+                bos_token=spec.bos or "",
+                raise_exception=refuse,
+            ),
+        )
+        records.append(record)
+    prefixes, split = split_prompts(records, "\n\n")
+    (prefix,) = prefixes
+    newline = "" if family == "llama3" else "\n"
+    assert prefix.turns == 5 and prefix.text.endswith(spec.end_of_turn + newline)
+    for record, (_, rest) in zip(records, split, strict=True):
+        assert prefix.text + rest == record["prompt"]
+        assert not rest.startswith(spec.end_of_turn)
+        assert "Example" not in rest and f"own question {record['item_id']}" in rest
