@@ -18,6 +18,7 @@ from pytest_llmeval.task import CAPABILITIES
 from ._collect import SESSION_KEY, EvalItem, collect_file, get_session, report_spec_errors
 from ._drift import DriftCheck
 from ._options import add_options
+from ._outcomes import PRESENTER, Presenter, report_gates
 from ._probe import ProbeRunner
 from ._session import LlmEvalSession, SelectedItem
 from ._terminal import (
@@ -76,6 +77,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return make_scheduler(config, log)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Register the controller's item presenter after the reporters (``_outcomes.py``:
+    a wrong answer is a failure to them, after pytest's own failure count)."""
+    llm = get_session(session.config)
+    if not llm.is_worker and not session.config.pluginmanager.has_plugin(PRESENTER):
+        presenter = Presenter(session.config, strict=llm.options.strict)
+        session.config.pluginmanager.register(presenter, PRESENTER)
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     return collect_file(file_path, parent)
 
@@ -130,6 +141,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     failed = any(v.failed for v in verdicts) or bool(llm.gate_failures)
     if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    # Each task's gate as its own test case, for JUnit XML and pytest-html (they write
+    # their files in their own pytest_sessionfinish, after this tryfirst one).
+    report_gates(session.config, verdicts)
 
 
 def interruption(session: pytest.Session, exitstatus: int, llm: LlmEvalSession) -> str | None:

@@ -649,9 +649,10 @@ class LlmEvalSession:
         """Fold one item report (from this process or an xdist worker) into its task.
 
         Under xdist this runs on the workers and on the controller; only the controller
-        (or a run without xdist) keeps tallies and writes records. It runs first so that
-        the reporters after it (terminal, JUnit XML) see the item's compact properties and
-        a wrong answer as not passed (``record._junit``).
+        (or a run without xdist) keeps tallies and writes records. It runs first, on the
+        item's whole properties; ``_outcomes.Presenter`` then gives the reporters (terminal,
+        JUnit XML, pytest-html) its compact properties and a wrong answer as failed, after
+        pytest's own count of failures (``record._junit``).
         """
         if self.is_worker:
             return
@@ -660,10 +661,6 @@ class LlmEvalSession:
         if isinstance(notes, dict):
             self.notes.update(notes)
         self._fold(report, props)
-        if "llmeval_task" in props:
-            from pytest_llmeval.record import present_report
-
-            present_report(report, props, strict=self.options.strict)
 
     def _fold(self, report: pytest.TestReport, props: dict[str, Any]) -> None:
         task = props.get("llmeval_task")

@@ -311,17 +311,25 @@ def write_details(session: LlmEvalSession, tr: Any) -> None:
         tr.write_line(describe(r))
 
 
-def report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
-    """Wrong answers are their own outcome: visible, but not failures (unless --llm-strict).
-    The controller reports them as skipped with the reason (``record._junit``), so that
-    JUnit XML does not show them as passed."""
+def report_teststatus(report: pytest.TestReport) -> tuple[str, Any, Any] | None:
+    """Wrong answers are their own outcome: visible (yellow), but not failures (unless
+    --llm-strict). The controller reports them as failed with the reason
+    (``record._junit``), so that JUnit XML and pytest-html count them as not passed; the
+    plugin keeps them out of pytest's failure count (``_outcomes.py``). A task's gate (its
+    own test case at the session's end) is counted on the last line by its outcome
+    (``gate failed``, ``gate passed``, ``gate skipped``) without a progress letter: the
+    llmeval summary above it shows each verdict."""
+    if getattr(report, "llmeval_gate", False):
+        if report.when == "call" or (report.when == "setup" and report.skipped):
+            return f"gate {report.outcome}", "", ""
+        return "", "", ""
     if report.when == "call" and getattr(report, "llmeval_wrong", False):
-        return "wrong", "w", "WRONG"
+        return "wrong", "w", ("WRONG", {"yellow": True})
     if report.when != "call" or not report.passed:
         return None
     for name, value in report.user_properties:
         if name == "llmeval_result" and isinstance(value, dict) and not value.get("correct"):
-            return "wrong", "w", "WRONG"
+            return "wrong", "w", ("WRONG", {"yellow": True})
     return None
 
 

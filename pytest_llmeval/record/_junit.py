@@ -1,23 +1,30 @@
-"""How a benchmark item reads in pytest's reports (JUnit XML, what CI dashboards show).
+"""How a benchmark item, and a task's gate, read in pytest's reports (JUnit XML,
+pytest-html, what CI dashboards show).
 
 pytest's JUnit XML writes every user property of a test as ``str(value)``; the plugin's
 own properties carry a whole item result (prompt included) and the task's metadata to the
 controller. Once the controller has folded them into its records, :func:`present_report`
 replaces them with a few compact, readable properties per item, and turns a wrong answer
-(a call that passed because the task floor, not the item, decides) into a skip with the
-reason, so that it is visibly not passed: ``<skipped message="wrong: extracted '7',
-target '5'"/>``. Under ``--llm-strict`` a wrong answer already fails its test.
+(a call that passed because the task floor, not the item, decides) into a failure with a
+one-line reason, so that dashboards count it as neither passed nor skipped:
+``<failure message="wrong: extracted '7', target '5' (the task's floor decides the
+run)"/>``. The plugin keeps such a failure out of pytest's exit status, ``-x`` and
+``--maxfail`` (``plugin/_outcomes.py``); under ``--llm-strict`` a wrong answer already
+fails its test (and counts).
 
 An item whose metric gives it a partial score (F1, TruthfulQA's MC2, an lm-eval metric
 between 0 and 1) is neither right nor wrong: its ``correct`` property is ``partial``
-(the record's ``correct`` is a threshold there, docs/RECORDS.md) and it is not turned into
-a wrong answer unless it scored 0.
+(the record's ``correct`` is a threshold there, docs/RECORDS.md) and it stays passed
+unless it scored 0.
+
+:func:`gate_case` says how a task's verdict reads as its own test case (the gate).
 
 Plain Python: the report is duck-typed (pytest's ``TestReport``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,29 +68,112 @@ def compact_properties(props: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def wrong_answer(result: Mapping[str, Any]) -> str | None:
-    """The skip reason of a scored wrong answer (None for a correct, failed or not
-    fitting item, or one with a partial score)."""
+    """The failure message of a scored wrong answer (None for a correct, failed or not
+    fitting item, or one with a partial score): the answer, the target, and that the
+    task's floor, not this item, decides the run."""
     if partial_score(result) or result.get("correct") or result.get("error"):
         return None
     if (result.get("details") or {}).get("context_overflow"):
         return None
     extracted = result.get("extracted")
     shown = "nothing" if extracted is None else repr(_short(extracted))
-    return f"wrong: extracted {shown}, target {_short(result.get('target'))!r}"
+    return (
+        f"wrong: extracted {shown}, target {_short(result.get('target'))!r} "
+        "(the task's floor decides the run)"
+    )
 
 
 def present_report(report: Any, props: Mapping[str, Any], strict: bool = False) -> None:
-    """Give ``report`` its compact properties; a passed call with a wrong answer becomes a
-    skip with the reason (``report.llmeval_wrong`` marks it for the terminal's ``wrong``
-    outcome)."""
+    """Give ``report`` its compact properties and, for a call, the item's own time (its
+    share of its batch, which the first item of a batch would otherwise carry whole); a
+    passed call with a wrong answer becomes a failure with the reason as its text
+    (``report.llmeval_wrong`` marks it for the terminal's ``wrong`` outcome and for the
+    plugin, which keeps it out of pytest's failure count)."""
     report.user_properties = compact_properties(props)
     result = props.get("llmeval_result")
-    if strict or report.when != "call" or not report.passed or not isinstance(result, Mapping):
+    if report.when != "call" or not isinstance(result, Mapping):
+        return
+    seconds = result.get("seconds")
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0:
+        report.duration = float(seconds)
+    if strict or not report.passed:
         return
     reason = wrong_answer(result)
     if reason is None:
         return
-    path = report.location[0] if getattr(report, "location", None) else report.nodeid
-    report.outcome = "skipped"
-    report.longrepr = (str(path), 1, reason)
+    report.outcome = "failed"
+    report.longrepr = reason
     report.llmeval_wrong = True
+
+
+# ---------------------------------------------------------------------------- the gate
+
+# What an undecided verdict (the floor inside the 95% interval) does under each policy.
+UNDECIDED_UNDER = {
+    "point": "fails when the score is below the floor",
+    "strict": "fails (the interval's lower end must clear the floor)",
+    "lenient": "does not fail (only an interval wholly below the floor fails)",
+}
+
+
+def _num(value: Any) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        return ""
+    return f"{float(value):.4f}"
+
+
+def gate_case(row: Mapping[str, Any]) -> tuple[str, str, list[tuple[str, str]]]:
+    """A task's gate as a test case: its outcome (``passed``, ``failed`` or ``skipped``),
+    the message a failed or skipped gate shows, and its properties.
+
+    ``row`` is a verdict's row (``TaskVerdict.row()``: score, ci_low, ci_high, floor,
+    status, policy, failed). The gate fails exactly when the verdict fails the run (its
+    floor under ``--llm-floor-policy``, or a task that errored or did not complete) and
+    passes when the verdict is ``pass``. The rest is skipped with the reason, since none of
+    it shows that the score clears a floor: a task without a floor, a task whose items were
+    all skipped, and an ``undecided`` verdict (the floor inside the 95% interval) that the
+    policy lets through (``point`` with the score at or above the floor, ``lenient``).
+    """
+    status = str(row.get("status"))
+    policy = str(row.get("policy") or "point")
+    floor = row.get("floor")
+    score, low, high = _num(row.get("score")), _num(row.get("ci_low")), _num(row.get("ci_high"))
+    props = [
+        ("task", str(row.get("task"))),
+        ("metric", str(row.get("metric") or "")),
+        ("n", str(row.get("n"))),
+        ("score", score),
+        ("ci_low", low),
+        ("ci_high", high),
+        ("floor", "" if floor is None else _num(floor)),
+        ("verdict", status),
+        ("policy", policy),
+    ]
+    where = f"{row.get('metric')} {score} [95% CI {low}, {high}]"
+    if row.get("failed"):
+        if status in ("error", "incomplete"):
+            why = f"the task's verdict is {status}: its score decides nothing"
+        elif status == "undecided":
+            why = (
+                f"{where}: the floor {_num(floor)} lies inside the interval, and under "
+                f"--llm-floor-policy={policy} an undecided verdict {UNDECIDED_UNDER[policy]}"
+            )
+        else:
+            why = f"{where} is below the floor {_num(floor)} (--llm-floor-policy={policy})"
+        return "failed", f"gate failed: {why}", props
+    if status == "pass":
+        return "passed", "", props
+    if status == "no floor":
+        why = (
+            "no floor: nothing gates this task (add one with --llm-floor=TASK=VALUE, a "
+            "spec's floor:, or --llm-floors-from=RUN_DIR)"
+        )
+    elif status == "skipped":
+        why = "every item of the task was skipped: no score to gate"
+    else:  # undecided, and the policy lets it through
+        why = (
+            f"undecided: the floor {_num(floor)} lies inside {where}; under "
+            f"--llm-floor-policy={policy} an undecided verdict "
+            f"{UNDECIDED_UNDER.get(policy, 'does not fail')}, and this one does not"
+        )
+    return "skipped", why, props

@@ -112,7 +112,12 @@ def test_sign_flip_test_by_hand_and_on_binary_differences() -> None:
     [
         (0.6, True, "partial", None),
         (0.4, False, "partial", None),
-        (0.0, False, "false", "wrong: extracted 'x', target 'an answer'"),
+        (
+            0.0,
+            False,
+            "false",
+            "wrong: extracted 'x', target 'an answer' (the task's floor decides the run)",
+        ),
         (1.0, True, "true", None),
     ],
 )
