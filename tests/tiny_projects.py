@@ -73,3 +73,19 @@ def pytest_runtest_logreport(report):
         if len(seen) == int(os.environ["KILL_AFTER"]):
             os.kill(os.getpid(), signal.SIGKILL)
 """
+
+
+# A third task whose benchmark data is not installed (no 'absent_bench' folder anywhere):
+# collected as one stand-in item that is skipped with the reason.
+ABSENT_SPEC = """\
+task: absent
+markers: [regression]
+dataset: {path: absent_bench/test.jsonl}
+prompt: {template: "{{ q }}"}
+mode: generate
+generate: {target: "{{ a }}"}
+"""
+
+
+def write_absent_task(pytester: pytest.Pytester) -> None:
+    (pytester.path / "absent.yaml").write_text(ABSENT_SPEC)

@@ -15,7 +15,15 @@ import pytest
 from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.task import CAPABILITIES
 
-from ._collect import SESSION_KEY, EvalItem, collect_file, get_session, report_spec_errors
+from ._collect import (
+    SESSION_KEY,
+    EvalItem,
+    LmEvalOptionTasks,
+    collect_file,
+    get_session,
+    report_spec_errors,
+    task_of,
+)
 from ._drift import DriftCheck
 from ._options import add_options
 from ._outcomes import PRESENTER, Presenter, report_gates
@@ -60,7 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from ._html import HtmlExtras, html_wanted
 
     if llm.options.lmeval_tasks:
-        config.pluginmanager.register(_LmEvalOptionTasks(), "llmeval-lmeval-tasks")
+        config.pluginmanager.register(LmEvalOptionTasks(config), "llmeval-lmeval-tasks")
     if html_wanted(config):  # pytest-html (optional extra 'html') with --html=FILE
         config.pluginmanager.register(HtmlExtras(llm), "llmeval-html")
 
@@ -91,19 +99,6 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return collect_file(file_path, parent)
 
 
-class _LmEvalOptionTasks:
-    """Adds the items of ``--llm-lmeval-tasks`` to the collected ones, before ``-k`` and
-    ``-m`` select among them (registered only when the option is given)."""
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_collection_modifyitems(
-        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
-    ) -> None:
-        from ._collect import lmeval_option_items
-
-        items[:0] = lmeval_option_items(session)
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
@@ -115,6 +110,10 @@ def pytest_collection_modifyitems(
         items[:] = []
     selected: list[SelectedItem] = [item for item in items if isinstance(item, EvalItem)]
     llm.set_selection(selected)
+    if not llm.options.catalog:  # tasks -k/-m left out whole: listed as deselected
+        gone = llm.deselected_tasks - {task_of(item) for item in items}
+        if gone:
+            llm.notes["deselected_tasks"] = sorted(gone)
     llm.check_collection(selected)
 
 
@@ -122,6 +121,7 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
     if items:
         llm = get_session(items[0].config)
         gone = {id(i) for i in items}
+        llm.deselected_tasks.update(t for t in map(task_of, items) if t is not None)
         for task, selected in llm.selected.items():
             llm.selected[task] = [i for i in selected if id(i) not in gone]
 

@@ -167,6 +167,7 @@ class MissingDataItem(pytest.Item):
         self.reason = reason
         self.floor = floor
         self.what = what  # what runs no item: the task, or one of its subsets
+        self.task = None if meta is None else str(meta["task"])
         if meta is not None:
             self.user_properties.append(("llmeval_task", meta["task"]))
             self.user_properties.append(("llmeval_meta", meta))
@@ -205,6 +206,14 @@ class SpecErrorItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, self.name
+
+
+def task_of(item: pytest.Item) -> str | None:
+    """The task a collected item belongs to (a benchmark item or a task's stand-in), else
+    None (a plain test, a spec error)."""
+    if isinstance(item, (EvalItem, MissingDataItem)):
+        return item.task
+    return None
 
 
 def report_spec_errors(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -378,14 +387,13 @@ def _no_items(
     parent: pytest.Collector, spec: TaskSpec, suffix: str, reason: str
 ) -> MissingDataItem:
     """The one item of a task that runs none (see :class:`MissingDataItem`). It reports
-    to the controller (a row in the summary) when the task has a floor or its data is
-    installed but yields nothing; a task whose data is not installed stays a plain skip."""
-    meta = None
-    if spec.floor is not None or suffix != "data":
-        meta = {
-            **task_meta(spec, 0, get_session(parent.config).floor_sources.get(spec.name)),
-            "task": spec.name,
-        }
+    to the controller, which lists the task with its state and reason (a skipped task in
+    the summary, the records and the report; a failed one when the task has a floor)."""
+    meta = {
+        **task_meta(spec, 0, get_session(parent.config).floor_sources.get(spec.name)),
+        "task": spec.name,
+        "no_items": suffix,
+    }
     node = MissingDataItem.from_parent(
         parent, name=f"{spec.name}-{suffix}", reason=reason, floor=spec.floor, meta=meta
     )
@@ -404,6 +412,38 @@ class LmEvalTasks(pytest.Collector):
                 name, session.options.lmeval_include_path, session.options.lmeval_num_fewshot
             )
             yield from collect_lmeval(self, spec)
+
+
+class LmEvalOptionTasks:
+    """Adds the items of ``--llm-lmeval-tasks`` to the collected ones, before ``-k`` and
+    ``-m`` select among them (registered only when the option is given).
+
+    Given without paths (pytest then falls back to ``testpaths`` or the current folder),
+    the option collects nothing else: ``pytest --llm-lmeval-tasks=arc_easy`` in a project
+    runs arc_easy, not the project's test suite and specs beside it. Paths named on the
+    command line are collected beside the tasks, as usual."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.only_tasks = config.args_source != pytest.Config.ArgsSource.ARGS
+        if self.only_tasks:
+            # The args pytest made up itself (``testpaths``, the invocation folder): none.
+            # (xdist workers parse the same command line, so they decide the same.)
+            config.args = []
+
+    def pytest_report_header(self, config: pytest.Config) -> str | None:
+        if not self.only_tasks:
+            return None
+        tasks = ",".join(get_session(config).options.lmeval_tasks)
+        return (
+            f"llmeval: collecting only --llm-lmeval-tasks={tasks} (no path was named; name "
+            "paths to collect their tests beside them)"
+        )
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        items[:0] = lmeval_option_items(session)
 
 
 def lmeval_option_spec(

@@ -36,6 +36,7 @@ from pytest_llmeval.scorer import Estimate, accuracy
 from pytest_llmeval.task import TaskSpec
 
 from ._evaluator import WHOLE_TASK_DIST, Evaluator
+from ._notrun import NotRun, skip_reason, tasks_not_run
 from ._options import CLI_FLOOR, Options
 
 if TYPE_CHECKING:
@@ -250,6 +251,10 @@ class TaskTally:
     # Whether the task has subsets, and those whose data has no rows (subset -> its file).
     has_subsets: bool = False
     empty_subsets: dict[str, str] = field(default_factory=dict)
+    # Why its items were skipped at setup (reason -> count), and the kind of its stand-in
+    # item when it runs none (data, judge, empty: ``_collect._no_items``): ``_notrun``.
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+    no_items: str | None = None
 
     def subsets_ran(self) -> dict[str, int]:
         """The scored items of each subset (the subsets that ran, in their order)."""
@@ -386,6 +391,9 @@ class LlmEvalSession:
         self.floor_block: str | None = None
         self.plans: list[TaskPlan] = []
         self.limit_warnings: list[str] = []
+        # The collected tasks that ran no item (skipped, deselected): known after decide().
+        self.not_run: list[NotRun] = []
+        self.deselected_tasks: set[str] = set()  # tasks with items that -k/-m deselected
         self.agreement, self.agreement_sha256 = _read_agreement(self.options.agreement)
         if self.options.baseline_fail and not self.is_worker:
             try:
@@ -683,6 +691,7 @@ class LlmEvalSession:
                 lmeval=meta.get("lmeval"),
                 has_subsets=bool(meta.get("subsets")),
                 empty_subsets=dict(meta.get("empty_subsets") or {}),
+                no_items=meta.get("no_items"),
             )
         if report.when == "call" or (report.when == "setup" and not report.passed):
             self.done_nodeids.add(report.nodeid)
@@ -690,6 +699,9 @@ class LlmEvalSession:
             tally.selected += 1
             if report.skipped:
                 tally.skipped += 1
+                why = skip_reason(report)
+                if why is not None:
+                    tally.skip_reasons[why] = tally.skip_reasons.get(why, 0) + 1
         if report.when == "call":
             self._record_call(tally, props, report.duration)
         if report.failed and "llmeval_result" not in props:
@@ -923,6 +935,14 @@ class LlmEvalSession:
                 )
             )
         self.verdicts = verdicts
+        self.not_run = tasks_not_run(
+            [
+                (v.task, self.tallies[v.task].no_items, self.tallies[v.task].skip_reasons)
+                for v in verdicts
+                if v.status == "skipped"
+            ],
+            self.notes.get("deselected_tasks") or [],
+        )
         if self.run is not None:  # anything was recorded: the record is completed
             with self.run.merge_lock():
                 self._finish_record()
@@ -948,8 +968,20 @@ class LlmEvalSession:
             config["tasks"] = {**previous_config.get("tasks", {}), **config["tasks"]}
             summary = self.run.read_json(SUMMARY) or {}
         self.run.write_json(CONFIG, config)
+        not_run = {n.task: n for n in self.not_run}
         for v in self.verdicts:
             if v.status == "skipped":
+                # Listed with why and what to pass (a task another process of a combined
+                # run scored keeps its entry).
+                if v.task in not_run and v.task not in summary:
+                    summary[v.task] = {
+                        "n": 0,
+                        "total_items": v.total,
+                        "metric": v.metric,
+                        "verdict": "skipped",
+                        "reason": not_run[v.task].reason,
+                        "fix": not_run[v.task].fix,
+                    }
                 continue
             entry: dict[str, Any] = {
                 "n": v.n,
@@ -1018,6 +1050,7 @@ class LlmEvalSession:
             self.comparison,
             task_configs={t: tally.config for t, tally in self.tallies.items()},
             notes=self.limit_warnings,
+            not_run=[n.to_dict() for n in self.not_run],
         )
         (self.run.path / MARKDOWN).write_text(markdown, encoding="utf-8")
         append_github_step_summary(markdown, os.environ)

@@ -46,6 +46,7 @@ def write_summary(session: LlmEvalSession, tr: Any) -> None:
     if not session.verdicts:
         return
     _write_task_table(session, tr)
+    write_not_run(session, tr)
     write_floors(session, tr)
     _write_settings(session, tr)
     _write_task_notes(session, tr)
@@ -69,8 +70,12 @@ def _write_task_table(session: LlmEvalSession, tr: Any) -> None:
     partial = False
     for v in session.verdicts:
         items = f"{v.n}/{v.total}"
-        partial = partial or v.n + len(session.tallies[v.task].not_fitting) < v.total
+        partial = partial or (
+            v.status != "skipped" and v.n + len(session.tallies[v.task].not_fitting) < v.total
+        )
         ci = f"[{_pct(v.estimate.ci_low).strip()},{_pct(v.estimate.ci_high).strip()}]"
+        if not v.n:  # no item was scored: no interval (the empty one spans 0-100)
+            ci = "-"
         floor = "-" if v.floor is None else _pct(v.floor)
         markup = (
             {"red": True}
@@ -100,6 +105,17 @@ def _write_task_table(session: LlmEvalSession, tr: Any) -> None:
             "partial: scores cover only the selected items (--llm-limit or -k), not whole tasks",
             yellow=True,
         )
+
+
+def write_not_run(session: LlmEvalSession, tr: Any) -> None:
+    """One line per skipped task (its reason and what to pass), one line naming the tasks
+    that ``-k``/``-m`` deselected: a task that did not run is never a bare ``s``."""
+    skipped = [n for n in session.not_run if n.state == "skipped"]
+    for n in skipped:
+        tr.write_line(f"SKIPPED {n.task}: {n.reason}; to run it: {n.fix}", yellow=True)
+    deselected = [n.task for n in session.not_run if n.state == "deselected"]
+    if deselected:
+        tr.write_line(f"deselected by -k/-m ({len(deselected)}): {', '.join(deselected)}")
 
 
 def _write_settings(session: LlmEvalSession, tr: Any) -> None:

@@ -297,6 +297,26 @@ def prompt_lines(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return [f"{text}: {', '.join(sorted(tasks))}" for text, tasks in ways.items()]
 
 
+def not_run_section(not_run: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The collected tasks that ran no item: one line per skipped task with its reason and
+    what to pass, then one line naming the deselected ones."""
+    skipped = [n for n in not_run if n.get("state") == "skipped"]
+    deselected = [str(n.get("task", "?")) for n in not_run if n.get("state") == "deselected"]
+    if not skipped and not deselected:
+        return []
+    lines = ["", "**Tasks not run**:", ""]
+    for n in skipped:
+        lines.append(
+            f"- `{_cell(n.get('task', '?'))}` skipped: {_cell(n.get('reason', ''))}; "
+            f"to run it: {_cell(n.get('fix', ''))}"
+        )
+    if deselected:
+        lines.append(
+            f"- deselected by `-k`/`-m` ({len(deselected)}): {_cell(', '.join(deselected))}"
+        )
+    return lines
+
+
 def markdown_summary(
     title: str,
     verdict_rows: list[dict[str, Any]],
@@ -306,9 +326,12 @@ def markdown_summary(
     max_items: int = MAX_FLIPPED_IDS,
     task_configs: Mapping[str, Mapping[str, Any]] | None = None,
     notes: Sequence[str] = (),
+    not_run: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """The run as Markdown: verdict table, partial note, how prompts were presented (from
-    ``task_configs``, see :func:`prompt_lines`), environment line and the comparison.
+    """The run as Markdown: verdict table, partial note, the tasks that did not run
+    (``not_run``: ``task, state, reason, fix``, see :func:`not_run_section`), how prompts
+    were presented (from ``task_configs``, see :func:`prompt_lines`), environment line and
+    the comparison.
 
     Each verdict row has ``task, n, total, metric, score, ci_low, ci_high, floor, status,
     seconds`` (scores and floor as proportions; floats may be NaN).
@@ -322,6 +345,7 @@ def markdown_summary(
             lines += ["", *(f"> ⚠️ {_cell(note)}" for note in notes)]
     else:
         lines.append("No tasks ran.")
+    lines += not_run_section(not_run)
     prompts = prompt_lines(task_configs or {})
     if prompts:
         lines += ["", "**Prompts**:", *(f"- {_cell(line)}" for line in prompts)]

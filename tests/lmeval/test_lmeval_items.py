@@ -359,3 +359,55 @@ def test_option_shuffle_probe_on_an_lmeval_task(
     )
     assert report["task"] == "lmeval-colors_mc_zero"
     assert len(report["items"]) == 5
+
+
+def _project_with_other_tests(pytester: pytest.Pytester) -> list[str]:
+    """The harness tasks beside a project's own test and a spec of ours (which a bare
+    ``pytest`` in its root collects); the options that name the tasks."""
+    tasks_dir = _write_tasks(pytester.path)
+    pytester.mkpydir("tests")
+    (pytester.path / "tests" / "test_own.py").write_text("def test_own():\n    pass\n")
+    (pytester.path / "data.jsonl").write_text(json.dumps(ARITH[0]) + "\n")
+    (pytester.path / "own_spec.yaml").write_text(
+        "task: own_spec\ndataset: {path: data.jsonl}\nprompt: {template: '{{ q }}'}\n"
+        "mode: generate\ngenerate: {target: '{{ a }}'}\n"
+    )
+    return [
+        "--llm-lmeval-tasks=arith_gen",
+        f"--llm-lmeval-include-path={tasks_dir}",
+        "--llm-chat-template=off",
+        "--llm-limit=2",
+        "--llm-data-dir=.",
+        "-p",
+        "no:cacheprovider",
+    ]
+
+
+def test_lmeval_tasks_without_paths_collect_only_the_tasks(pytester: pytest.Pytester) -> None:
+    args = _project_with_other_tests(pytester)
+    listed = pytester.runpytest_subprocess(*args, "--collect-only", "-q")
+    assert listed.ret == pytest.ExitCode.OK, listed.stdout.str()
+    ids = [line for line in listed.stdout.lines if "::" in line]
+    assert ids == ["lmeval::lmeval-arith_gen-0000", "lmeval::lmeval-arith_gen-0001"]
+    header = pytester.runpytest_subprocess(*args, "--collect-only")
+    header.stdout.fnmatch_lines(
+        ["llmeval: collecting only --llm-lmeval-tasks=arith_gen (no path was named; *"]
+    )
+    # The same in a project whose ini names testpaths (pytest's other default).
+    pytester.makeini("[pytest]\ntestpaths = tests\n")
+    listed = pytester.runpytest_subprocess(*args, "--collect-only", "-q")
+    assert [line for line in listed.stdout.lines if "::" in line] == ids
+
+
+def test_lmeval_tasks_with_a_path_collect_both(pytester: pytest.Pytester) -> None:
+    args = _project_with_other_tests(pytester)
+    listed = pytester.runpytest_subprocess(*args, "--collect-only", "-q", "tests", "own_spec.yaml")
+    assert listed.ret == pytest.ExitCode.OK, listed.stdout.str()
+    ids = [line for line in listed.stdout.lines if "::" in line]
+    assert sorted(ids) == [
+        "lmeval::lmeval-arith_gen-0000",
+        "lmeval::lmeval-arith_gen-0001",
+        "own_spec.yaml::own_spec-0000",
+        "tests/test_own.py::test_own",
+    ], listed.stdout.str()
+    assert "llmeval: collecting only" not in listed.stdout.str()

@@ -1,0 +1,100 @@
+"""Tasks that ran no item are listed with their state and reason (issue 30, item 3): a
+task whose data is not installed, or with no model to run on, is skipped; one that -k/-m
+leave out is deselected. Checked in the terminal summary, summary.md,
+metrics_summary.json and report.html of real pytester runs of the tiny project."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+import tiny_projects
+
+
+def _args(*extra: str) -> list[str]:
+    return ["--llm-data-dir=.", "-p", "no:cacheprovider", "--llm-output=out", *extra]
+
+
+def _run_dir(pytester: pytest.Pytester) -> Path:
+    (run,) = sorted(p for p in (pytester.path / "out").iterdir() if p.is_dir())
+    return run
+
+
+def test_a_task_without_data_is_listed_everywhere_with_its_reason(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    tiny_projects.write_project(pytester)
+    tiny_projects.write_absent_task(pytester)
+    result = pytester.runpytest(*_args(f"--llm-model={tiny_model_dir}", "--llm-chat-template=off"))
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*llmeval summary*",
+            "absent * 0/0 * skipped *",
+            "SKIPPED absent: *benchmark data not installed*no 'absent_bench' folder*; "
+            "to run it: install its data: --llm-data-dir=DIR (or LLMEVAL_DATA_DIR)*",
+        ]
+    )
+    run = _run_dir(pytester)
+
+    metrics = json.loads((run / "metrics_summary.json").read_text())
+    assert metrics["absent"]["verdict"] == "skipped"
+    assert metrics["absent"]["n"] == 0
+    assert "no 'absent_bench' folder" in metrics["absent"]["reason"]
+    assert metrics["absent"]["fix"].startswith("install its data: --llm-data-dir=DIR")
+    assert metrics["arith"]["verdict"] != "skipped"  # the tasks that ran keep their entries
+
+    markdown = (run / "summary.md").read_text()
+    assert "**Tasks not run**:" in markdown
+    (line,) = [x for x in markdown.splitlines() if x.startswith("- `absent` skipped:")]
+    assert "no 'absent_bench' folder" in line and "to run it: install its data" in line
+    assert "| absent |" not in markdown  # not a row of the verdict table: it has no score
+
+    page = (run / "report.html").read_text()
+    section = re.search(r'<section id="not-run">(.*?)</section>', page, re.S)
+    assert section is not None
+    cells = [html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", section.group(1), re.S)]
+    assert cells[0] == "absent" and "no 'absent_bench' folder" in cells[1]
+    assert cells[2].startswith("install its data")
+    # A reference run with a skipped task still gives floors for the tasks that ran.
+    floors = pytester.runpytest(
+        *_args(f"--llm-model={tiny_model_dir}", f"--llm-floors-from={run}", "-k", "colors")
+    )
+    assert floors.ret == pytest.ExitCode.OK, floors.stdout.str()
+    floors.stdout.fnmatch_lines(["  colors: *floor rule lcb95 from run*"])
+
+
+def test_deselected_tasks_are_named_once(pytester: pytest.Pytester, tiny_model_dir: Path) -> None:
+    tiny_projects.write_project(pytester)
+    tiny_projects.write_absent_task(pytester)
+    result = pytester.runpytest(
+        *_args(f"--llm-model={tiny_model_dir}", "--llm-chat-template=off", "-k", "arith or absent")
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["SKIPPED absent: *", "deselected by -k/-m (1): colors"])
+    markdown = (_run_dir(pytester) / "summary.md").read_text()
+    assert "- deselected by `-k`/`-m` (1): colors" in markdown
+    # A single item chosen with -k: its task is selected, the other is deselected.
+    one = pytester.runpytest(*_args(f"--llm-model={tiny_model_dir}", "-k", "arith-0001"))
+    one.stdout.fnmatch_lines(["deselected by -k/-m (2): absent, colors"])
+
+
+def test_without_a_model_each_task_says_what_to_pass(pytester: pytest.Pytester) -> None:
+    tiny_projects.write_project(pytester)
+    tiny_projects.write_absent_task(pytester)
+    result = pytester.runpytest(*_args())
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    out = result.stdout.str()
+    assert "SKIPPED absent: *benchmark data not installed" not in out
+    result.stdout.fnmatch_lines(["SKIPPED absent: *benchmark data not installed*"])
+    for task in ("arith", "colors"):
+        result.stdout.fnmatch_lines(
+            [
+                f"SKIPPED {task}: no model to evaluate: pass --llm-model=PATH*; to run it: pass "
+                "--llm-model=PATH (or set llm_model in the ini file)"
+            ]
+        )
+    assert not (pytester.path / "out").exists()  # nothing ran: no run record
