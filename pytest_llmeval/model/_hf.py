@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import platform
 from collections import OrderedDict, deque
@@ -91,6 +92,22 @@ def set_seeds(seed: int) -> dict[str, int]:
     return seeded
 
 
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """transformers' progress bars ("Loading weights") off while a model loads: under pytest
+    they would be the first item's captured stderr (pytest-html shows it as its log). What
+    loaded is recorded all the same (the environment's backend, the model's SHA256)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+
+
 def _cause(exc: BaseException) -> str:
     """An exception as one short line: its type and the first line of its message."""
     text = str(exc).strip().splitlines()
@@ -142,9 +159,10 @@ class HFBackend:
         self.tokenizer: Any
         self.model: Any
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-            extra = {"device_map": settings.device_map} if settings.device_map else {}
-            self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype, **extra)
+            with quiet_loading():
+                self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+                extra = {"device_map": settings.device_map} if settings.device_map else {}
+                self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype, **extra)
         except Exception as exc:  # damaged files raise many kinds (safetensors, json, torch)
             raise ModelError(
                 f"--llm-model={settings.model}: cannot load the model in {self.path}: {_cause(exc)}"

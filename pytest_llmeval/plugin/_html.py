@@ -65,37 +65,46 @@ def item_html(result: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+# Inline styles (pytest-html's page has none for an added table): padded cells, numbers
+# right-aligned, a rule under the header and between rows.
+_CELL = "padding:3px 10px;border-bottom:1px solid #ddd;white-space:nowrap"
+_NUMERIC = {"items", "score", "95% CI", "floor", "time"}
+_COLUMNS = ("task", "items", "metric", "score", "95% CI", "floor", "verdict", "time")
+
+
+def _cell(tag: str, column: str, text: str) -> str:
+    align = "right" if column in _NUMERIC else "left"
+    return f'<{tag} style="{_CELL};text-align:{align}">{escape(text)}</{tag}>'
+
+
 def summary_html(session: LlmEvalSession) -> str:
     """The llmeval summary table (the terminal's) as escaped HTML, with the run report."""
     if not session.verdicts:
         return ""
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("task", "items", "metric", "score", "95% CI", "floor", "verdict", "time")
-    )
+    head = "".join(_cell("th", c, c) for c in _COLUMNS)
     rows = []
     for v in session.verdicts:
         floor = "-" if v.floor is None else _pct(v.floor)
+        cells = (
+            v.task,
+            f"{v.n}/{v.total}",
+            v.metric,
+            _pct(v.score),
+            f"[{_pct(v.estimate.ci_low)}, {_pct(v.estimate.ci_high)}]",
+            floor,
+            v.status,
+            f"{v.seconds:.1f} s",
+        )
+        color = ' style="color:#b00"' if v.failed else ""
         rows.append(
-            "<tr>"
-            + "".join(
-                f"<td>{escape(str(cell))}</td>"
-                for cell in (
-                    v.task,
-                    f"{v.n}/{v.total}",
-                    v.metric,
-                    _pct(v.score),
-                    f"{_pct(v.estimate.ci_low)} - {_pct(v.estimate.ci_high)}",
-                    floor,
-                    v.status,
-                    f"{v.seconds:.1f} s",
-                )
-            )
+            f"<tr{color}>"
+            + "".join(_cell("td", c, str(cell)) for c, cell in zip(_COLUMNS, cells, strict=True))
             + "</tr>"
         )
     parts = [
         '<div class="llmeval-summary"><h2>llmeval summary</h2>',
-        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>",
+        '<table style="border-collapse:collapse;margin:4px 0 12px">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>",
     ]
     if session.report_path is not None:
         uri = escape(session.report_path.resolve().as_uri(), quote=True)

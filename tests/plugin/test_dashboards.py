@@ -118,7 +118,12 @@ def test_wrong_items_fail_in_junit_and_html_and_the_failed_gate_is_its_own_case(
     assert (flat.count("Failed"), flat.count("Passed"), flat.count("Skipped")) == (7, 4, 0)
     text = page.read_text()
     assert "11 tests took" in text
-    assert WRONG_5 in html.unescape(json.dumps(_html_data(page)))
+    logs = json.dumps(_html_data(page))
+    assert WRONG_5 in html.unescape(logs)
+    assert "Loading weights" not in logs  # no model-loading progress bar as captured stderr
+    # The llmeval summary table: padded cells, the interval as one readable cell.
+    assert 'style="padding:3px 10px' in text
+    assert "[30.1%, 95.4%]</td>" in text
 
 
 def test_a_floor_that_holds_exits_0_with_wrong_items_still_failures(
