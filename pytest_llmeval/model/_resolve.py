@@ -84,13 +84,16 @@ def convert_gguf(gguf: Path, target: Path) -> None:
             return
         from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
+        from pytest_llmeval.model._hf import quiet_loading  # no bars as an item's stderr
+
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent,
-            gguf_file=gguf.name,
-            quantization_config=GgufConfig(dequantize=True),
-        )
+        with quiet_loading():
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent,
+                gguf_file=gguf.name,
+                quantization_config=GgufConfig(dequantize=True),
+            )
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "SOURCE.txt").write_text(f"converted from {gguf.name} (dequantized)\n")
