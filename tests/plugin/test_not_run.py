@@ -87,8 +87,6 @@ def test_without_a_model_each_task_says_what_to_pass(pytester: pytest.Pytester) 
     tiny_projects.write_absent_task(pytester)
     result = pytester.runpytest(*_args())
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    out = result.stdout.str()
-    assert "SKIPPED absent: *benchmark data not installed" not in out
     result.stdout.fnmatch_lines(["SKIPPED absent: *benchmark data not installed*"])
     for task in ("arith", "colors"):
         result.stdout.fnmatch_lines(
