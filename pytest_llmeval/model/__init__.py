@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pytest_llmeval.model._progress import ProgressCallback, progress_to, report_progress
 from pytest_llmeval.model._resolve import (
     EMBEDDED,
     cache_dir,
@@ -52,12 +53,15 @@ __all__ = [
     "LoglikelihoodResult",
     "ModelSettings",
     "Overflow",
+    "ProgressCallback",
     "SettingsError",
     "bos_added",
     "cache_dir",
     "cut_at_stop",
     "device_problem",
     "load_backend",
+    "progress_to",
+    "report_progress",
     "resolve_model_path",
     "stop_hit",
 ]

@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model._lookup import PromptLookup
+from pytest_llmeval.model._progress import report_progress
 from pytest_llmeval.model._resolve import resolve_model_path
 from pytest_llmeval.model._types import (
     ChatTemplate,
@@ -804,6 +805,7 @@ class HFBackend:
                             truncated_tokens=truncated[key],
                             context_window=self.max_length,
                         )
+            report_progress(start + len(batch), len(order))  # the progress line's rows
         done.update(failed)
         return [done[(r.context, r.continuation)] for r in requests]
 
@@ -870,7 +872,10 @@ class HFBackend:
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
         """Greedy generation of every request; results in the order of ``requests`` (see
         :meth:`generate_stream`, which this collects)."""
-        out: dict[int, GenerateResult] = dict(self.generate_stream(requests))
+        out: dict[int, GenerateResult] = {}
+        for index, result in self.generate_stream(requests):
+            out[index] = result
+            report_progress(len(out), len(requests))  # a finished row: the progress line
         return [out[i] for i in range(len(requests))]
 
     def generate_stream(

@@ -72,11 +72,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from pytest_llmeval._errors import ModelError
+from pytest_llmeval.model._progress import report_progress
 from pytest_llmeval.model._types import (
     ChatTemplate,
     GenerateRequest,
@@ -377,7 +378,11 @@ class OpenAIBackend:
         if not unique:
             return {}
         if len(unique) == 1 or self.concurrency == 1:
-            return {key: fn(key) for key in unique}
+            done: dict[K, V] = {}
+            for key in unique:
+                done[key] = fn(key)
+                report_progress(len(done), len(unique))  # the progress line
+            return done
         futures: dict[K, Future[V]] = {}
         with ThreadPoolExecutor(
             max_workers=min(self.concurrency, len(unique)), thread_name_prefix="llmeval-openai"
@@ -385,6 +390,12 @@ class OpenAIBackend:
             for key in unique:
                 futures[key] = pool.submit(fn, key)
             try:
+                # Answers as they come, counted in this (the caller's) thread, where the
+                # progress callback is installed.
+                for finished, future in enumerate(as_completed(futures.values()), 1):
+                    if future.exception() is not None:
+                        break  # raised below, in the order of the keys
+                    report_progress(finished, len(unique))
                 return {key: future.result() for key, future in futures.items()}
             except BaseException:
                 for future in futures.values():

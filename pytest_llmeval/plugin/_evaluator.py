@@ -6,6 +6,7 @@ writes the run directory; what the controller needs travels in report user prope
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -31,6 +32,7 @@ from pytest_llmeval.record import (
 )
 
 from ._options import Options
+from ._progress import ProgressBoard
 
 if TYPE_CHECKING:
     from pytest_llmeval.model import Backend
@@ -106,6 +108,8 @@ class Evaluator:
         self.tokenizer: dict[str, Any] | None = None
         self.states: dict[str, TaskState] = {}
         self.cache: dict[str, ItemResult] = {}
+        # Where items done are counted for the progress line (None: no progress shown).
+        self.progress: ProgressBoard | None = None
 
     # ------------------------------------------------------------------ model
 
@@ -267,6 +271,7 @@ class Evaluator:
             return self.cache.pop(wanted.id), []
         backend = self.backend()
         state = self.state(runner)
+        self._begin_progress(runner.spec.name, selection)
         if (
             runner.spec.mode == "generate"
             and hasattr(backend, "generate_stream")
@@ -281,7 +286,8 @@ class Evaluator:
         name = runner.spec.name
         if to_compute:
             started = time.perf_counter()
-            results = runner.run(to_compute, backend)
+            with self._chunk(name, len(to_compute)):
+                results = runner.run(to_compute, backend)
             repeat_scores = [[r.score] for r in results]
             for _ in range(1, self.options.repeat):
                 again = runner.run(to_compute, backend)
@@ -292,6 +298,7 @@ class Evaluator:
                     result.repeat_scores = scores
                 self._keep(state, result)
             self._check_determinism(runner, state, to_compute, results)
+            self._advance(name, len(to_compute))
             took = time.perf_counter() - started
             log.append(
                 f"{name}: computed {len(results)} item(s) in {took:.1f}s "
@@ -339,6 +346,7 @@ class Evaluator:
             found = self._reusable(runner, state, item)
             if found is not None:
                 self.cache[item.id] = found
+                self._advance(runner.spec.name, 1, reused=True)
             else:
                 to_compute.append(item)
         if len(to_compute) < len(items):
@@ -394,12 +402,28 @@ class Evaluator:
                 raise
             state.streaming.discard(result.item_id)
             self._keep(state, result)
+            self._advance(name, 1)
             computed += 1
         log.append(
             f"{name}: computed {computed} item(s) in {time.perf_counter() - started:.1f}s "
             f"({len(state.streaming)} on their way)"
         )
         return self.cache.pop(wanted.id), log
+
+    def _begin_progress(self, task: str, selection: Callable[[], list[Item]]) -> None:
+        """A task's first computation: its progress starts, out of its selected items."""
+        if self.progress is not None and task not in self.progress.tasks:
+            self.progress.begin(task, len(selection()))
+
+    def _chunk(self, task: str, n_items: int) -> contextlib.AbstractContextManager[None]:
+        """The backend's reports of the call inside, as shares of ``n_items`` items."""
+        if self.progress is None:
+            return contextlib.nullcontext()
+        return self.progress.chunk(task, n_items)
+
+    def _advance(self, task: str, n: int, *, reused: bool = False) -> None:
+        if self.progress is not None:
+            self.progress.add(task, n, reused=reused)
 
     def _check_determinism(
         self, runner: TaskRunner, state: TaskState, items: list[Item], results: list[ItemResult]

@@ -269,6 +269,15 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "5",
     ),
     (
+        "--llm-progress",
+        "llm_progress",
+        "auto|on|off: live progress of each task while its items compute (items done / "
+        "total, items/s, time left). auto: an in-place line on a terminal, plain lines in a "
+        "log once a task has run 30 s, nothing under -q; on: also under -q and from the "
+        "start; display only, recorded nowhere",
+        "auto",
+    ),
+    (
         "--llm-thinking-markers",
         "llm_thinking_markers",
         "START,END markers of a reasoning block (default <think>,</think>)",
@@ -861,6 +870,8 @@ class Options:
     lmeval_tasks: tuple[str, ...] = ()
     lmeval_include_path: tuple[str, ...] = ()
     lmeval_num_fewshot: int | None = None
+    # Display only (no record, no hash): see plugin/_progress.py.
+    progress: str = "auto"
 
     def chat_settings(self) -> ChatSettings:
         """How prompts reach a chat model in this run (the task runner's settings)."""
@@ -967,6 +978,7 @@ class Options:
             lmeval_tasks=_names(config, "llm_lmeval_tasks"),
             lmeval_include_path=_include_paths(config),
             lmeval_num_fewshot=_num_fewshot(config),
+            progress=_choice(config, "llm_progress", ("auto", "on", "off")),
         )
         # The model settings are checked once, by ModelSettings itself (the same checks a
         # script's settings get), before any model loads.

@@ -38,6 +38,7 @@ from pytest_llmeval.task import TaskSpec
 from ._evaluator import WHOLE_TASK_DIST, Evaluator
 from ._notrun import NotRun, skip_reason, tasks_not_run
 from ._options import CLI_FLOOR, Options
+from ._progress import install as install_progress
 
 if TYPE_CHECKING:
     from pytest_llmeval.gate import Comparison, FloorRule, ReferenceRun, TaskPlan
@@ -345,6 +346,7 @@ class LlmEvalSession:
         self.runners: dict[str, TaskRunner] = {}
         self.selected: dict[str, list[SelectedItem]] = {}
         self.evaluator = Evaluator(self.options, config.invocation_params.dir)
+        self.evaluator.progress = install_progress(config, self.options.progress)  # display
         # A worker streams a generative task's whole selection only when xdist gives it
         # all of the task's items (a dist mode that spreads them would compute them twice).
         dist = config.getvalue("dist") if self.is_worker else None
