@@ -96,3 +96,36 @@ def test_without_a_model_each_task_says_what_to_pass(pytester: pytest.Pytester) 
             ]
         )
     assert not (pytester.path / "out").exists()  # nothing ran: no run record
+
+
+@pytest.mark.browser
+def test_the_tasks_not_run_fit_the_page_at_800_px(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    """The reason holds a long data path: at 800 px it wraps inside the section."""
+    from tools.chromium import Chromium, find_chromium
+
+    executable = find_chromium()
+    if executable is None:
+        pytest.skip("no Chromium on this machine: apt-get install chromium")
+    tiny_projects.write_project(pytester)
+    tiny_projects.write_absent_task(pytester)
+    result = pytester.runpytest(*_args(f"--llm-model={tiny_model_dir}", "-k", "colors or absent"))
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    page_file = _run_dir(pytester) / "report.html"
+    with Chromium.launch(executable) as browser:
+        for width in (800, 1400):
+            page = browser.new_page(width, 900)
+            page.goto(page_file.resolve().as_uri())
+            page.wait_for("document.documentElement.getAttribute('data-ready')")
+            layout = page.evaluate(
+                """(() => {
+                  const vw = document.documentElement.clientWidth;
+                  const s = document.querySelector('#not-run');
+                  return {scroll: document.documentElement.scrollWidth - vw,
+                          right: s.getBoundingClientRect().right - vw,
+                          text: s.innerText};
+                })()"""
+            )
+            assert layout["scroll"] <= 0 and layout["right"] <= 0.5, (width, layout)
+            assert "absent" in layout["text"] and "to run it" in layout["text"]
