@@ -23,6 +23,7 @@ from pytest_llmeval.record.__main__ import main as record_main
 from pytest_llmeval.record._report import (
     HistoryPoint,
     HistorySeries,
+    _recorded_ids,
     bars_svg,
     delta_svg,
     environment_facts,
@@ -1127,3 +1128,15 @@ def test_the_fold_under_the_published_chat_templates(family: str) -> None:
         assert prefix.text + rest == record["prompt"]
         assert not rest.startswith(spec.end_of_turn)
         assert "Example" not in rest and f"own question {record['item_id']}" in rest
+
+
+def test_earlier_runs_item_ids_are_read_exactly(tmp_path: Path) -> None:
+    hostile = 'x", "item_id": "fake'
+    records = [
+        gen("arith-0000", True, output=hostile),  # record text cannot fake the field
+        gen('arith-"quoted"', True),  # an id with an escape: the line is parsed
+        gen("arith-0002", True, details={"item_id": "nested"}),  # two matches: parsed
+    ]
+    path = write_run(tmp_path / "r", {"arith": records}, None, None)
+    assert _recorded_ids(path, "arith") == ["arith-0000", 'arith-"quoted"', "arith-0002"]
+    assert _recorded_ids(path, "missing") == []
