@@ -32,8 +32,10 @@ from pytest_llmeval.model._types import (
 # A shared prefix shorter than this many tokens is recomputed rather than cached.
 _MIN_SHARED = 32
 # Key/value states of shared prefixes kept across calls (least recently used dropped first):
-# the 57 five-shot MMLU prefixes of a 135M model take about 1.7 GB in float32.
-_PREFIX_CACHE_BYTES = 4 << 30
+# the 57 five-shot MMLU prefixes of a 135M model take about 1.7 GB in float32, but items come
+# subject by subject, so a few at a time are ever asked for again (and the plugin empties
+# the cache when a new task starts).
+_PREFIX_CACHE_BYTES = 1 << 30
 # A row's reusable state: per layer (keys, values) of shape [1, heads, length, head_dim], and
 # the row's attention mask over those positions (0 marks a hole left by batching).
 _State = tuple[list[tuple[Any, Any]], Any]
@@ -554,9 +556,13 @@ class HFBackend:
         return n if n >= _MIN_SHARED else 0
 
     def clear_prefix_cache(self) -> None:
-        """Forget every cached prefix state (benchmarks start each timed run from none)."""
+        """Forget every cached prefix state (benchmarks start each timed run from none; the
+        plugin at each new task, whose prompts share no prefix with the task before) and
+        hand the memory freed back to the system (:func:`trim_heap`)."""
         self._prefixes.clear()
         self._prefix_bytes = 0
+        self._text_tokens.clear()
+        trim_heap()
 
     def _prefix_state(self, prefix: tuple[int, ...], keep: bool) -> _State | None:
         """The state of ``prefix`` (a batch of one), from the cache or computed by extending
@@ -630,8 +636,13 @@ class HFBackend:
         mask = torch.zeros((rows, width), dtype=torch.long, device=self.device)
         layers = []
         for layer, (k0, v0) in enumerate(self._kv_shapes(states)):
-            keys = k0.new_zeros((rows, k0.shape[1], width + room, k0.shape[3]))
-            values = v0.new_zeros((rows, v0.shape[1], width + room, v0.shape[3]))
+            # Zeros where rows have holes (a masked position is still multiplied by its
+            # value); the room is written before it is read, so it is left untouched (no
+            # memory is taken for it until then).
+            keys = k0.new_empty((rows, k0.shape[1], width + room, k0.shape[3]))
+            values = v0.new_empty((rows, v0.shape[1], width + room, v0.shape[3]))
+            keys[:, :, :width].zero_()
+            values[:, :, :width].zero_()
             for i, state in enumerate(states):
                 if state is not None:
                     k, v = state[0][layer]
@@ -1068,10 +1079,15 @@ class HFBackend:
                             else:
                                 done.append(row)
                     running = [self._row_state(cache, mask, s) for s in slots]
+                    # The old cache, the rows' states and the new one would otherwise all be
+                    # alive at once (and the states for the whole decoding that follows):
+                    # each is a copy of the batch's keys and values.
+                    cache = None
                     if running or fresh:
                         cache, mask = self._laid_out(running + fresh, reserve)
                         pending = torch.cat(([pending[slots]] if slots else []) + firsts)
                         slots = list(range(len(rows)))
+                    del running, fresh, firsts, states, computed
                 if rows:
                     drafts = [self._draft(row) for row in rows]
                     lengths = [1 + len(draft) for draft in drafts]
@@ -1113,9 +1129,10 @@ class HFBackend:
                         # squeeze them out when they pass a 64-position, 1/8 margin.
                         longest = int(mask.sum(1).max())
                         if mask.shape[1] - longest > max(64, mask.shape[1] // 8):
-                            cache, mask = self._laid_out(
-                                [self._row_state(cache, mask, s) for s in slots], reserve
-                            )
+                            squeezed = [self._row_state(cache, mask, s) for s in slots]
+                            cache = None  # the squeezed states are copies: free it first
+                            cache, mask = self._laid_out(squeezed, reserve)
+                            del squeezed
                             slots = list(range(len(rows)))
             yield from done
 
@@ -1344,6 +1361,22 @@ _PREFILL_BLOCK = 64
 #: The prompt of the fused step's check (_check_fused): any text; short, since the check
 #: runs it through both paths once per loaded model.
 _CHECK_PROMPT = "Question: what is two plus three? Answer: five.\nQuestion: name a colour. Answer:"
+
+
+def trim_heap() -> bool:
+    """Return the C heap's free pages to the system (glibc's ``malloc_trim``); whether it
+    ran. Key/value buffers of a few MB each come from the heap, and glibc keeps what they
+    freed resident: after a generative task the process would hold its peak until exit."""
+    import ctypes
+
+    if platform.system() != "Linux":
+        return False
+    try:
+        trim = ctypes.CDLL(None).malloc_trim  # glibc; musl has none
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True
 
 
 def read_template_file(path: str | None) -> str | None:

@@ -213,7 +213,13 @@ class Evaluator:
     def state(self, runner: TaskRunner) -> TaskState:
         name = runner.spec.name
         if name not in self.states:
-            runner.bind(self.backend())
+            backend = self.backend()
+            # A new task: the cached states of the prompt prefixes (few-shot blocks) of
+            # the tasks before it are not asked for again (they held hundreds of MB).
+            clear = getattr(backend, "clear_prefix_cache", None)
+            if callable(clear):
+                clear()
+            runner.bind(backend)
             config: dict[str, Any] = _json(task_config(runner, runner.subsets()))
             digest = config_hash(config, self.model_settings)
             settings = resume_settings(
