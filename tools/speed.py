@@ -13,6 +13,8 @@ time, against the best GEMM rate measured here with torch on the same device, dt
 thread count). A second table gives, per tool, generated tokens per second and the memory
 traffic of its forward passes (at least: weights once per pass, keys and values once per
 layer) against the machine's measured memory read rate, the bound of decoding a few rows.
+A third gives each tool's peak memory (resident set) on the same items, each tool run
+alone in a process of its own (:mod:`tools.peak_memory`; ``--no-memory`` skips it).
 Then the parity criteria of the same runs, as ``python -m tools.parity`` prints them:
 one run gives both. Writes ``speed.md`` (the tables), ``parity.txt`` (the
 criteria) and ``speed.json`` (everything, with the per-item records) into ``--out``. Exit
@@ -28,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_llmeval.model import resolve_model_path
-from tools import parity
+from tools import parity, peak_memory
 from tools.lmeval_compare import (
     PLUGIN_CHUNKS,
     Options,
@@ -289,6 +291,7 @@ def render(
     matmul: list[dict[str, Any]],
     markdown: bool,
     bandwidth: dict[str, Any] | None = None,
+    peaks: dict[str, Any] | None = None,
 ) -> str:
     table = markdown_table if markdown else format_table
     peak = max(m["gflop_per_s"] for m in matmul)
@@ -319,6 +322,7 @@ def render(
             table(DETAIL_HEADER, detail_rows(report)),
             table(["GEMM", "shape", "GFLOP/s"], matmul_rows),
             *(_memory(report, bandwidth, table) if bandwidth else []),
+            *(_peaks(peaks, table) if peaks else []),
             f"parity: {parity}",
         ]
     )
@@ -336,8 +340,21 @@ def _memory(report: Report, bandwidth: dict[str, Any], table: Any) -> list[str]:
     ]
 
 
+def _peaks(peaks: dict[str, Any], table: Any) -> list[str]:
+    return [
+        table(peak_memory.MEMORY_PEAK_HEADER, peak_memory.peak_rows(peaks)),
+        "peak memory: resident-set peak (high-water mark) of each tool run alone in a process of "
+        "its own (python -m tools.peak_memory) on the same items, batch size, dtype and "
+        "device; by task: the peak so far after each task type; process peak: the child's "
+        "peak at its end (the kernel's high-water mark, VmHWM).",
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_args(argv, "python -m tools.speed", __doc__.splitlines()[0])
+    args = list(sys.argv[1:] if argv is None else argv)
+    with_memory = "--no-memory" not in args
+    args = [a for a in args if a != "--no-memory"]
+    opts = parse_args(args, "python -m tools.speed", __doc__.splitlines()[0])
     with quiet_libraries():
         report = run_all(opts, log=stderr)
     stderr("measuring the machine's matmul throughput and memory read rate ...")
@@ -345,12 +362,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     bandwidth = measure_bandwidth(opts)
     report.extra["matmul"] = matmul
     report.extra["bandwidth"] = bandwidth
+    peaks = peak_memory.measure(args, log=stderr) if with_memory else None
+    if peaks is not None:
+        report.extra["peak_memory"] = peaks
     target = out_dir(opts, "speed")
     write_json(target / "speed.json", report.to_dict())
-    markdown = render(report, matmul, markdown=True, bandwidth=bandwidth)
+    markdown = render(report, matmul, markdown=True, bandwidth=bandwidth, peaks=peaks)
     (target / "speed.md").write_text(markdown + "\n", encoding="utf-8")
     (target / "parity.txt").write_text(parity.render(report) + "\n", encoding="utf-8")
-    print(render(report, matmul, markdown=False, bandwidth=bandwidth))
+    print(render(report, matmul, markdown=False, bandwidth=bandwidth, peaks=peaks))
     print("\n" + parity.render(report))
     print(f"report: {target / 'speed.md'}, {target / 'speed.json'}, {target / 'parity.txt'}")
     return 0 if report.passed else 1
