@@ -592,8 +592,8 @@ def paired_interval(
             -bound,
             bound,
             f"no discordant pairs: all {n} shared items scored the same in both runs "
-            f"(McNemar p = 1); {n} pairs bound the change only to ±{100 * bound:.1f} points "
-            "(exact 95%)",
+            f"(the paired test: p = 1); {n} pairs bound the change only to "
+            f"±{100 * bound:.1f} points (exact 95%)",
         )
     if len(set(differences)) == 1:  # every pair moved the same way by the same amount
         step, bound = differences[0], no_change_bound(n)
