@@ -278,6 +278,8 @@ class ReportModel:
     state_reason: str | None = None
     # Records that are missing or do not match what the run recorded (state "damaged").
     damage: list[str] = field(default_factory=list)
+    # The tasks the run skipped: (task, reason, what to pass), see :func:`tasks_not_run`.
+    not_run: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def partial(self) -> bool:
@@ -1306,6 +1308,20 @@ def browser_data(
     }
 
 
+# ---------------------------------------------------------------------------- tasks not run
+
+
+def tasks_not_run(run: RunRecord) -> list[tuple[str, str, str]]:
+    """The tasks the run collected and skipped (``metrics_summary.json`` entries with
+    verdict ``skipped``: its data not installed, no model, ...): (task, reason, what to
+    pass), so that the page says why a task has no score."""
+    out = []
+    for name, entry in sorted(run.metrics.items()):
+        if isinstance(entry, Mapping) and entry.get("verdict") == "skipped":
+            out.append((str(name), str(entry.get("reason") or "-"), str(entry.get("fix") or "-")))
+    return out
+
+
 # ---------------------------------------------------------------------------- prepare
 
 
@@ -1415,6 +1431,7 @@ def prepare_report(
         state=state,
         state_reason=reason if state in ("interrupted", "damaged") else None,
         damage=[str(d) for d in damage],
+        not_run=tasks_not_run(record),
     )
 
 
