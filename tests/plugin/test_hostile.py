@@ -154,7 +154,8 @@ def test_corrupt_weights_fail_once_naming_the_path(
         "SafetensorError: *"
     )
     result.stdout.fnmatch_lines([message, f"! the model could not be loaded: {message} !"])
-    assert _outcomes(result) == {"failed": 1}  # one attempt; the run stops there
+    # one attempt, the run stops there; its task's gate is a failed test case of its own
+    assert _outcomes(result) == {"failed": 1, "gate": 1}
     out = result.stdout.str()
     assert "Traceback" not in out and "During handling" not in out
     assert out.count("_ arith[arith-0000] _") == 1  # the failure is printed once
