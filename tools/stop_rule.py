@@ -136,17 +136,22 @@ def _stops(block: Any) -> list[str]:
     return [str(s) for s in stops] if isinstance(stops, list) else []
 
 
-def unstopped_spec(spec: dict[str, Any], max_new_tokens: int) -> tuple[dict[str, Any], list[str]]:
+def unstopped_spec(
+    spec: dict[str, Any], max_new_tokens: int, template: str
+) -> tuple[dict[str, Any], list[str]]:
     """A copy of a spec's mapping without stop sequences and with a budget of
-    ``max_new_tokens``, and the stop sequences it had (its own, then its chat form's)."""
+    ``max_new_tokens``, and the stop sequences the spec applies under ``template``: its
+    chat form's where it has a chat form that sets them and the template is not off."""
     copy = json.loads(json.dumps(spec))
-    stops: list[str] = []
-    for block in (copy.get("generate"), (copy.get("chat_form") or {}).get("generate")):
-        if isinstance(block, dict):
-            stops += [s for s in _stops(block) if s not in stops]
-            if "stop" in block:
-                block["stop"] = []
-    copy.setdefault("generate", {})["max_new_tokens"] = max_new_tokens
+    base = copy.setdefault("generate", {})
+    chat = (copy.get("chat_form") or {}).get("generate")
+    stops = _stops(base)
+    if template != "off" and isinstance(chat, dict) and "stop" in chat:
+        stops = _stops(chat)
+    for block in (base, chat):
+        if isinstance(block, dict) and "stop" in block:
+            block["stop"] = []
+    base["max_new_tokens"] = max_new_tokens
     return copy, stops
 
 
@@ -184,10 +189,10 @@ def run_openings(spec: str, template: str, args: argparse.Namespace) -> Openings
     import yaml
 
     source = yaml.safe_load((SUITE / f"{spec}.yaml").read_text(encoding="utf-8"))
-    copy, stops = unstopped_spec(source, args.openings)
+    copy, stops = unstopped_spec(source, args.openings, template)
     folder = Path(args.out) / "openings"
     folder.mkdir(parents=True, exist_ok=True)
-    spec_file = folder / f"{spec}.yaml"
+    spec_file = folder / f"{spec}-{template}.yaml"
     spec_file.write_text(yaml.safe_dump(copy, sort_keys=False, allow_unicode=True))
     run_dir = folder / f"{spec}-{template}"
     _pytest(spec_file, run_dir, template, args)

@@ -47,10 +47,12 @@ def test_the_unstopped_copy_has_no_stops_and_remembers_them() -> None:
         "generate": {"stop": ["\ndef", "\n#"], "max_new_tokens": 512},
         "chat_form": {"generate": {"stop": ["```"]}},
     }
-    copy, stops = unstopped_spec(spec, 16)
-    assert stops == ["\ndef", "\n#", "```"]
+    copy, stops = unstopped_spec(spec, 16, "off")
+    assert stops == ["\ndef", "\n#"]
     assert copy["generate"] == {"stop": [], "max_new_tokens": 16}
     assert copy["chat_form"]["generate"]["stop"] == []
+    assert unstopped_spec(spec, 16, "on")[1] == ["```"]  # the chat form's stops apply
+    assert unstopped_spec({"generate": {"stop": ["Q:"]}}, 8, "on")[1] == ["Q:"]
     assert spec["generate"]["stop"] == ["\ndef", "\n#"]  # the original is left alone
 
 
