@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -254,6 +256,22 @@ def _write_lmeval_and_plan(session: LlmEvalSession, tr: Any) -> None:
             tr.write_line(line)
 
 
+def no_floor_hint(verdicts: Sequence[TaskVerdict], run: Path) -> list[str]:
+    """When tasks were scored and none has a floor, the run decided nothing: say so, and
+    how to make floors of it (the README's "A gate that decides")."""
+    scored = [v for v in verdicts if v.status != "skipped"]
+    if not scored or any(v.floor is not None for v in scored):
+        return []
+    return [
+        "no task has a floor: this run gates nothing (exit status 0 whatever the scores). "
+        "To gate on it, make it the reference:",
+        f"  rerun with --llm-floors-from={run} (each floor: the lower end of this run's 95% "
+        "interval),",
+        f"  or write them into your ini: python -m pytest_llmeval.record floors {run} "
+        "--write=pyproject.toml",
+    ]
+
+
 def _write_record_paths(session: LlmEvalSession, tr: Any) -> None:
     """Where the run record and its report are (or why the report is missing)."""
     if session.run is not None:
@@ -261,6 +279,9 @@ def _write_record_paths(session: LlmEvalSession, tr: Any) -> None:
         tr.write_line(f"run record: {session.run.path}{stopped}")
         if session.report_path is not None:
             tr.write_line(f"run report: {session.report_path}")
+        if not session.interrupted:
+            for line in no_floor_hint(session.verdicts, session.run.path):
+                tr.write_line(line, yellow=True)
         if session.report_error is not None:
             tr.write_line(
                 f"WARNING report.html was not written ({session.report_error}); the records are "

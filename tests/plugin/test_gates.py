@@ -105,6 +105,38 @@ def test_floors_written_from_a_run_pass_the_same_model_and_fail_a_weakened_one(
     strict.stdout.fnmatch_lines(["FAIL colors: acc 0.7500 does not clear its floor 0.55*strict)"])
 
 
+def test_a_run_without_floors_says_it_gates_nothing_and_how_to_gate(
+    pytester: pytest.Pytester,
+    tiny_model_dir: Path,
+    write_project,  # type: ignore[no-untyped-def]
+) -> None:
+    """No task has a floor: the run decided nothing (exit 0 whatever the scores), and the
+    terminal says so, with the two ways to make floors of this run."""
+    from tiny_projects import MC_SPEC
+
+    write_project(pytester)
+    (pytester.path / "colors.yaml").write_text(MC_SPEC.format(floor="null"))
+    first = pytester.runpytest(*_args(tiny_model_dir, "--llm-output=ref", "-k", "colors"))
+    assert first.ret == 0
+    reference = _run(pytester.path / "ref")
+    first.stdout.fnmatch_lines(
+        [
+            "colors*4/4*acc*75.0*- no floor*",
+            "no task has a floor: this run gates nothing*make it the reference:",
+            f"  rerun with --llm-floors-from=ref/{reference.name} (each floor: the lower end*",
+            "  or write them into your ini: python -m pytest_llmeval.record floors "
+            f"ref/{reference.name} --write=pyproject.toml",
+        ]
+    )
+    # Gated on itself, the same model passes, and nothing says the run gates nothing.
+    gated = pytester.runpytest(
+        *_args(tiny_model_dir, "--llm-output=out", "-k", "colors", f"--llm-floors-from={reference}")
+    )
+    assert gated.ret == 0
+    gated.stdout.fnmatch_lines(["colors*4/4*acc*75.0*30.1*pass*"])
+    assert "no task has a floor" not in gated.stdout.str()
+
+
 def test_floors_from_a_reference_run_directory(
     pytester: pytest.Pytester,
     tiny_model_dir: Path,
