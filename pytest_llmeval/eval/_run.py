@@ -282,6 +282,8 @@ class TaskRunner:
         self._shots: dict[str | None, _Shots] = {}
         self.template: ChatTemplate | None = None
         self._bound = False
+        # How the bound backend chooses tokens (its info's "decoding"), once bound.
+        self.decoding: Mapping[str, Any] | None = None
         self._bos: Mapping[str, Any] = {}
         self.model_name = "the model"
         self.judges = self._require_judges()
@@ -370,6 +372,10 @@ class TaskRunner:
         if self._bound:
             return
         info = backend.info()
+        decoding = info.get("decoding")
+        # How the backend chooses tokens (greedy, and what of the model's generation config
+        # it applies): part of a generative task's config and hash.
+        self.decoding = dict(decoding) if isinstance(decoding, Mapping) else None
         bos = info.get("bos")
         self._bos = bos if isinstance(bos, Mapping) else {}
         self.model_name = str(info.get("model_path") or info.get("model") or "the model")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pytest_llmeval.model._greedy import GreedyRule
 from pytest_llmeval.model._progress import ProgressCallback, progress_to, report_progress
 from pytest_llmeval.model._resolve import (
     EMBEDDED,
@@ -12,6 +13,7 @@ from pytest_llmeval.model._resolve import (
 from pytest_llmeval.model._types import (
     BACKENDS,
     BOS_POLICIES,
+    GENERATION_CONFIG_RULES,
     OVERFLOW_POLICIES,
     Backend,
     ChatTemplate,
@@ -44,11 +46,13 @@ __all__ = [
     "BACKENDS",
     "BOS_POLICIES",
     "EMBEDDED",
+    "GENERATION_CONFIG_RULES",
     "OVERFLOW_POLICIES",
     "Backend",
     "ChatTemplate",
     "GenerateRequest",
     "GenerateResult",
+    "GreedyRule",
     "LoglikelihoodRequest",
     "LoglikelihoodResult",
     "ModelSettings",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_llmeval._errors import ModelError
+from pytest_llmeval.model._greedy import GreedyRule
 from pytest_llmeval.model._lookup import PromptLookup
 from pytest_llmeval.model._progress import report_progress
 from pytest_llmeval.model._resolve import resolve_model_path
@@ -184,6 +185,17 @@ class HFBackend:
         # config's eos_token_id (often a list: Llama 3 ends turns with <|eot_id|>), and the
         # chat template's end-of-turn token.
         self.stop_tokens = self._stop_token_ids()
+        # What greedy decoding applies of the model's generation config (model/_greedy.py):
+        # model.generate(do_sample=False), lm-eval's HF path, applies its repetition
+        # penalty and the like; the argmax alone would not.
+        source = self.path / "generation_config.json"
+        self.greedy_rule = GreedyRule.from_config(
+            getattr(self.model, "generation_config", None),
+            settings.generation_config,
+            str(source) if source.is_file() else None,
+            settings.model,
+        )
+        self._processors = self.greedy_rule.processors(list(self.stop_tokens), self.device)
         config = self.model.config
         limit = settings.max_length or getattr(config, "max_position_embeddings", None) or 2048
         self.max_length = int(limit)
@@ -260,11 +272,13 @@ class HFBackend:
         resume key): the fused step unless it is refused, at load or by its check at the
         first generation."""
         if self._fused_skipped is None:
+            # Drafts are checked a block of positions at a time; the generation config's
+            # processors need each position's tokens before it: no drafts then.
             return {
                 "step": "fused",
                 "kernels": "onednn",
                 "requested": self.settings.decode_step,
-                "prompt_lookup": self.settings.prompt_lookup,
+                "prompt_lookup": self.settings.prompt_lookup if self._processors is None else 0,
             }
         return {
             "step": "transformers",
@@ -371,6 +385,7 @@ class HFBackend:
             "chat_template": self._chat.describe() if self._chat is not None else None,
             "bos": self.bos_info(),
             "stop_token_ids": {str(k): v for k, v in sorted(self.stop_tokens.items())},
+            "decoding": self.decoding(),
             "seed": self.settings.seed,
             "seeds": dict(self.seeds),
             # What torch was actually set to, read back (not what was asked for).
@@ -386,6 +401,15 @@ class HFBackend:
 
     def chat_template(self) -> ChatTemplate | None:
         return self._chat
+
+    def decoding(self) -> dict[str, Any]:
+        """How a generation chooses its tokens, as records state it: greedy (no sampling,
+        one beam), with what it applies of the model's generation config."""
+        return {
+            "do_sample": False,
+            "num_beams": 1,
+            "generation_config": self.greedy_rule.describe(),
+        }
 
     def bos_info(self) -> dict[str, Any]:
         """The BOS policy as run records state it."""
@@ -1009,14 +1033,35 @@ class HFBackend:
         text = self.tokenizer.decode(row.new, skip_special_tokens=True)
         return not stop_hit(text, job.stop, job.thinking, job.opened)
 
-    def _choose(self, hidden: Any) -> tuple[Any, list[int], list[bool]]:
-        """The greedy next token of each row of ``hidden`` (one position per row): the
-        token tensor, its values, and whether each row's logits were finite."""
+    def _choose(self, hidden: Any, rows: Sequence[_Row]) -> tuple[Any, list[int], list[bool]]:
+        """The greedy next token of each row of ``hidden`` (one position per row, of
+        ``rows``): the token tensor, its values, and whether each row's logits were
+        finite."""
         import torch
 
         logits = self._head(hidden)
-        tokens = logits.argmax(-1)
+        tokens = self._argmax(logits, rows)
         return tokens, tokens.tolist(), torch.isfinite(logits).all(-1).tolist()
+
+    def _argmax(self, logits: Any, rows: Sequence[_Row]) -> Any:
+        """The greedy token of each row of ``logits`` (rows x vocabulary, one per row of
+        ``rows``): the argmax, after the generation config's processors where the rule
+        applies any (each on its row's own tokens: prompt and output so far)."""
+        if self._processors is None:
+            return logits.argmax(-1)
+        import torch
+
+        assert len(rows) == logits.shape[0], "the generation config's processors need the rows"
+
+        picked = [
+            self._processors.choose(
+                [*row.job.prefix, *row.job.own, *row.new],
+                logits[i],
+                len(row.job.prefix) + len(row.job.own),
+            )
+            for i, row in enumerate(rows)
+        ]
+        return torch.tensor(picked, dtype=torch.long, device=logits.device)
 
     def _row_state(self, cache: Any, mask: Any, row: int) -> _State:
         """Row ``row`` of a running generation's cache as a state of its own, its holes
@@ -1067,11 +1112,11 @@ class HFBackend:
                             for _ in range(min(self.batch_size - len(rows), len(waiting)))
                         ]
                         states = [self._prefix_state(job.prefix, keep=True) for job in admitted]
+                        entering = [_Row(job) for job in admitted]
                         chosen, values, finite, computed = self._prefill(
-                            states, [job.own for job in admitted]
+                            states, [job.own for job in admitted], entering
                         )
-                        for j, job in enumerate(admitted):
-                            row = _Row(job)
+                        for j, row in enumerate(entering):
                             if self._take(row, values[j], finite[j]):
                                 rows.append(row)
                                 fresh.append(computed[j])
@@ -1097,7 +1142,7 @@ class HFBackend:
                         if draft:
                             block[j, 1 : 1 + len(draft)] = torch.tensor(draft, device=block.device)
                     positions = mask.sum(1, keepdim=True) + torch.arange(width, device=mask.device)
-                    picked, finite_at = self._step(block, positions, mask, cache, lengths)
+                    picked, finite_at = self._step(block, positions, mask, cache, lengths, rows)
                     # Each row keeps its token and the drafted tokens the model chose
                     # itself, up to the first it did not: the real positions of the block.
                     real = mask.new_zeros((len(rows), width))
@@ -1137,11 +1182,15 @@ class HFBackend:
             yield from done
 
     def _prefill(
-        self, states: Sequence[_State | None], owns: Sequence[Sequence[int]]
+        self,
+        states: Sequence[_State | None],
+        owns: Sequence[Sequence[int]],
+        rows: Sequence[_Row] = (),
     ) -> tuple[Any, list[int], list[bool], list[_State]]:
         """Each row's own prompt tokens ``owns[i]`` after its cached prefix ``states[i]``:
         the greedy first output token of each row (tensor and values), whether its logits
-        were finite, and each row's state after its prompt.
+        were finite, and each row's state after its prompt. ``rows`` (the rows these
+        prompts begin) are needed where the generation config's processors apply.
 
         With the fused step the prompts go through it in blocks of at most
         ``_PREFILL_BLOCK`` tokens per row (aligned on each prompt's end, so the last block
@@ -1154,7 +1203,7 @@ class HFBackend:
             ids, own_mask = self._right_padded(owns)
             hidden, computed = self._decode(states, ids, own_mask, want_state=True)
             last = hidden[torch.arange(len(owns), device=hidden.device), own_mask.sum(1) - 1]
-            chosen, values, finite = self._choose(last)
+            chosen, values, finite = self._choose(last, rows)
             return chosen, values, finite, computed
         fused = self._fused_step()
         longest = max(map(len, owns))
@@ -1179,7 +1228,7 @@ class HFBackend:
             )
             mask = torch.cat([mask, real.to(mask.dtype)], 1)
         assert logits is not None
-        chosen = logits.argmax(-1)
+        chosen = self._argmax(logits, rows)
         computed = [self._row_state(cache, mask, i) for i in range(len(owns))]
         return chosen, chosen.tolist(), torch.isfinite(logits).all(-1).tolist(), computed
 
@@ -1202,8 +1251,8 @@ class HFBackend:
         with ``prompt_lookup`` 0): never more tokens than its budget has left after the
         one it chooses anyway."""
         k = min(self.settings.prompt_lookup, row.job.max_new - len(row.new) - 1)
-        if k <= 0 or self._fused_skipped is not None:
-            return []
+        if k <= 0 or self._fused_skipped is not None or self._processors is not None:
+            return []  # processors: each position's token depends on the ones before it
         if row.lookup is None:
             row.lookup = PromptLookup([*row.job.prefix, *row.job.own])
             known = 0
@@ -1268,13 +1317,20 @@ class HFBackend:
         return self._fused
 
     def _step(
-        self, tokens: Any, positions: Any, mask: Any, cache: Any, lengths: Sequence[int]
+        self,
+        tokens: Any,
+        positions: Any,
+        mask: Any,
+        cache: Any,
+        lengths: Sequence[int],
+        rows: Sequence[_Row] = (),
     ) -> tuple[list[list[int]], list[list[bool]]]:
         """One decode step of continuous batching over ``tokens`` (rows, width) at
         ``positions``, after the cache positions where ``mask`` is 1, the cache extended
         in place: per row, for each of its first ``lengths[row]`` tokens, the greedy next
         token and whether its logits were finite. More than one token per row (a draft)
-        needs the fused step."""
+        needs the fused step; ``rows`` (one token each: no drafts) are needed where the
+        generation config's processors apply."""
         import torch
 
         if self._fused_skipped is None:
@@ -1288,7 +1344,7 @@ class HFBackend:
                 **{self._cache_arg: cache},
             )
             logits = self._head(out.last_hidden_state).flatten(0, 1)
-        chosen = logits.argmax(-1).tolist()
+        chosen = self._argmax(logits, rows).tolist()
         finite = torch.isfinite(logits).all(-1).tolist()
         picked, finite_at, start = [], [], 0
         for n in lengths:
@@ -1330,7 +1386,7 @@ class HFBackend:
             hidden = out.last_hidden_state[index, mask.sum(1) - 1]
             active = list(range(len(jobs)))
             while active:
-                tokens, values, finite = self._choose(hidden)
+                tokens, values, finite = self._choose(hidden, [rows[r] for r in active])
                 still = [
                     j for j, r in enumerate(active) if self._take(rows[r], values[j], finite[j])
                 ]

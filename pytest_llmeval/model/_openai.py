@@ -99,9 +99,13 @@ _IDENTITY_HEADERS = ("server", "x-powered-by", "via", "openai-version")
 # Statuses worth retrying: the request may succeed later.
 _RETRY_STATUSES = frozenset({408, 429})
 # Sampling parameters outside the OpenAI API that some servers apply by default and that
-# change greedy decoding: llama.cpp's servers default to repeat_penalty 1.1. They are sent
-# set to neutral and dropped for good when a server rejects them by name.
+# change greedy decoding: llama.cpp's servers default to repeat_penalty 1.1, a default of
+# the server, not of the model. They are sent set to neutral and dropped for good when a
+# server rejects them by name.
 _NEUTRAL_EXTRAS: dict[str, Any] = {"repeat_penalty": 1.0}
+# Under --llm-generation-config=neutral, also the model's own: vLLM applies the model's
+# generation_config.json (its repetition_penalty) unless a request sets it.
+_NEUTRAL_MODEL_EXTRAS: dict[str, Any] = {"repetition_penalty": 1.0}
 _CONTEXT_MESSAGE = re.compile(
     r"context[ _-]?(length|window|size)|maximum context|too long|exceeds? the (model|max)"
     r"|must be <= \d+|input tokens",
@@ -256,6 +260,8 @@ class OpenAIBackend:
         self._random = random.Random()  # jitter only; never the global generator
         self._lock = threading.Lock()
         self._extras = dict(_NEUTRAL_EXTRAS)
+        if settings.generation_config == "neutral":
+            self._extras.update(_NEUTRAL_MODEL_EXTRAS)
         self.requests_sent = 0
         self.server_headers: dict[str, str] = {}
         self.server_model: dict[str, Any] | None = None
@@ -569,6 +575,30 @@ class OpenAIBackend:
     def batch_size(self) -> int:
         return self.concurrency
 
+    def decoding(self) -> dict[str, Any]:
+        """How the server is asked to choose tokens, as records state it: what each
+        request sends, and that the rest is the server's (the client cannot see it)."""
+        rule = self.settings.generation_config
+        with self._lock:
+            sent = dict(self._extras)
+        return {
+            "do_sample": False,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "generation_config": {
+                "rule": rule,
+                "source": "the server",
+                "sent": sent,
+                "applied": (
+                    "the server's defaults for what a request does not set (vLLM: the "
+                    "model's generation_config.json, its --generation-config auto)"
+                    if rule == "model"
+                    else "none that the requests could turn off (the fields sent are neutral; "
+                    "a server that rejected one by name applies its own default)"
+                ),
+            },
+        }
+
     def info(self) -> Mapping[str, Any]:
         return {
             "backend": "openai",
@@ -583,6 +613,7 @@ class OpenAIBackend:
                 else {"kind": self.tokenizer.kind, "url": self.tokenizer.tokenize_url}
             ),
             "sampling_extras": dict(self._extras),
+            "decoding": self.decoding(),
             "prompt_logprobs": self.prompt_logprobs,
             "chat_template": self._chat.describe() if self._chat is not None else None,
             "chat_probe": self._chat_probed,

@@ -277,6 +277,9 @@ BOS_POLICIES = ("auto", "yes", "no")
 #: How the hf backend runs a decode step: "auto" (its fused step where the model type and
 #: device are supported, see model/_step.py) or "transformers" (the model's own forward).
 DECODE_STEPS = ("auto", "transformers")
+#: What greedy decoding does with the model's generation config (model/_greedy.py):
+#: "model" applies it as model.generate(do_sample=False) does, "neutral" takes the argmax.
+GENERATION_CONFIG_RULES = ("model", "neutral")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICE_MAPS = ("auto", "balanced", "sequential")
 
@@ -332,6 +335,9 @@ class ModelSettings:
     # hf: draft up to this many tokens per decode step by prompt lookup (model/_lookup.py),
     # checked in the same step; 0: one token per step. Needs the fused decode step.
     prompt_lookup: int = 5
+    # Greedy decoding and the model's generation config (model/_greedy.py): "model" follows
+    # it as model.generate does, "neutral" takes a plain argmax.
+    generation_config: str = "model"
 
     def __post_init__(self) -> None:
         """Every setting is checked here, once, whoever builds the settings (the pytest
@@ -365,6 +371,12 @@ class ModelSettings:
         if self.decode_step not in DECODE_STEPS:
             raise SettingsError(
                 "decode-step", self.decode_step, f"expected one of {'|'.join(DECODE_STEPS)}"
+            )
+        if self.generation_config not in GENERATION_CONFIG_RULES:
+            raise SettingsError(
+                "generation-config",
+                self.generation_config,
+                f"expected one of {'|'.join(GENERATION_CONFIG_RULES)}",
             )
         if not 0 <= self.prompt_lookup <= 32:
             raise SettingsError("prompt-lookup", self.prompt_lookup, "expected 0 to 32 tokens")

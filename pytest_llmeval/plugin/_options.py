@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_llmeval.gate import POLICIES, FloorRule, parse_floor_rule
-from pytest_llmeval.model import SettingsError
+from pytest_llmeval.model import GENERATION_CONFIG_RULES, SettingsError
 
 if TYPE_CHECKING:
     from pytest_llmeval.eval import ChatSettings
@@ -267,6 +267,15 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "its own prompt and output and check them in the same step (greedy output "
         "unchanged; 0: one token per step; default 5)",
         "5",
+    ),
+    (
+        "--llm-generation-config",
+        "llm_generation_config",
+        "model|neutral: greedy decoding follows the model's generation_config.json "
+        "(repetition_penalty, no_repeat_ngram_size, suppressed tokens, minimum length), as "
+        "model.generate and vLLM do (model, the default), or takes a plain argmax (neutral); "
+        "recorded per task",
+        "model",
     ),
     (
         "--llm-progress",
@@ -859,6 +868,7 @@ class Options:
     add_bos: str = "auto"
     decode_step: str = "auto"
     prompt_lookup: int = 5
+    generation_config: str = "model"
     strip_thinking: bool = False
     thinking_markers: tuple[str, str] = ("<think>", "</think>")
     # Per floor override: where it was given (CLI_FLOOR or INI_FLOORS) and its # note.
@@ -911,6 +921,7 @@ class Options:
             add_bos=self.add_bos,
             decode_step=self.decode_step,
             prompt_lookup=self.prompt_lookup,
+            generation_config=self.generation_config,
         )
 
     @classmethod
@@ -973,6 +984,7 @@ class Options:
             add_bos=_text(config, "llm_add_bos") or "auto",
             decode_step=_text(config, "llm_decode_step") or "auto",
             prompt_lookup=_default(_int(config, "llm_prompt_lookup", None), 5),
+            generation_config=_choice(config, "llm_generation_config", GENERATION_CONFIG_RULES),
             strip_thinking=_flag(config, "llm_strip_thinking"),
             thinking_markers=_markers(config),
             lmeval_tasks=_names(config, "llm_lmeval_tasks"),

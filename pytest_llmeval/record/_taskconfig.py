@@ -17,6 +17,8 @@ from pytest_llmeval.record._hash import stable_hash
 from pytest_llmeval.task import TaskSpec
 
 # Greedy decoding is the only sampling mode; recorded explicitly so that records say so.
+# A backend states how it decodes (``decoding`` in its info: what of the model's generation
+# config it applies); this is the record of one that does not.
 SAMPLING = {"do_sample": False, "temperature": 0.0, "top_p": 1.0, "num_beams": 1}
 
 
@@ -63,7 +65,7 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
         generation = _tuples_as_lists(asdict(spec.generate))
         if not generation["metrics"]:  # a task without named metrics keeps its config hash
             del generation["metrics"]
-        config["generation"] = {**SAMPLING, **generation}
+        config["generation"] = {**(runner.decoding or SAMPLING), **generation}
     if spec.multiple_choice is not None:
         config["multiple_choice"] = _tuples_as_lists(asdict(spec.multiple_choice))
     return config

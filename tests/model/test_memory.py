@@ -40,12 +40,14 @@ def test_one_laid_out_cache_alive_at_each_decode_step(
         buffers.extend(weakref.ref(layer._keys_buf) for layer in cache.layers)
         return cache, mask
 
-    def checking_step(tokens: Any, positions: Any, mask: Any, cache: Any, lengths: Any) -> Any:
+    def checking_step(
+        tokens: Any, positions: Any, mask: Any, cache: Any, lengths: Any, rows: Any = ()
+    ) -> Any:
         own = {id(layer._keys_buf) for layer in cache.layers}
         alive = [ref() for ref in buffers]
         strays.append(sum(1 for b in alive if b is not None and id(b) not in own))
         del alive
-        return step(tokens, positions, mask, cache, lengths)
+        return step(tokens, positions, mask, cache, lengths, rows)
 
     monkeypatch.setattr(backend, "_laid_out", recording_laid_out)
     monkeypatch.setattr(backend, "_step", checking_step)

@@ -278,6 +278,26 @@ def test_a_rejected_sampling_extra_is_dropped_for_good(fake_openai: FakeServer) 
     assert backend.info()["sampling_extras"] == {}
 
 
+@pytest.mark.parametrize("rule", ["model", "neutral"])
+def test_the_generation_config_rule_decides_what_each_request_sends(
+    fake_openai: FakeServer, rule: str
+) -> None:
+    """Under ``model`` the server's defaults (vLLM: the model's generation config) decide
+    what a request does not set; under ``neutral`` the repetition penalty is sent at 1.
+    The record says which, and what was sent."""
+    fake_openai.completions = lambda body: _completion(" ok")
+    backend = _backend(fake_openai, generation_config=rule)
+    backend.generate([GenerateRequest("a", 4)])
+    (body,) = fake_openai.completion_bodies()
+    assert body["temperature"] == 0.0 and body["repeat_penalty"] == 1.0
+    assert body.get("repetition_penalty") == (1.0 if rule == "neutral" else None)
+    decoding = backend.info()["decoding"]
+    assert decoding["do_sample"] is False
+    record = decoding["generation_config"]
+    assert record["rule"] == rule and record["source"] == "the server"
+    assert record["sent"] == {k: v for k, v in body.items() if k.endswith("penalty")}
+
+
 # ---------------------------------------------------------------- retries and errors
 
 

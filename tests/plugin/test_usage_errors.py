@@ -314,3 +314,20 @@ def test_a_cuda_device_torch_does_not_see_is_a_usage_error(
             "--llm-device=cpu, or auto (CUDA when torch sees a device, else the CPU)"
         ]
     )
+
+
+def test_an_unknown_generation_config_rule_is_named_before_any_model_loads(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-generation-config=greedy"))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        [
+            _literal(
+                "ERROR: --llm-generation-config (ini llm_generation_config): expected one of "
+                "model|neutral, got 'greedy'"
+            )
+        ]
+    )
+    assert not (pytester.path / ".llmeval").exists()  # no run began
