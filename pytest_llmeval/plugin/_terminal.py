@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_llmeval.record import prompt_lines
+from pytest_llmeval.record import decoding_lines, prompt_lines
 
 from ._collect import describe
 from ._session import LlmEvalSession, TaskVerdict
@@ -123,8 +123,11 @@ def write_not_run(session: LlmEvalSession, tr: Any) -> None:
 def _write_settings(session: LlmEvalSession, tr: Any) -> None:
     """What the scores were computed with: the prompts, an exclusion list, an agreement
     check."""
-    for line in prompt_lines({v.task: session.tallies[v.task].config for v in session.verdicts}):
+    configs = {v.task: session.tallies[v.task].config for v in session.verdicts}
+    for line in prompt_lines(configs):
         tr.write_line(f"prompts: {line}")
+    for line in decoding_lines(configs):
+        tr.write_line(f"decoding: {line}")
     if session.options.exclude is not None:
         tr.write_line(
             f"excluded: the {len(session.excluded)} item ids listed in {session.options.exclude} "

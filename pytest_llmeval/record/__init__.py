@@ -33,6 +33,7 @@ from pytest_llmeval.record._rundir import (
 )
 from pytest_llmeval.record._summary import (
     append_github_step_summary,
+    decoding_lines,
     floor_source_text,
     markdown_summary,
     prompt_lines,
@@ -51,6 +52,7 @@ __all__ = [
     "compare_runs",
     "config_hash",
     "data_files",
+    "decoding_lines",
     "describe_drift",
     "drift_fingerprint",
     "environment_record",

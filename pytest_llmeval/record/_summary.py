@@ -297,6 +297,36 @@ def prompt_lines(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return [f"{text}: {', '.join(sorted(tasks))}" for text, tasks in ways.items()]
 
 
+def decoding_lines(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What greedy decoding applied of the model's generation config, one line per distinct
+    way, naming its generative tasks; nothing where no field changed the argmax and none
+    was turned off (see model/_greedy.py)."""
+    ways: dict[str, list[str]] = {}
+    for task, config in configs.items():
+        rule = ((config or {}).get("generation") or {}).get("generation_config")
+        if not isinstance(rule, Mapping):
+            continue
+        applied = rule.get("applied")
+        off = {
+            k: v
+            for k, v in (rule.get("not_applied") or {}).items()
+            if "sampling only" not in str(v)
+        }
+        if isinstance(applied, Mapping) and applied:
+            fields = ", ".join(f"{k} {v}" for k, v in applied.items())
+            text = f"greedy, with the model's generation config applied ({fields})"
+        elif off:
+            fields = ", ".join(f"{k} {str(v).split(':')[0]}" for k, v in off.items())
+            text = (
+                f"plain argmax ({rule.get('rule')}): the model's generation config not applied "
+                f"({fields})"
+            )
+        else:
+            continue
+        ways.setdefault(text, []).append(task)
+    return [f"{text}: {', '.join(sorted(tasks))}" for text, tasks in ways.items()]
+
+
 def not_run_section(not_run: Sequence[Mapping[str, Any]]) -> list[str]:
     """The collected tasks that ran no item: one line per skipped task with its reason and
     what to pass, then one line naming the deselected ones."""
@@ -349,6 +379,9 @@ def markdown_summary(
     prompts = prompt_lines(task_configs or {})
     if prompts:
         lines += ["", "**Prompts**:", *(f"- {_cell(line)}" for line in prompts)]
+    decoding = decoding_lines(task_configs or {})
+    if decoding:
+        lines += ["", "**Decoding**:", *(f"- {_cell(line)}" for line in decoding)]
     if environment:
         headline = environment_headline(environment)
         if headline:
