@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from transformers_generate import generate_alone
 
 from pytest_llmeval.model import GenerateRequest, ModelSettings, load_backend
 
@@ -136,20 +137,8 @@ def test_continuous_and_fixed_batches_agree_with_transformers(
     monkeypatch.setattr(backend, "_share", False)
     fixed = backend.generate(reqs)
     assert [r.text for r in fixed] == [r.text for r in continuous]
-    tok = backend.tokenizer
     for req, got in zip(reqs, continuous, strict=True):
-        ids = backend._encode_prompt(req.context)
-        with torch.inference_mode():
-            direct = backend.model.generate(
-                input_ids=torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                max_new_tokens=req.max_new_tokens,
-                do_sample=False,
-                pad_token_id=tok.pad_token_id,
-            )[0, len(ids) :].tolist()
-        if tok.eos_token_id in direct:
-            direct = direct[: direct.index(tok.eos_token_id)]
-        assert got.text == tok.decode(direct, skip_special_tokens=True), req.context
+        assert got.text == generate_alone(backend, req.context, req.max_new_tokens), req.context
 
 
 def test_results_stream_as_sequences_end(backend) -> None:  # type: ignore[no-untyped-def]

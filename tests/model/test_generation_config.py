@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from transformers_generate import generate_alone
 
 from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model import GenerateRequest, GreedyRule, ModelSettings, load_backend
@@ -62,25 +63,6 @@ def _requests(budget: int = 24) -> list[GenerateRequest]:
     return [GenerateRequest(p, max_new_tokens=budget) for p in PROMPTS]
 
 
-def _generate_alone(backend: Any, req: GenerateRequest, **overrides: Any) -> str:
-    """``model.generate`` on one prompt, greedy, as lm-eval's HF path calls it (the model's
-    generation config merged with do_sample=False)."""
-    tok = backend.tokenizer
-    ids = backend._encode_prompt(req.context)
-    with torch.inference_mode():
-        out = backend.model.generate(
-            input_ids=torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            max_new_tokens=req.max_new_tokens,
-            do_sample=False,
-            pad_token_id=tok.pad_token_id,
-            **overrides,
-        )[0, len(ids) :].tolist()
-    if tok.eos_token_id in out:
-        out = out[: out.index(tok.eos_token_id)]
-    return str(tok.decode(out, skip_special_tokens=True))
-
-
 @pytest.mark.parametrize("step", ["auto", "transformers"])
 @pytest.mark.parametrize("which", ["penalised", "no_repeat"])
 def test_every_decode_path_equals_model_generate(
@@ -99,7 +81,7 @@ def test_every_decode_path_equals_model_generate(
     assert info["decode_plan"]["prompt_lookup"] == 0
     reqs = _requests()
     continuous = [r.text for r in backend.generate(reqs)]
-    expected = [_generate_alone(backend, r) for r in reqs]
+    expected = [generate_alone(backend, r.context, r.max_new_tokens) for r in reqs]
     assert continuous == expected
     monkeypatch.setattr(backend, "_share", False)  # fixed batches
     assert [r.text for r in backend.generate(reqs)] == expected
@@ -112,7 +94,9 @@ def test_neutral_takes_the_plain_argmax_and_says_so(penalised: Path) -> None:
     )
     reqs = _requests()
     plain = [r.text for r in neutral.generate(reqs)]
-    assert plain == [_generate_alone(neutral, r, repetition_penalty=1.0) for r in reqs]
+    assert plain == [
+        generate_alone(neutral, r.context, r.max_new_tokens, repetition_penalty=1.0) for r in reqs
+    ]
     # The penalty changes the greedy output of this model (the test could not fail else).
     assert plain != [r.text for r in followed.generate(reqs)]
     record = neutral.info()["decoding"]["generation_config"]
