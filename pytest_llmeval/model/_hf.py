@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_llmeval._errors import ModelError
+from pytest_llmeval.model._detok import IncrementalText
 from pytest_llmeval.model._greedy import GreedyRule
 from pytest_llmeval.model._lookup import PromptLookup
 from pytest_llmeval.model._progress import report_progress
@@ -73,6 +74,8 @@ class _Row:
     ended: int | None = None
     # Prompt-lookup drafts (ModelSettings.prompt_lookup): the row's prompt and output.
     lookup: PromptLookup | None = None
+    # The output's text as it grows, for the stop-sequence check (model/_detok.py).
+    text: IncrementalText | None = None
 
 
 def set_seeds(seed: int) -> dict[str, int]:
@@ -1030,7 +1033,11 @@ class HFBackend:
             return False
         if not job.stop:
             return True
-        text = self.tokenizer.decode(row.new, skip_special_tokens=True)
+        if row.text is None:
+            row.text = IncrementalText(self.tokenizer)
+        # Only the tokens since the last check are decoded (with a few before them): the
+        # whole output's decode at every token would cost O(n^2) per sequence.
+        text = row.text.extend(row.new[len(row.text.tokens) :])
         return not stop_hit(text, job.stop, job.thinking, job.opened)
 
     def _choose(self, hidden: Any, rows: Sequence[_Row]) -> tuple[Any, list[int], list[bool]]:
