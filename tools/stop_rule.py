@@ -92,6 +92,8 @@ def summarise(spec: str, template: str, records: list[dict[str, Any]]) -> StopRu
 
 
 def _pytest(spec_file: Path, run_dir: Path, template: str, args: argparse.Namespace) -> None:
+    if run_dir.exists():  # its records would be read as this run's
+        raise SystemExit(f"{run_dir} exists (an earlier measurement): give a new --out")
     command = [
         sys.executable,
         "-m",

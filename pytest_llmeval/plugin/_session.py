@@ -30,6 +30,7 @@ from pytest_llmeval.record import (
     RunDir,
     mark_superseded,
     new_run_dir,
+    output_file,
     write_json_atomic,
 )
 from pytest_llmeval.scorer import Estimate, accuracy
@@ -514,6 +515,8 @@ class LlmEvalSession:
             # An item with a problem found at collection fails alone: never in a batch.
             if item.problem is None:
                 self.selected.setdefault(item.task, []).append(item)
+        if self.options.run_dir is not None and not self.is_worker:
+            self._check_run_dir_tasks()
         missing = [self.floor_errors[t] for t in sorted(self.selected) if t in self.floor_errors]
         if missing:  # before any item runs, so before a model loads
             message = "--llm-floors-from (ini llm_floors_from): " + "; ".join(missing)
@@ -523,6 +526,27 @@ class LlmEvalSession:
             # internal error without the message): every item fails at setup instead, with
             # the message, and no model is loaded.
             self.floor_block = message
+
+    def _check_run_dir_tasks(self) -> None:
+        """``--llm-run-dir`` combines one task per process into one run: a task whose items
+        that directory already holds (an earlier process's) would get a second set of item
+        records beside the first, under a summary of the second alone. Refused before any
+        model loads, naming what to do."""
+        assert self.options.run_dir is not None
+        held = [
+            task
+            for task in sorted(self.selected)
+            if (self.options.run_dir / output_file(task)).is_file()
+            and (self.options.run_dir / output_file(task)).stat().st_size > 0
+        ]
+        if held:
+            files = ", ".join(output_file(t) for t in held)
+            raise pytest.UsageError(
+                f"--llm-run-dir={self.options.run_dir} already holds the items of "
+                f"{', '.join(held)} ({files}, from an earlier run): a run directory records "
+                "each task once. To run it again, give a new directory (or remove that one), "
+                "or leave the option out for a new run under --llm-output"
+            )
 
     def check_collection(self, items: list[SelectedItem]) -> None:
         """After collection (``items``: the benchmark items selected): floors and

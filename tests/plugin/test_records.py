@@ -364,6 +364,20 @@ def test_one_task_per_process_combined_into_one_record(
     text = step_summary.read_text()
     assert "| arith |" in text and "| colors |" in text
 
+    # A task the directory already holds is refused before any model loads: its items
+    # would be recorded twice under a summary of the second run alone.
+    records = (run / "tasks" / "colors_output.jsonl").read_text()
+    again = pytester.runpytest(*_args(tiny_model_dir, "--llm-run-dir=combined", "-k", "colors"))
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    again.stderr.fnmatch_lines(
+        [
+            "ERROR: --llm-run-dir=combined already holds the items of colors "
+            "(tasks/colors_output.jsonl, from an earlier run): a run directory records each "
+            "task once. To run it again, give a new directory*"
+        ]
+    )
+    assert (run / "tasks" / "colors_output.jsonl").read_text() == records
+
 
 def test_named_metrics_in_records_summary_and_terminal(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project
