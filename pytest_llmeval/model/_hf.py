@@ -16,17 +16,15 @@ from pytest_llmeval.model._greedy import GreedyRule
 from pytest_llmeval.model._lookup import PromptLookup
 from pytest_llmeval.model._progress import report_progress
 from pytest_llmeval.model._resolve import resolve_model_path
+from pytest_llmeval.model._tokens import TokenizerSide, read_template_file
 from pytest_llmeval.model._types import (
-    ChatTemplate,
     GenerateRequest,
     GenerateResult,
     LoglikelihoodRequest,
     LoglikelihoodResult,
     ModelSettings,
-    bos_added,
     cut_at_stop,
     fit_tokens,
-    move_trailing_space,
     no_room,
     stop_hit,
 )
@@ -124,7 +122,7 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-class HFBackend:
+class HFBackend(TokenizerSide):
     """A causal LM loaded with transformers, evaluated in fixed-size batches.
 
     Log-likelihoods follow lm-evaluation-harness: trailing whitespace of the context moves
@@ -180,14 +178,8 @@ class HFBackend:
         else:
             self.model.to(self.device)
         self.model.eval()
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.add_bos, self.bos_reason = self._bos_policy(settings.add_bos)
-        self._chat = self._load_chat_template(template_text)
-        # Token ids that end a generation: the tokenizer's EOS, every id of the generation
-        # config's eos_token_id (often a list: Llama 3 ends turns with <|eot_id|>), and the
-        # chat template's end-of-turn token.
-        self.stop_tokens = self._stop_token_ids()
+        # The BOS policy, the chat template and the token ids that end a generation.
+        self._init_tokens(template_text, getattr(self.model, "generation_config", None))
         # What greedy decoding applies of the model's generation config (model/_greedy.py):
         # model.generate(do_sample=False), lm-eval's HF path, applies its repetition
         # penalty and the like; the argmax alone would not.
@@ -402,9 +394,6 @@ class HFBackend:
             "transformers": str(transformers.__version__),
         }
 
-    def chat_template(self) -> ChatTemplate | None:
-        return self._chat
-
     def decoding(self) -> dict[str, Any]:
         """How a generation chooses its tokens, as records state it: greedy (no sampling,
         one beam), with what it applies of the model's generation config."""
@@ -413,155 +402,6 @@ class HFBackend:
             "num_beams": 1,
             "generation_config": self.greedy_rule.describe(),
         }
-
-    def bos_info(self) -> dict[str, Any]:
-        """The BOS policy as run records state it."""
-        return {
-            "policy": self.settings.add_bos,
-            "add": self.add_bos,
-            "reason": self.bos_reason,
-            "token": self.tokenizer.bos_token,
-            "id": self.tokenizer.bos_token_id,
-        }
-
-    # ------------------------------------------------------------------ tokens
-
-    def _bos_policy(self, policy: str) -> tuple[bool, str]:
-        """Whether prompts get a BOS token, and why. ``auto`` follows the tokenizer's own
-        configuration: a tokenizer that puts BOS before an encoded text by default (Llama,
-        Gemma, Mistral) gets it, one that does not (GPT-2 style, SmolLM2, Qwen) does not,
-        as lm-evaluation-harness's default encoding does."""
-        bos = self.tokenizer.bos_token_id
-        if policy == "no":
-            return False, "--llm-add-bos=no"
-        if bos is None:
-            if policy == "yes":
-                raise ModelError(
-                    f"--llm-add-bos=yes but the tokenizer of {self.path} has no BOS token"
-                )
-            return False, "the tokenizer has no BOS token"
-        if policy == "yes":
-            return True, "--llm-add-bos=yes"
-        default = list(self.tokenizer("a")["input_ids"])
-        if default[:1] == [bos]:
-            return True, "the tokenizer adds BOS by default"
-        return False, "the tokenizer does not add BOS by default"
-
-    def _encode(self, text: str) -> list[int]:
-        """A text's tokens, no special tokens added (special-token text in ``text``, such as
-        a chat template's ``<|im_start|>``, is parsed as those tokens)."""
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def _encode_prompt(self, text: str) -> list[int]:
-        """A prompt's tokens: BOS first when the policy adds it and the text does not
-        already start with it (a chat template that writes it), never twice."""
-        tokens = self._encode(text)
-        if bos_added(text, self.tokenizer.bos_token, self.add_bos):
-            return [int(self.tokenizer.bos_token_id), *tokens]
-        return tokens
-
-    def _split(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        """lm-eval's split: the context's own tokens, and the tail of the tokenized
-        ``context + continuation`` beyond as many tokens as the context has."""
-        context, continuation = move_trailing_space(context, continuation)
-        if not context:
-            prefix = self.tokenizer.bos_token_id
-            if prefix is None:
-                prefix = self.tokenizer.eos_token_id
-            return [int(prefix)], self._encode(continuation)
-        whole = self._encode_prompt(context + continuation)
-        ctx = self._encode_prompt(context)
-        return ctx, whole[len(ctx) :]
-
-    # ------------------------------------------------------------------ chat template
-
-    def _load_chat_template(self, override: str | None) -> ChatTemplate | None:
-        """The chat template: ``--llm-chat-template-file`` when given, else the tokenizer's
-        own (its default one when it has several named ones). Probed once: whether it
-        keeps a system message, and which token closes an assistant turn."""
-        import hashlib
-
-        source = f"file:{self.settings.chat_template_file}" if override is not None else None
-        text = override
-        if text is None:
-            own = getattr(self.tokenizer, "chat_template", None)
-            if isinstance(own, dict):
-                own = own.get("default")
-            if not own:
-                return None
-            text, source = str(own), "tokenizer"
-        assert source is not None
-        tokenizer = self.tokenizer
-
-        def render(
-            messages: Sequence[Mapping[str, str]],
-            *,
-            opened: bool = True,
-            continue_final: bool = False,
-        ) -> str:
-            # continue_final: the last (assistant) message is left open for the model to
-            # continue, as lm-eval renders a gen_prefix.
-            return str(
-                tokenizer.apply_chat_template(
-                    [dict(m) for m in messages],
-                    chat_template=text,
-                    tokenize=False,
-                    add_generation_prompt=opened,
-                    continue_final_message=continue_final,
-                )
-            )
-
-        try:
-            render([{"role": "user", "content": "Hello"}])
-        except Exception as exc:
-            raise ModelError(
-                f"the chat template ({source}) of {self.path} does not render a user message: "
-                f"{type(exc).__name__}: {exc}"
-            ) from None
-        return ChatTemplate(
-            source=source,
-            sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-            render=render,
-            system_role=_keeps_system(render),
-            end_of_turn=self._end_of_turn(render),
-        )
-
-    def _end_of_turn(self, render: Any) -> str | None:
-        """The special token that follows an assistant message in the template's own
-        rendering (``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``), if any."""
-        sentinel = "Sentinel reply 7"
-        try:
-            text = render(
-                [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": sentinel}],
-                opened=False,
-            )
-        except Exception:  # a template that cannot end on an assistant turn
-            return None
-        at = text.rfind(sentinel)
-        if at < 0:
-            return None
-        tail = self._encode(text[at + len(sentinel) :])
-        if not tail:
-            return None
-        first = tail[0]
-        added = getattr(self.tokenizer, "added_tokens_decoder", {}).get(first)
-        special = first in self.tokenizer.all_special_ids or bool(getattr(added, "special", False))
-        token = self.tokenizer.convert_ids_to_tokens(first)
-        return str(token) if special and isinstance(token, str) else None
-
-    def _stop_token_ids(self) -> dict[int, str]:
-        ids: list[int] = []
-        if self.tokenizer.eos_token_id is not None:
-            ids.append(int(self.tokenizer.eos_token_id))
-        generation = getattr(self.model, "generation_config", None)
-        configured = getattr(generation, "eos_token_id", None)
-        if isinstance(configured, int):
-            ids.append(configured)
-        elif isinstance(configured, (list, tuple)):
-            ids.extend(int(i) for i in configured)
-        if self._chat is not None and self._chat.end_of_turn is not None:
-            ids.append(int(self.tokenizer.convert_tokens_to_ids(self._chat.end_of_turn)))
-        return {i: str(self.tokenizer.convert_ids_to_tokens(i)) for i in dict.fromkeys(ids)}
 
     # ------------------------------------------------------------------ shared prefixes
 
@@ -1440,45 +1280,6 @@ def trim_heap() -> bool:
         return False
     trim(0)
     return True
-
-
-def read_template_file(path: str | None) -> str | None:
-    """``--llm-chat-template-file``: a Jinja template (or a tokenizer_config.json /
-    chat_template.json holding one under ``chat_template``)."""
-    if path is None:
-        return None
-    import json
-    from pathlib import Path
-
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ModelError(f"--llm-chat-template-file={path}: cannot be read: {exc}") from None
-    if path.endswith(".json"):
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise ModelError(f"--llm-chat-template-file={path}: not JSON: {exc}") from None
-        template = data.get("chat_template") if isinstance(data, dict) else None
-        if not isinstance(template, str) or not template:
-            raise ModelError(
-                f"--llm-chat-template-file={path}: no 'chat_template' string in this JSON file"
-            )
-        text = template
-    if not text.strip():
-        raise ModelError(f"--llm-chat-template-file={path}: the file is empty")
-    return text
-
-
-def _keeps_system(render: Any) -> bool:
-    """Whether the template renders a system message (some refuse it with an exception,
-    some drop it without a word)."""
-    sentinel = "System sentinel 3"
-    try:
-        text = render([{"role": "system", "content": sentinel}, {"role": "user", "content": "Hi"}])
-    except Exception:
-        return False
-    return sentinel in str(text)
 
 
 def _score(window: Any, cont: Sequence[int], detail: bool) -> LoglikelihoodResult:
