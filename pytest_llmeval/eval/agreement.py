@@ -36,7 +36,7 @@ from typing import Any
 from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import LlmEvalError
 from pytest_llmeval.dataset import env_data_dirs, first_n, load_items, path_list
-from pytest_llmeval.eval import ItemResult, TaskRunner
+from pytest_llmeval.eval import ChatSettings, ItemResult, TaskRunner
 from pytest_llmeval.model import Backend, ModelSettings, load_backend
 from pytest_llmeval.scorer import accuracy, mcnemar_exact, paired_difference
 from pytest_llmeval.task import load_task_spec
@@ -45,12 +45,13 @@ FORMAT = "pytest-llmeval/agreement/1"
 
 
 def parse_backend(spec: str, base: ModelSettings) -> ModelSettings:
-    """``hf:MODEL`` or ``openai:BASE_URL@MODEL`` as settings (the rest from ``base``)."""
+    """``hf:MODEL``, ``vllm:MODEL`` or ``openai:BASE_URL@MODEL`` as settings (the rest from
+    ``base``)."""
     kind, sep, rest = spec.partition(":")
     if not sep or not rest:
-        raise ValueError(f"{spec!r}: expected hf:MODEL or openai:BASE_URL@MODEL")
-    if kind == "hf":
-        return ModelSettings(**{**_fields(base), "model": rest, "backend": "hf"})
+        raise ValueError(f"{spec!r}: expected hf:MODEL, vllm:MODEL or openai:BASE_URL@MODEL")
+    if kind in ("hf", "vllm"):
+        return ModelSettings(**{**_fields(base), "model": rest, "backend": kind})
     if kind == "openai":
         url, at, model = rest.rpartition("@")
         if not at or not url or not model:
@@ -58,7 +59,7 @@ def parse_backend(spec: str, base: ModelSettings) -> ModelSettings:
         return ModelSettings(
             **{**_fields(base), "model": model, "backend": "openai", "base_url": url}
         )
-    raise ValueError(f"{spec!r}: unknown backend {kind!r} (hf or openai)")
+    raise ValueError(f"{spec!r}: unknown backend {kind!r} (hf, vllm or openai)")
 
 
 def _fields(settings: ModelSettings) -> dict[str, Any]:
@@ -98,6 +99,7 @@ def compare_results(a: Sequence[ItemResult], b: Sequence[ItemResult]) -> dict[st
             "b": _side(y),
             "same_prediction": x.extracted == y.extracted,
             "same_correctness": x.correct == y.correct,
+            "same_prompt": x.prompt == y.prompt,
         }
         if x.choices:
             entry["gold"] = x.gold
@@ -113,6 +115,7 @@ def compare_results(a: Sequence[ItemResult], b: Sequence[ItemResult]) -> dict[st
     diff = paired_difference([r.score for r in a], [r.score for r in b])
     summary: dict[str, Any] = {
         "items": n,
+        "same_prompt": _share(e["same_prompt"] for e in items),
         "same_prediction": _share(e["same_prediction"] for e in items),
         "same_correctness": _share(e["same_correctness"] for e in items),
         "score_a": accuracy([r.score for r in a]).value,
@@ -126,6 +129,13 @@ def compare_results(a: Sequence[ItemResult], b: Sequence[ItemResult]) -> dict[st
     if a and a[0].choices:
         summary["mean_abs_dlogprob"] = sum(deltas) / len(deltas) if deltas else float("nan")
         summary["max_abs_dlogprob"] = max(deltas, default=float("nan"))
+        ordered = sorted(deltas)
+        summary["abs_dlogprob_quantiles"] = {
+            f"p{q}": ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+            if ordered
+            else None
+            for q in (50, 90, 99)
+        }
     else:
         summary["identical_output"] = _share(e["identical_output"] for e in items)
         summary["not_fitting"] = sum(
@@ -190,13 +200,16 @@ def run_agreement(
     limit: int | None,
     data_dirs: Sequence[Path],
     labels: tuple[str, str] = ("A", "B"),
+    chat: str = "off",
 ) -> dict[str, Any]:
     """Evaluate the tasks' first ``limit`` items on both backends (A first, then B, one
-    model loaded at a time) and compare them."""
+    model loaded at a time) and compare them. ``chat``: the chat template mode of both
+    (``off``: raw text; ``on``/``auto``: as ``--llm-chat-template``, given on the command
+    line)."""
     runners = []
     for path in tasks:
         spec = load_task_spec(path)
-        runner = TaskRunner(spec, data_dirs)
+        runner = TaskRunner(spec, data_dirs, ChatSettings(mode=chat, forced=chat != "off"))
         items = first_n(load_items(spec, runner.data_dirs), limit)
         runners.append((runner, items))
     results: list[list[list[ItemResult]]] = []
@@ -206,6 +219,9 @@ def run_agreement(
         assert backend is not None
         infos.append(dict(backend.info()))
         results.append([runner.run(items, backend) for runner, items in runners])
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()  # the vllm backend's engine processes
         backend = None  # release the model before loading the next one
     per_task = {}
     for k, (runner, _) in enumerate(runners):
@@ -220,6 +236,7 @@ def run_agreement(
         "a": {"spec": labels[0], "info": infos[0]},
         "b": {"spec": labels[1], "info": infos[1]},
         "limit": limit,
+        "chat_template": chat,
         "seed": a.seed,
         "data_dirs": [str(d) for d in data_dirs],
         "summary": {name: t["summary"] for name, t in per_task.items()},
@@ -237,8 +254,18 @@ def _parser() -> argparse.ArgumentParser:
         "--task", action="append", required=True, type=Path, help="a task spec (repeatable)"
     )
     parser.add_argument("--limit", type=int, default=None, help="the first N items per task")
-    parser.add_argument("--a", required=True, help="backend A: hf:MODEL or openai:URL@MODEL")
-    parser.add_argument("--b", required=True, help="backend B: hf:MODEL or openai:URL@MODEL")
+    parser.add_argument(
+        "--a", required=True, help="backend A: hf:MODEL, vllm:MODEL or openai:URL@MODEL"
+    )
+    parser.add_argument(
+        "--b", required=True, help="backend B: hf:MODEL, vllm:MODEL or openai:URL@MODEL"
+    )
+    parser.add_argument(
+        "--chat-template",
+        choices=("off", "on", "auto"),
+        default="off",
+        help="render both backends' prompts with the model's chat template (default off)",
+    )
     parser.add_argument(
         "--data-dir",
         action="append",
@@ -293,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             limit=args.limit,
             data_dirs=[d.resolve() if d.exists() else d for d in data_dirs],
             labels=(args.a, args.b),
+            chat=args.chat_template,
         )
     except LlmEvalError as exc:
         print(f"agreement: error: {exc}", file=sys.stderr)

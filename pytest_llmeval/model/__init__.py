@@ -32,11 +32,16 @@ from pytest_llmeval.model._types import (
 
 def load_backend(settings: ModelSettings) -> Backend:
     """The backend ``settings.backend`` names: ``hf`` loads the model into this process
-    (torch and transformers are imported here only); ``openai`` connects to a server."""
+    (torch and transformers are imported here only), ``vllm`` starts vLLM's engine in it,
+    ``openai`` connects to a server."""
     if settings.backend == "openai":
         from pytest_llmeval.model._openai import OpenAIBackend
 
         return OpenAIBackend(settings)
+    if settings.backend == "vllm":
+        from pytest_llmeval.model._vllm import VLLMBackend
+
+        return VLLMBackend(settings)
     from pytest_llmeval.model._hf import HFBackend
 
     return HFBackend(settings)

@@ -283,9 +283,10 @@ GENERATION_CONFIG_RULES = ("model", "neutral")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICE_MAPS = ("auto", "balanced", "sequential")
 
-BACKENDS = ("hf", "openai")
-"""``hf``: transformers in this process; ``openai``: an OpenAI-compatible completions server
-(vLLM, SGLang, TGI, llama.cpp) reached over HTTP."""
+BACKENDS = ("hf", "vllm", "openai")
+"""``hf``: transformers in this process; ``vllm``: vLLM's engine in this process (its
+replicas as Ray actors under data parallel); ``openai``: an OpenAI-compatible completions
+server (vLLM, SGLang, TGI, llama.cpp) reached over HTTP."""
 
 
 class SettingsError(ModelError):
@@ -338,6 +339,14 @@ class ModelSettings:
     # Greedy decoding and the model's generation config (model/_greedy.py): "model" follows
     # it as model.generate does, "neutral" takes a plain argmax.
     generation_config: str = "model"
+    # vllm: tensor-parallel ranks in one engine, engine replicas (data parallel, as Ray
+    # actors), the share of device memory an engine takes (vLLM's gpu_memory_utilization;
+    # None: vLLM's default on a GPU, model._vllm.CPU_MEMORY_SHARE on the CPU build), and
+    # further engine arguments as a JSON object (vLLM's EngineArgs fields).
+    tensor_parallel: int = 1
+    data_parallel: int = 1
+    memory_share: float | None = None
+    vllm_args: str | None = None
 
     def __post_init__(self) -> None:
         """Every setting is checked here, once, whoever builds the settings (the pytest
@@ -388,6 +397,7 @@ class ModelSettings:
             raise SettingsError("max-retries", self.max_retries, "must be >= 0")
         if not self.request_timeout > 0:
             raise SettingsError("request-timeout", self.request_timeout, "expected seconds > 0")
+        self._check_engine()
         if self.backend == "openai":
             self._check_server()
         elif self.base_url:
@@ -396,13 +406,68 @@ class ModelSettings:
                 self.base_url,
                 "is for --llm-backend=openai (the hf backend loads --llm-model into this process)",
             )
-        if self.chat_template_file is not None and self.backend != "hf":
+        if self.chat_template_file is not None and self.backend == "openai":
             raise SettingsError(
                 "chat-template-file",
                 self.chat_template_file,
-                f"is applied by the hf backend; --llm-backend={self.backend} sends conversations "
+                "is applied on this side by the hf and vllm backends; --llm-backend=openai sends "
+                "conversations "
                 "to the server, which applies its own template (start the server with the "
                 "template you want)",
+            )
+
+    def _check_engine(self) -> None:
+        """The vllm backend's own settings (what needs vLLM itself, such as the names of
+        its engine arguments, is checked by ``model._vllm.settings_problem``)."""
+        import json
+
+        given = {
+            "tensor-parallel": self.tensor_parallel != 1,
+            "data-parallel": self.data_parallel != 1,
+            "memory-share": self.memory_share is not None,
+            "vllm-args": self.vllm_args is not None,
+        }
+        if self.backend != "vllm":
+            for option, set_ in given.items():
+                if set_:
+                    value = getattr(self, option.replace("-", "_"))
+                    raise SettingsError(
+                        option, value, f"is for --llm-backend=vllm (the backend is {self.backend})"
+                    )
+            return
+        for option in ("tensor-parallel", "data-parallel"):
+            value = getattr(self, option.replace("-", "_"))
+            if not isinstance(value, int) or value < 1:
+                raise SettingsError(option, value, "expected a whole number >= 1")
+        share = self.memory_share
+        if share is not None and not (isinstance(share, (int, float)) and 0 < share <= 1):
+            raise SettingsError(
+                "memory-share",
+                share,
+                "expected a share of the device's memory in (0, 1] (vLLM's "
+                "gpu_memory_utilization; on the CPU build, of the NUMA node's memory)",
+            )
+        if self.vllm_args is not None:
+            try:
+                args = json.loads(self.vllm_args)
+            except ValueError as exc:
+                raise SettingsError(
+                    "vllm-args",
+                    self.vllm_args,
+                    f"not JSON ({exc}); expected an object such "
+                    'as {"enforce_eager": true, "max_num_seqs": 64}',
+                ) from None
+            if not isinstance(args, dict):
+                raise SettingsError(
+                    "vllm-args",
+                    self.vllm_args,
+                    'expected a JSON object such as {"enforce_eager": true}',
+                )
+        if self.device_map is not None:
+            raise SettingsError(
+                "device-map",
+                self.device_map,
+                "is the hf backend's placement; vLLM spreads a model with --llm-tensor-parallel",
             )
 
     def _check_server(self) -> None:

@@ -130,6 +130,7 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Runs before the terminal reporter prints its summary, so verdicts are ready for it.
     llm = get_session(session.config)
+    llm.evaluator.close()  # every item has run: stop the model's engine, if it has one
     if llm.is_worker:
         return
     if llm.options.catalog and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:

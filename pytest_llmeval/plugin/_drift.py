@@ -46,6 +46,10 @@ class DriftCheck:
                 "decode_step": plan.get("step"),
                 "prompt_lookup": plan.get("prompt_lookup"),
             }
+            engine = backend.get("engine")
+            if engine:  # the vllm backend: its version and the settings that change numbers
+                for key in ("vllm", "tensor_parallel", "data_parallel", "max_num_seqs", "args"):
+                    extra[f"engine.{key}"] = engine.get(key)
             for name in sorted(llm.runners):
                 runner = llm.runners[name]
                 try:

@@ -149,6 +149,13 @@ class Evaluator:
             return backend
         raise LlmEvalError(self._error)
 
+    def close(self) -> None:
+        """Release the model's engine where its backend has one to stop (the vllm
+        backend's processes, while the streams their logs write to are still open)."""
+        close = getattr(self._backend, "close", None)
+        if callable(close):
+            close()
+
     def _environment(self, backend: Backend) -> dict[str, Any]:
         from pytest_llmeval.record import HashCache, environment_record
 
@@ -189,6 +196,10 @@ class Evaluator:
             "torch": libraries.get("torch"),
             "transformers": libraries.get("transformers"),
         }
+        if info.get("backend") == "vllm":
+            # The engine's settings and version: kernels, tensor-parallel reductions and the
+            # engine's batching decide the last digits.
+            self.model_settings["engine"] = info.get("engine")
         if info.get("backend") == "openai":
             # What identifies the remote model (its weights cannot be hashed from here).
             self.model_settings.update(

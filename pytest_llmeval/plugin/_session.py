@@ -833,6 +833,9 @@ class LlmEvalSession:
         }
         if len(self.environments) > 1 or any(k != "main" for k in self.environments):
             config["workers"] = self._workers()
+        if backend.get("backend") == "vllm":
+            # The engine: its version and settings, as asked for and as it runs.
+            config["framework"].update(vllm=backend.get("vllm"), engine=backend.get("engine"))
         if backend.get("backend") == "openai":
             # A served model: no weights to hash; it is identified by what the server says.
             config["model_sha256_reason"] = model.get("reason")

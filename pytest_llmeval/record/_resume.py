@@ -149,6 +149,8 @@ def resume_settings(
         "tokenizer_sha256": (tokenizer or {}).get("sha256"),
         "model_revision": model_revision,
     }
+    if info.get("engine") is not None:
+        settings["engine"] = info["engine"]  # the vllm backend's engine (model/_vllm.py)
     if generative:
         plan = info.get("decode_plan") or info.get("decode_step") or {}
         settings["decode_step"] = plan.get("step")

