@@ -3,7 +3,9 @@
 # float32 and bfloat16 with the model's chat template, batch-size invariance, and parity
 # with lm-evaluation-harness on a few items with the chat template applied by both tools,
 # and generation speed in bfloat16 against lm-eval's HF backend (tokens/s, the share of the
-# GPU's measured memory read rate the forward passes reach).
+# GPU's measured memory read rate the forward passes reach); where vLLM is installed, the
+# vllm backend in bfloat16 on CUDA, with the chat template: parity and speed against
+# lm-eval's --model vllm, and item agreement (and time) against our hf backend.
 #   tools/gpu_check.sh MODEL_DIR DATA_DIR OUT_DIR
 set -euo pipefail
 model=${1:?model directory}; data=${2:?benchmark data directory}; out=${3:?output directory}
@@ -21,4 +23,18 @@ if python -c "import lm_eval" 2>/dev/null; then
         --dtype bfloat16 --tasks gsm8k,bbh --items 100 --chunk-items 8 --out "$out/speed_bf16"
 else
     echo "lm-eval is not installed: parity and speed skipped" | tee "$out/parity_skipped.txt"
+fi
+if python -c "import vllm, lm_eval" 2>/dev/null; then
+    python -m tools.speed --engine vllm --no-memory --model "$model" --data-dir "$data" \
+        --dtype bfloat16 --chat --tasks mmlu,mmlu_continuation,gsm8k --items 200 \
+        --out "$out/speed_vllm_bf16"
+    for task in mmlu gsm8k; do
+        /usr/bin/time -v python -m pytest_llmeval.eval.agreement --task "benchmarks/$task.yaml" \
+            --a "hf:$model" --b "vllm:$model" --dtype bfloat16 --chat-template on \
+            --limit 200 --data-dir "$data" --out "$out/agreement_vllm_$task.json" \
+            2> "$out/agreement_vllm_$task.time"
+    done
+else
+    echo "vLLM or lm-eval is not installed: the vllm backend's checks skipped" \
+        | tee "$out/vllm_skipped.txt"
 fi

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -214,11 +215,20 @@ def run_agreement(
         runners.append((runner, items))
     results: list[list[list[ItemResult]]] = []
     infos = []
+    timing: list[dict[str, Any]] = []
     for settings in (a, b):
+        started = time.perf_counter()
         backend: Backend | None = load_backend(settings)
         assert backend is not None
+        loaded = time.perf_counter() - started
         infos.append(dict(backend.info()))
-        results.append([runner.run(items, backend) for runner, items in runners])
+        per_task: dict[str, float] = {}
+        results.append([])
+        for runner, items in runners:
+            started = time.perf_counter()
+            results[-1].append(runner.run(items, backend))
+            per_task[runner.spec.name] = time.perf_counter() - started
+        timing.append({"load_s": loaded, "run_s": per_task})
         close = getattr(backend, "close", None)
         if callable(close):
             close()  # the vllm backend's engine processes
@@ -233,8 +243,8 @@ def run_agreement(
     return {
         "format": FORMAT,
         "created": _dt.datetime.now().isoformat(timespec="seconds"),
-        "a": {"spec": labels[0], "info": infos[0]},
-        "b": {"spec": labels[1], "info": infos[1]},
+        "a": {"spec": labels[0], "info": infos[0], "timing": timing[0]},
+        "b": {"spec": labels[1], "info": infos[1], "timing": timing[1]},
         "limit": limit,
         "chat_template": chat,
         "seed": a.seed,

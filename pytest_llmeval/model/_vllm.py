@@ -251,20 +251,27 @@ class Replica:
             [SamplingParams(**dict(j.params)) for j in jobs],
             use_tqdm=False,
         )
-        # enqueue answers the engine's ids ("<id>-<8 random characters>"); outputs carry
-        # the id the request was given.
-        index: dict[str, int] = {}
-        for rid, job in zip(ids, jobs, strict=True):
-            index[rid] = index[rid.rsplit("-", 1)[0]] = job.index
+        # enqueue answers the engine's own ids ("<id>-<8 random characters>"); outputs
+        # carry the id the request was given ("<id>").
+        waiting: dict[str, tuple[str, int]] = {
+            rid.rsplit("-", 1)[0]: (rid, job.index) for rid, job in zip(ids, jobs, strict=True)
+        }
         done = 0
-        while engine.has_unfinished_requests():
-            for output in engine.step():
-                if not output.finished:
-                    continue
-                done += 1
-                if progress:
-                    report_progress(done, len(jobs))
-                yield index[output.request_id], _plain_output(output)
+        try:
+            while waiting and engine.has_unfinished_requests():
+                for output in engine.step():
+                    if not output.finished or output.request_id not in waiting:
+                        continue
+                    _, index = waiting.pop(output.request_id)
+                    done += 1
+                    if progress:
+                        report_progress(done, len(jobs))
+                    yield index, _plain_output(output)
+        finally:
+            # A caller that stops reading (an error, pytest -x) leaves requests in the
+            # engine: they are aborted, so that the next call starts from an empty engine.
+            if waiting:
+                engine.abort_request(sorted(rid for rid, _ in waiting.values()), internal=True)
 
     def shutdown(self) -> None:
         """Stop the engine's processes now (while the streams its log writes to are open)."""
