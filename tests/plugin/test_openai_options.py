@@ -35,7 +35,10 @@ def _openai(server: FakeServer, *extra: str) -> list[str]:
             "*--llm-base-url (ini llm_base_url): expected http(s)://HOST:PORT/v1*",
         ),
         (["--llm-base-url=http://x/v1"], "*--llm-base-url is for --llm-backend=openai*"),
-        (["--llm-backend=tgi"], "*--llm-backend (ini llm_backend): expected one of hf|vllm|openai*"),
+        (
+            ["--llm-backend=tgi"],
+            "*--llm-backend (ini llm_backend): expected one of hf|vllm|openai*",
+        ),
         (["--llm-concurrency=0"], "*--llm-concurrency (ini llm_concurrency): must be >= 1*"),
         (["--llm-max-retries=-1"], "*--llm-max-retries (ini llm_max_retries): must be >= 0*"),
         (["--llm-request-timeout=0"], "*--llm-request-timeout*expected seconds > 0*"),
