@@ -1205,7 +1205,9 @@ def environment(opts: Options, models: Models) -> dict[str, Any]:
         | {"data_dirs": [str(d) for d in opts.data_dirs], "out": str(opts.out)},
         "model_path": str(models.model_path),
         "model_load_s": models.load_s,
-        "ours_decode_step": dict(models.ours.info().get("decode_step") or {}),
+        "ours_decode_step": dict(
+            models.ours.info().get("decode_step") or models.ours.info().get("decode_plan") or {}
+        ),
         "engine": opts.engine,
         "ours_engine": models.ours.info().get("engine"),
         "torch_threads": torch.get_num_threads(),

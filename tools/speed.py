@@ -164,7 +164,11 @@ def speed_rows(report: Report, peak: float) -> list[list[str]]:
         for label, ours, agree in tools:
             ratio_model = ours["items_per_s_model"] / lm["items_per_s_model"]
             ratio_e2e = ours["items_per_s_end_to_end"] / lm["items_per_s_end_to_end"]
-            share = [100 * x["model_gflop_per_s"] / peak for x in (lm, ours)]
+            # An engine in other processes (--engine vllm) is not hooked: no FLOP count.
+            share = [
+                f"{100 * x['model_gflop_per_s'] / peak:.1f}%" if x["forward"]["flops"] else "n/a"
+                for x in (lm, ours)
+            ]
             rows.append(
                 [
                     label,
@@ -173,7 +177,7 @@ def speed_rows(report: Report, peak: float) -> list[list[str]]:
                     f"{_rate(ours['items_per_s_model'])} / {_rate(ours['items_per_s_end_to_end'])}",
                     f"{ratio_model:.2f}x / {ratio_e2e:.2f}x",
                     agree,
-                    f"{share[0]:.1f}% / {share[1]:.1f}%",
+                    f"{share[0]} / {share[1]}",
                 ]
             )
     return rows
@@ -261,7 +265,7 @@ def memory_rows(report: Report, read_rate: float) -> list[list[str]]:
             seconds = tool["timing"]["model_s"]
             read = tool["forward"].get("bytes_read")  # None: a report from before the count
             traffic = ["-", "-", "-"]
-            if read is not None and seconds:
+            if read and seconds:  # 0: an engine in other processes, not hooked
                 per_s = read / 1e9 / seconds
                 traffic = [f"{read / 1e9:.0f}", _rate(per_s), f"{100 * per_s / read_rate:.1f}%"]
             tokens_per_s = _rate(tokens / seconds) if tokens is not None and seconds else "-"
@@ -281,6 +285,8 @@ def _decode_step(info: Any) -> str:
     """How our backend ran decode steps, as its record says."""
     if not info:
         return "not recorded"
+    if info.get("step") == "vllm":
+        return "vLLM's engine"
     if info.get("step") == "fused":
         return f"fused ({info.get('kernels')}), prompt lookup {info.get('prompt_lookup')}"
     return f"transformers ({info.get('reason')})"

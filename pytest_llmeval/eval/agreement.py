@@ -222,13 +222,13 @@ def run_agreement(
         assert backend is not None
         loaded = time.perf_counter() - started
         infos.append(dict(backend.info()))
-        per_task: dict[str, float] = {}
+        seconds: dict[str, float] = {}
         results.append([])
         for runner, items in runners:
             started = time.perf_counter()
             results[-1].append(runner.run(items, backend))
-            per_task[runner.spec.name] = time.perf_counter() - started
-        timing.append({"load_s": loaded, "run_s": per_task})
+            seconds[runner.spec.name] = time.perf_counter() - started
+        timing.append({"load_s": loaded, "run_s": seconds})
         close = getattr(backend, "close", None)
         if callable(close):
             close()  # the vllm backend's engine processes

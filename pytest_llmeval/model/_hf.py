@@ -612,35 +612,13 @@ class HFBackend(TokenizerSide):
             key = (req.context, req.continuation)
             if key in split or key in failed:
                 continue
-            ctx, cont = self._split(req.context, req.continuation)
-            problem = None
-            if not cont:
-                problem = f"the continuation {req.continuation!r} has no tokens of its own"
-            elif len(cont) > self.max_length:
-                problem = (
-                    f"the continuation {req.continuation[:60]!r} alone has {len(cont)} tokens, "
-                    f"more than the context window ({self.max_length})"
-                )
-            if problem is not None:
-                failed[key] = LoglikelihoodResult(0.0, False, 0, error=problem)
+            fitted = self._fit(req, self.max_length + 1)  # the last token is not fed
+            if isinstance(fitted, LoglikelihoodResult):
+                failed[key] = fitted
                 continue
-            if len(ctx) + len(cont) > self.max_length + 1:
-                if req.overflow == "skip":
-                    failed[key] = LoglikelihoodResult(
-                        0.0,
-                        False,
-                        0,
-                        context_overflow=True,
-                        n_context_tokens=len(ctx) + len(cont),
-                        context_window=self.max_length,
-                    )
-                    continue
-                # lm-eval keeps the last max_length + 1 tokens of context + continuation
-                # (truncate_left); truncate_middle keeps the context's two ends instead.
-                room = self.max_length + 1 - len(cont)
-                kept = fit_tokens(ctx, room, req.overflow)
-                truncated[key] = len(ctx) - len(kept)
-                ctx = kept
+            ctx, cont, cut = fitted
+            if cut:
+                truncated[key] = cut
             split[key] = (ctx, cont)
         n_options: dict[tuple[int, ...], int] = {}
         for ctx, cont in split.values():

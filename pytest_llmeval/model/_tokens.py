@@ -17,8 +17,11 @@ from typing import Any
 from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model._types import (
     ChatTemplate,
+    LoglikelihoodRequest,
+    LoglikelihoodResult,
     ModelSettings,
     bos_added,
+    fit_tokens,
     move_trailing_space,
 )
 
@@ -33,6 +36,7 @@ class TokenizerSide:
     bos_reason: str
     _chat: ChatTemplate | None
     stop_tokens: dict[int, str]
+    max_length: int
 
     def _init_tokens(self, template_text: str | None, generation: Any) -> None:
         """The BOS policy, the chat template and the stop tokens, once the tokenizer is
@@ -104,6 +108,43 @@ class TokenizerSide:
         whole = self._encode_prompt(context + continuation)
         ctx = self._encode_prompt(context)
         return ctx, whole[len(ctx) :]
+
+    def _fit(
+        self, req: LoglikelihoodRequest, window: int
+    ) -> tuple[list[int], list[int], int] | LoglikelihoodResult:
+        """A log-likelihood request's context and continuation tokens (:meth:`_split`), the
+        context cut by the request's ``overflow`` policy so that both fit ``window`` tokens
+        (the hf backend feeds all but the last: its window is the context window plus
+        one; the vllm backend's engine takes the whole row), with how many context tokens
+        were dropped; or the result of a request that is not scored (a continuation
+        without tokens of its own or longer than the window, a context over the window
+        under ``skip``)."""
+        ctx, cont = self._split(req.context, req.continuation)
+        problem = None
+        if not cont:
+            problem = f"the continuation {req.continuation!r} has no tokens of its own"
+        elif len(cont) >= window:
+            problem = (
+                f"the continuation {req.continuation[:60]!r} alone has {len(cont)} tokens, "
+                f"more than the context window ({window - 1}) holds besides a context token"
+            )
+        if problem is not None:
+            return LoglikelihoodResult(0.0, False, 0, error=problem)
+        if len(ctx) + len(cont) <= window:
+            return ctx, cont, 0
+        if req.overflow == "skip":
+            return LoglikelihoodResult(
+                0.0,
+                False,
+                0,
+                context_overflow=True,
+                n_context_tokens=len(ctx) + len(cont),
+                context_window=self.max_length,
+            )
+        # lm-eval keeps the last tokens of context + continuation (truncate_left);
+        # truncate_middle keeps the context's two ends instead.
+        kept = fit_tokens(ctx, window - len(cont), req.overflow)
+        return kept, cont, len(ctx) - len(kept)
 
     # ------------------------------------------------------------------ chat template
 

@@ -585,40 +585,11 @@ class VLLMBackend(TokenizerSide):
             key = (req.context, req.continuation)
             if key in rows or key in failed:
                 continue
-            ctx, cont = self._split(req.context, req.continuation)
-            if not cont:
-                failed[key] = LoglikelihoodResult(
-                    0.0,
-                    False,
-                    0,
-                    error=f"the continuation {req.continuation!r} has no tokens of its own",
-                )
+            fitted = self._fit(req, self.max_length)  # the engine takes the whole row
+            if isinstance(fitted, LoglikelihoodResult):
+                failed[key] = fitted
                 continue
-            if len(cont) >= self.max_length:
-                failed[key] = LoglikelihoodResult(
-                    0.0,
-                    False,
-                    0,
-                    error=f"the continuation {req.continuation[:60]!r} alone has "
-                    f"{len(cont)} tokens, more than the context window ({self.max_length}) "
-                    "leaves after one context token",
-                )
-                continue
-            cut = 0
-            if len(ctx) + len(cont) > self.max_length:
-                if req.overflow == "skip":
-                    failed[key] = LoglikelihoodResult(
-                        0.0,
-                        False,
-                        0,
-                        context_overflow=True,
-                        n_context_tokens=len(ctx) + len(cont),
-                        context_window=self.max_length,
-                    )
-                    continue
-                kept = fit_tokens(ctx, self.max_length - len(cont), req.overflow)
-                cut = len(ctx) - len(kept)
-                ctx = kept
+            ctx, cont, cut = fitted
             rows[key] = (ctx + cont, len(cont), cut)
         keys = list(rows)
         jobs = [

@@ -118,3 +118,22 @@ def test_memory_table_rates_and_shares() -> None:
     del old.ours["forward"]["bytes_read"]
     row = memory_rows(Report(config={}, tasks=[old]), read_rate=20.0)[1]
     assert row[2:] == ["1", "-", "-", "-"]
+
+
+def test_an_engine_in_other_processes_is_measured_by_time_alone() -> None:
+    """``--engine vllm``: the engines run in their own processes, where no hook reaches;
+    the meter counts nothing (zero, not a made-up count) and the run is timed."""
+    meter = ForwardMeter(None)
+    with meter.measure() as stats:
+        pass
+    assert stats.forward_calls == 0 and stats.flops == 0.0
+    assert (meter.decoder_params, meter.head_params) == (0, 0)
+
+
+def test_the_engine_option_is_parsed() -> None:
+    from tools.lmeval_compare import parse_args
+
+    assert parse_args(["--engine", "vllm"], "x", "y").engine == "vllm"
+    assert parse_args([], "x", "y").engine == "hf"
+    with pytest.raises(SystemExit):
+        parse_args(["--engine", "tgi"], "x", "y")

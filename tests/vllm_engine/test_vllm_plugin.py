@@ -1,0 +1,106 @@
+"""The vllm backend through the pytest plugin, as a user runs it (vLLM's real engine, its
+CPU build here: ``tox -e vllm``): the acceptance command on MMLU and GSM8K with the chat
+template on (the default) and off, data parallel 2 (two engines as Ray actors) item by item
+equal to data parallel 1, and bad engine settings named before any engine starts.
+
+A module of its own: each run starts its engines in a pytest subprocess, and the engines
+of ``test_vllm_backend.py``'s module fixture are gone by then (an engine of the CPU build
+holds several GB).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm")
+
+pytestmark = pytest.mark.vllm
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _records(runs: Path) -> dict[str, dict[str, Any]]:
+    (run,) = [p for p in runs.iterdir() if p.is_dir()]
+    out = {}
+    for path in sorted((run / "tasks").glob("*_output.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            out[record["item_id"]] = record
+    return out
+
+
+def _run_plugin(pytester: pytest.Pytester, data: Path, model: str, *args: str) -> Path:
+    runs = pytester.path / f"runs{len(list(pytester.path.glob('runs*')))}"
+    result = pytester.runpytest_subprocess(
+        str(REPO / "benchmarks" / "mmlu.yaml"),
+        str(REPO / "benchmarks" / "gsm8k.yaml"),
+        "--llm-backend=vllm",
+        f"--llm-model={model}",
+        f"--llm-data-dir={data}",
+        f"--llm-output={runs}",
+        "--llm-limit=4",
+        "-p",
+        "no:cacheprovider",
+        *args,
+        timeout=900,
+    )
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    return runs
+
+
+def test_data_parallel_2_gives_the_records_of_data_parallel_1(
+    pytester: pytest.Pytester, shared_benchmarks: Path, default_model: str
+) -> None:
+    one = _records(_run_plugin(pytester, shared_benchmarks, default_model))
+    two = _records(_run_plugin(pytester, shared_benchmarks, default_model, "--llm-data-parallel=2"))
+    assert sorted(one) == sorted(two) and len(one) == 8
+    for item_id, a in one.items():
+        b = two[item_id]
+        for field in ("prompt", "extracted", "correct", "logprobs", "output", "n_output_tokens"):
+            assert a[field] == b[field], (item_id, field)
+    assert a["prompt"].startswith("<|im_start|>")  # the chat template by default
+
+
+def test_the_chat_template_off_runs_through_the_plugin(
+    pytester: pytest.Pytester, shared_benchmarks: Path, default_model: str
+) -> None:
+    records = _records(
+        _run_plugin(pytester, shared_benchmarks, default_model, "--llm-chat-template=off")
+    )
+    assert len(records) == 8
+    assert not any(r["prompt"].startswith("<|im_start|>") for r in records.values())
+    assert all(r["error"] is None for r in records.values())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ['--llm-vllm-args={"enforce_eagr": true}'],
+            "unknown vLLM engine argument(s): enforce_eagr (did you mean enforce_eager?)",
+        ),
+        (['--llm-vllm-args={"dtype": "half"}'], "dtype is set by --llm-dtype"),
+        (["--llm-tensor-parallel=64"], "needs 64 cores, and this machine has"),
+        (["--llm-memory-share=1.5"], "expected a share of the device's memory in (0, 1]"),
+        (["--llm-memory-share=0"], "expected a share of the device's memory in (0, 1]"),
+        (["--llm-vllm-args=enforce_eager"], "not JSON"),
+    ],
+)
+def test_bad_engine_settings_are_named_before_the_model_loads(
+    pytester: pytest.Pytester, shared_benchmarks: Path, args: list[str], message: str
+) -> None:
+    result = pytester.runpytest_subprocess(
+        str(REPO / "benchmarks" / "mmlu.yaml"),
+        "--llm-backend=vllm",
+        "--llm-model=smollm2-135m",
+        f"--llm-data-dir={shared_benchmarks}",
+        f"--llm-output={pytester.path / 'runs'}",
+        *args,
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+    assert not (pytester.path / "runs").exists()  # nothing ran, nothing was written
