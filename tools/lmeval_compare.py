@@ -47,7 +47,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -492,6 +492,9 @@ class Models:
     lmeval_meter: ForwardMeter
     load_s: dict[str, float]
     model_path: Path
+    # --engine vllm: our hf backend too, timed on the same items (ours on two engines).
+    hf_reference: Backend | None = None
+    hf_meter: ForwardMeter | None = None
 
 
 def _torch_model(backend: Backend) -> Any:
@@ -539,13 +542,22 @@ def _load_vllm(opts: Options, path: Path) -> Models:
     started = time.perf_counter()
     lm = _lmeval_vllm()(pretrained=str(path), dtype=opts.dtype, seed=1234, **extra)
     lmeval_s = time.perf_counter() - started
+    started = time.perf_counter()
+    hf = load_backend(
+        ModelSettings(
+            model=opts.model, device=opts.device, dtype=opts.dtype, batch_size=opts.batch_size
+        )
+    )
+    hf_s = time.perf_counter() - started
     return Models(
         ours=ours,
         lmeval=lm,
         ours_meter=ForwardMeter(None),
         lmeval_meter=ForwardMeter(None),
-        load_s={"ours": ours_s, "lmeval": lmeval_s},
+        load_s={"ours": ours_s, "lmeval": lmeval_s, "ours_hf": hf_s},
         model_path=path,
+        hf_reference=hf,
+        hf_meter=ForwardMeter(_torch_model(hf), hf),
     )
 
 
@@ -1139,6 +1151,9 @@ class TaskReport:
     # --also-chunk-items: ours handed the items another way (label -> timings, with
     # "same_as_first": items whose output and correctness equal the first run's).
     ours_variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # --engine vllm: ours on the hf backend, same items ("same_as_vllm": items whose
+    # output, answer and correctness equal ours on vLLM's); not a parity criterion.
+    ours_hf: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -1170,6 +1185,7 @@ class Report:
                     "worst": t.worst,
                     "ours": t.ours,
                     "ours_variants": t.ours_variants,
+                    "ours_hf": t.ours_hf,
                     "lmeval": t.lmeval,
                     "lmeval_scores": t.lmeval_scores,
                     "items": t.records,
@@ -1272,6 +1288,20 @@ def run_task(
         )
         variants[label] = {**_tool_dict(again, n, models.ours_meter), "same_as_first": same}
         log(f"{name}: ours ({label}) {again.timing.end_to_end_s:.1f}s, {same}/{n} as the first")
+    hf_run: dict[str, Any] | None = None
+    if models.hf_reference is not None and models.hf_meter is not None:
+        # --engine vllm: the same items on our hf backend (after the vllm runs, so that
+        # each engine is timed alone), handed over as ours was.
+        reference = replace(models, ours=models.hf_reference, ours_meter=models.hf_meter)
+        warm_up(task_set, reference)
+        again = run_ours(task_set, reference, chunk_items)
+        same = sum(
+            (a.item_id, a.output, a.extracted, a.correct)
+            == (r.item_id, r.output, r.extracted, r.correct)
+            for a, r in zip(ours_run.results, again.results, strict=True)
+        )
+        hf_run = {**_tool_dict(again, n, models.hf_meter), "same_as_vllm": same}
+        log(f"{name}: ours on the hf backend {again.timing.end_to_end_s:.1f}s, {same}/{n} alike")
     if task_set.spec.mode == "multiple_choice":
         records = compare_multiple_choice(task_set, ours_run, lm_run)
     else:
@@ -1292,6 +1322,7 @@ def run_task(
         records=records,
         lmeval_scores=lm_run.scores,
         ours_variants=variants,
+        ours_hf=hf_run,
     )
 
 

@@ -161,6 +161,9 @@ def speed_rows(report: Report, peak: float) -> list[list[str]]:
             (f"{t.task_type}, ours handed {label}", v, f"{v['same_as_first']}/{n} as the first")
             for label, v in t.ours_variants.items()
         ]
+        if t.ours_hf is not None:
+            same = t.ours_hf["same_as_vllm"]
+            tools.append((f"{t.task_type}, ours on the hf backend", t.ours_hf, f"{same}/{n} alike"))
         for label, ours, agree in tools:
             ratio_model = ours["items_per_s_model"] / lm["items_per_s_model"]
             ratio_e2e = ours["items_per_s_end_to_end"] / lm["items_per_s_end_to_end"]
@@ -211,6 +214,7 @@ def detail_rows(report: Report) -> list[list[str]]:
     for t in report.tasks:
         tools = [("lm-eval", t.lmeval), ("ours", t.ours)]
         tools += [(f"ours handed {label}", v) for label, v in t.ours_variants.items()]
+        tools += [("ours on the hf backend", t.ours_hf)] if t.ours_hf is not None else []
         for name, tool in tools:
             timing, fwd = tool["timing"], tool["forward"]
             rows.append(
@@ -261,6 +265,7 @@ def memory_rows(report: Report, read_rate: float) -> list[list[str]]:
         tokens = generated_tokens(t)
         tools = [("lm-eval", t.lmeval), ("ours", t.ours)]
         tools += [(f"ours handed {label}", v) for label, v in t.ours_variants.items()]
+        tools += [("ours on the hf backend", t.ours_hf)] if t.ours_hf is not None else []
         for name, tool in tools:
             seconds = tool["timing"]["model_s"]
             read = tool["forward"].get("bytes_read")  # None: a report from before the count
