@@ -541,6 +541,16 @@ def _load_vllm(opts: Options, path: Path) -> Models:
         extra["gpu_memory_utilization"] = CPU_MEMORY_SHARE
     started = time.perf_counter()
     lm = _lmeval_vllm()(pretrained=str(path), dtype=opts.dtype, seed=1234, **extra)
+    # lm-eval asks vLLM for its progress bar (batch size auto); with bars off here
+    # (quiet_libraries), vLLM divides by the bar's elapsed time, 0: ZeroDivisionError. The
+    # harness's requests and settings are untouched; only the bar is turned off.
+    engine_generate = lm.model.generate
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        kwargs["use_tqdm"] = False
+        return engine_generate(*args, **kwargs)
+
+    lm.model.generate = generate
     lmeval_s = time.perf_counter() - started
     started = time.perf_counter()
     hf = load_backend(
