@@ -24,8 +24,6 @@ from pytest_llmeval.model._types import (
     LoglikelihoodResult,
     ModelSettings,
     cut_at_stop,
-    fit_tokens,
-    no_room,
     stop_hit,
 )
 
@@ -748,28 +746,13 @@ class HFBackend(TokenizerSide):
         recomputed: its cached state is reused, the prompt's own tokens continue it."""
         jobs: list[_Job] = []
         for i, req in enumerate(requests):
-            budget = self.max_length - req.max_new_tokens
-            if budget < 1:
-                yield i, no_room(req.max_new_tokens, self.max_length)
+            fitted = self._fit_prompt(req)
+            if isinstance(fitted, GenerateResult):  # not run: no room, or over the window
+                yield i, fitted
                 continue
-            tokens = self._encode_prompt(req.context)
-            n_prompt = len(tokens)
+            tokens, n_prompt = fitted
             prefix: tuple[int, ...] = ()
-            if len(tokens) > budget:
-                if req.overflow == "skip":
-                    yield (
-                        i,
-                        GenerateResult(
-                            text="",
-                            n_tokens=0,
-                            finish_reason="context_overflow",
-                            n_prompt_tokens=len(tokens),
-                            context_window=self.max_length,
-                        ),
-                    )
-                    continue
-                tokens = fit_tokens(tokens, budget, req.overflow)
-            else:
+            if len(tokens) == n_prompt:  # a cut prompt no longer starts with its prefix
                 shared = self._shared_tokens(tokens, req.context[: req.shared_prefix])
                 prefix = tuple(tokens[:shared])
             jobs.append(

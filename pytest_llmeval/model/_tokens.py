@@ -17,12 +17,15 @@ from typing import Any
 from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model._types import (
     ChatTemplate,
+    GenerateRequest,
+    GenerateResult,
     LoglikelihoodRequest,
     LoglikelihoodResult,
     ModelSettings,
     bos_added,
     fit_tokens,
     move_trailing_space,
+    no_room,
 )
 
 
@@ -145,6 +148,28 @@ class TokenizerSide:
         # truncate_middle keeps the context's two ends instead.
         kept = fit_tokens(ctx, window - len(cont), req.overflow)
         return kept, cont, len(ctx) - len(kept)
+
+    def _fit_prompt(self, req: GenerateRequest) -> tuple[list[int], int] | GenerateResult:
+        """A generation request's prompt tokens, cut by its ``overflow`` policy to leave
+        room for its budget in the window, with the prompt's length before any cut; or the
+        result of a request that is not run (a budget that leaves no room, a prompt over
+        the window under ``skip``: reported as not fitting, never scored cut)."""
+        budget = self.max_length - req.max_new_tokens
+        if budget < 1:
+            return no_room(req.max_new_tokens, self.max_length)
+        tokens = self._encode_prompt(req.context)
+        n_prompt = len(tokens)
+        if n_prompt <= budget:
+            return tokens, n_prompt
+        if req.overflow == "skip":
+            return GenerateResult(
+                text="",
+                n_tokens=0,
+                finish_reason="context_overflow",
+                n_prompt_tokens=n_prompt,
+                context_window=self.max_length,
+            )
+        return fit_tokens(tokens, budget, req.overflow), n_prompt
 
     # ------------------------------------------------------------------ chat template
 

@@ -51,8 +51,6 @@ from pytest_llmeval.model._types import (
     ModelSettings,
     SettingsError,
     cut_at_stop,
-    fit_tokens,
-    no_room,
 )
 
 #: How to install the engine, named by every error that finds it missing.
@@ -633,26 +631,11 @@ class VLLMBackend(TokenizerSide):
         jobs: list[_Job] = []
         prompts: dict[int, tuple[GenerateRequest, int, int]] = {}  # request, n_prompt, cut
         for i, req in enumerate(requests):
-            budget = self.max_length - req.max_new_tokens
-            if budget < 1:
-                yield i, no_room(req.max_new_tokens, self.max_length)
+            fitted = self._fit_prompt(req)
+            if isinstance(fitted, GenerateResult):  # not run: no room, or over the window
+                yield i, fitted
                 continue
-            tokens = self._encode_prompt(req.context)
-            n_prompt = len(tokens)
-            if n_prompt > budget:
-                if req.overflow == "skip":
-                    yield (
-                        i,
-                        GenerateResult(
-                            text="",
-                            n_tokens=0,
-                            finish_reason="context_overflow",
-                            n_prompt_tokens=n_prompt,
-                            context_window=self.max_length,
-                        ),
-                    )
-                    continue
-                tokens = fit_tokens(tokens, budget, req.overflow)
+            tokens, n_prompt = fitted
             # Stop sequences are the engine's only without a reasoning block: inside one
             # they must not apply, so the output is cut here alone (cut_at_stop).
             stop = list(req.stop) if req.thinking is None else []
