@@ -31,7 +31,6 @@ works, which a server that applies its own template cannot offer).
 from __future__ import annotations
 
 import importlib.util
-import io
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -187,28 +186,6 @@ class _Job:
     params: Mapping[str, Any]
 
 
-class _Progress:
-    """What vLLM's loop takes for a tqdm bar: each finished request reports progress
-    (model/_progress.py) instead of printing a bar."""
-
-    def __init__(self, *args: Any, total: int = 0, **kwargs: Any) -> None:
-        self.n = 0
-        self.total = total
-        self.postfix = ""
-        self.format_dict = {"elapsed": 1.0}
-        self.file = io.StringIO()
-
-    def update(self, n: int = 1) -> None:
-        self.n += n
-        report_progress(self.n, self.total)
-
-    def refresh(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 class Replica:
     """One vLLM engine in this process (or inside a Ray actor: the same class).
 
@@ -361,7 +338,6 @@ class VLLMBackend(TokenizerSide):
             engine["max_model_len"] = settings.max_length
         if self.memory_share is not None:
             engine["gpu_memory_utilization"] = self.memory_share
-        self.engine = engine
         self.replicas: list[Any] = []
         self._ray = settings.data_parallel > 1
         try:
