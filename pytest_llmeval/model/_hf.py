@@ -6,9 +6,9 @@ import contextlib
 import inspect
 import platform
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model._detok import IncrementalText
@@ -42,6 +42,12 @@ _NOT_FINITE = -1
 # Requests generated in one batch share these: budget, stop sequences, thinking markers and
 # whether the prompt opened the thinking block.
 _GenerationKey = tuple[int, tuple[str, ...], tuple[str, str] | None, bool]
+# `--llm-batch-size=auto` on a GPU: the batch size is probed for rows of this many tokens
+# (or the window, when shorter), and again, per power of two, for calls whose rows are
+# longer. Probing at the model's whole window would give batch size 1 to a 128k-position
+# model evaluating 1k-token prompts.
+_PROBE_WIDTH = 2048
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,38 @@ class _Job:
     stop: tuple[str, ...]
     thinking: tuple[str, str] | None
     opened: bool
+
+
+def _job_length(job: _Job) -> int:
+    """The most tokens a generation request's row can hold: prefix, prompt and budget."""
+    return len(job.prefix) + len(job.own) + job.max_new
+
+
+def probe_width(longest: int, window: int) -> int:
+    """The width (tokens) a GPU batch size is probed at for rows of up to ``longest``
+    tokens: the next power of two at or above it, at least ``_PROBE_WIDTH``, at most the
+    model's ``window``."""
+    width = _PROBE_WIDTH
+    while width < longest:
+        width *= 2
+    return min(width, window)
+
+
+def largest_fitting(run: Callable[[int], None], start: int = 512) -> int:
+    """The largest power of two (from ``start`` down, 1 at the least) for which
+    ``run(rows)`` does not run out of GPU memory."""
+    import torch
+
+    size = start
+    while size > 1:
+        try:
+            run(size)
+            return size
+        except torch.cuda.OutOfMemoryError:
+            size //= 2
+        finally:
+            torch.cuda.empty_cache()
+    return 1
 
 
 @dataclass
@@ -194,6 +232,10 @@ class HFBackend(TokenizerSide):
         self.max_length = int(limit)
         self._batch_size = settings.batch_size
         self.batch_size_source = "fixed"
+        # Auto batch size on a GPU, where memory is the limit: the size found per probed
+        # width (see _rows); on a CPU one size fits every width.
+        self._memory_bound = self.device.type == "cuda"
+        self._by_width: dict[int, int] = {}
         self._decoder = self.model.get_decoder()
         self._lm_head = self.model.get_output_embeddings()
         if self._decoder is None or self._lm_head is None:
@@ -220,7 +262,10 @@ class HFBackend(TokenizerSide):
         # ran, or that none did: a multiple-choice run has no decode step).
         self._generated = False
         if not settings.batch_size:
-            self._batch_size, self.batch_size_source = self._auto_batch_size()
+            width = probe_width(0, self.max_length)
+            self._batch_size, self.batch_size_source = self._auto_batch_size(width)
+            if self._memory_bound:
+                self._by_width[width] = self._batch_size
 
     def _fused_reason(self, requested: str) -> str | None:
         """Why decode steps take the model's own forward pass (None: the fused step)."""
@@ -282,12 +327,13 @@ class HFBackend(TokenizerSide):
 
     # ------------------------------------------------------------------ batch size
 
-    def _auto_batch_size(self) -> tuple[int, str]:
-        """``--llm-batch-size auto``: found once per model, device, dtype and window, kept in
-        the cache directory and reused, so that runs on one machine batch alike (batching
-        changes numbers in the last digits). On a GPU the largest power of two (<= 512)
-        whose rows of the full context window run; on a CPU, where memory is not the
-        limit, the smallest size within 5% of the best measured throughput."""
+    def _auto_batch_size(self, width: int) -> tuple[int, str]:
+        """``--llm-batch-size auto``: found once per model, device, dtype and window (and, on
+        a GPU, the probed ``width``), kept in the cache directory and reused, so that runs
+        on one machine batch alike (batching changes numbers in the last digits). On a GPU
+        the largest power of two (<= 512) whose rows of ``width`` tokens run; on a CPU,
+        where memory is not the limit, the smallest size within 5% of the best measured
+        throughput."""
         import json
         import time
 
@@ -296,22 +342,24 @@ class HFBackend(TokenizerSide):
         from pytest_llmeval.model._resolve import cache_dir
 
         weights = sorted(self.path.glob("*.safetensors")) or sorted(self.path.glob("*.bin"))
-        key = json.dumps(
-            [
-                str(self.path),
-                [(w.name, w.stat().st_size, int(w.stat().st_mtime)) for w in weights],
-                self.info_device_name(),
-                str(self.dtype),
-                self.max_length,
-                self.settings.device_map,
-                str(torch.__version__),
-            ]
-        )
+        parts: list[Any] = [
+            str(self.path),
+            [(w.name, w.stat().st_size, int(w.stat().st_mtime)) for w in weights],
+            self.info_device_name(),
+            str(self.dtype),
+            self.max_length,
+            self.settings.device_map,
+            str(torch.__version__),
+        ]
+        if self._memory_bound:
+            parts.append(width)
+        key = json.dumps(parts)
         store = cache_dir() / "batch_sizes.json"
         known: dict[str, Any] = json.loads(store.read_text()) if store.is_file() else {}
+        where = f", rows of {width} tokens" if self._memory_bound else ""
         if key in known:
             entry = known[key]
-            return int(entry["batch_size"]), f"auto (found {entry['found']}, reused)"
+            return int(entry["batch_size"]), f"auto (found {entry['found']}{where}, reused)"
 
         def run(rows: int, width: int) -> None:
             ids = torch.full((rows, width), int(self.tokenizer.pad_token_id), device=self.device)
@@ -319,16 +367,8 @@ class HFBackend(TokenizerSide):
                 hidden, _ = self._decode([None] * rows, ids, torch.ones_like(ids))
                 self._head(hidden[:, -1:])
 
-        if self.device.type == "cuda":
-            size = 512
-            while size > 1:
-                try:
-                    run(size, self.max_length)
-                    break
-                except torch.cuda.OutOfMemoryError:
-                    size //= 2
-                finally:
-                    torch.cuda.empty_cache()
+        if self._memory_bound:
+            size = largest_fitting(lambda rows: run(rows, width))
         else:
             speed: dict[int, float] = {}
             run(1, 128)  # warm-up
@@ -341,7 +381,29 @@ class HFBackend(TokenizerSide):
         known[key] = {"batch_size": size, "found": time.strftime("%Y-%m-%d %H:%M")}
         store.parent.mkdir(parents=True, exist_ok=True)
         store.write_text(json.dumps(known, indent=1))
-        return size, "auto (measured now)"
+        return size, f"auto (measured now{where})"
+
+    def _rows(self, longest: int) -> int:
+        """How many rows of up to ``longest`` tokens (cached prefix included) one batch
+        takes: the batch size, except under ``auto`` on a GPU, where rows longer than the
+        width it was probed at get the size probed at their own power of two (never more
+        than the batch size)."""
+        if self.batch_size_source == "fixed" or not self._memory_bound:
+            return self._batch_size
+        width = probe_width(longest, self.max_length)
+        if width not in self._by_width:
+            self._by_width[width] = self._auto_batch_size(width)[0]
+        return min(self._batch_size, self._by_width[width])
+
+    def _batches(self, order: Sequence[_T], length: Callable[[_T], int]) -> Iterator[list[_T]]:
+        """``order`` in consecutive batches of :meth:`_rows` rows, each sized for the
+        longest row (``length``, in tokens) among the batch size's worth from its start."""
+        start = 0
+        while start < len(order):
+            window = order[start : start + self._batch_size]
+            size = self._rows(max(length(x) for x in window))
+            yield list(order[start : start + size])
+            start += size
 
     def info_device_name(self) -> str:
         import torch
@@ -370,6 +432,8 @@ class HFBackend(TokenizerSide):
             "dtype": str(self.dtype).replace("torch.", ""),
             "batch_size": self.batch_size,
             "batch_size_source": self.batch_size_source,
+            # auto on a GPU: the size used for rows up to each probed width, in tokens
+            "batch_size_by_width": {str(w): n for w, n in sorted(self._by_width.items())},
             "device_map": self.settings.device_map,
             "prefix_sharing": self._share,
             "decode_step": self.decode_step_info(),
@@ -642,8 +706,8 @@ class HFBackend(TokenizerSide):
         self._question_states(questions, states)
         order = sorted(rows, key=lambda r: (-len(r[1]), r))
         done: dict[tuple[str, str], LoglikelihoodResult] = {}
-        for start in range(0, len(order), self.batch_size):
-            batch = order[start : start + self.batch_size]
+        finished = 0
+        for batch in self._batches(order, lambda r: len(r[0]) + len(r[1])):
             keep = [max(len(split[k][1]) for k in rows[r]) for r in batch]
             windows = self._tail_logprobs(
                 [states[b] for b, _ in batch], [s for _, s in batch], keep
@@ -659,7 +723,8 @@ class HFBackend(TokenizerSide):
                             truncated_tokens=truncated[key],
                             context_window=self.max_length,
                         )
-            report_progress(start + len(batch), len(order))  # the progress line's rows
+            finished += len(batch)
+            report_progress(finished, len(order))  # the progress line's rows
         done.update(failed)
         return [done[(r.context, r.continuation)] for r in requests]
 
@@ -673,8 +738,7 @@ class HFBackend(TokenizerSide):
         import torch
 
         order = sorted(questions, key=lambda q: (-(len(q) - len(questions[q])), q))
-        for start in range(0, len(order), self.batch_size):
-            batch = [q for q in order[start : start + self.batch_size]]
+        for batch in self._batches(order, len):
             own = [q[len(questions[q]) :] for q in batch]
             for q in [q for q, o in zip(batch, own, strict=True) if not o]:
                 states[q] = states[questions[q]]  # the prefix is the whole question
@@ -781,8 +845,8 @@ class HFBackend(TokenizerSide):
             groups.setdefault((job.max_new, job.stop, job.thinking, job.opened), []).append(job)
         for members in groups.values():
             order = sorted(members, key=lambda j: (-len(j.own), j.index))
-            for start in range(0, len(order), self.batch_size):
-                for row in self._greedy(order[start : start + self.batch_size]):
+            for batch in self._batches(order, _job_length):
+                for row in self._greedy(batch):
                     yield row.job.index, self._result(row)
 
     def _result(self, row: _Row) -> GenerateResult:
@@ -903,6 +967,7 @@ class HFBackend(TokenizerSide):
 
         waiting = deque(jobs)
         reserve = max(job.max_new for job in jobs)
+        limit = self._rows(max(_job_length(job) for job in jobs))
         rows: list[_Row] = []
         cache: Any = None
         mask: Any = None  # rows x cache positions: 1 where a row has a real token
@@ -911,13 +976,13 @@ class HFBackend(TokenizerSide):
         while waiting or rows:
             done: list[_Row] = []
             with torch.inference_mode():
-                if waiting and len(rows) < self.batch_size:
+                if waiting and len(rows) < limit:
                     fresh: list[_State] = []
                     firsts: list[Any] = []
-                    while waiting and len(rows) < self.batch_size:  # refill what ends at once
+                    while waiting and len(rows) < limit:  # refill what ends at once
                         admitted = [
                             waiting.popleft()
-                            for _ in range(min(self.batch_size - len(rows), len(waiting)))
+                            for _ in range(min(limit - len(rows), len(waiting)))
                         ]
                         states = [self._prefix_state(job.prefix, keep=True) for job in admitted]
                         entering = [_Row(job) for job in admitted]
@@ -977,7 +1042,7 @@ class HFBackend(TokenizerSide):
                             slots = list(range(len(still)))
                     else:
                         pending = chosen
-                    if rows and not (waiting and len(rows) < self.batch_size):
+                    if rows and not (waiting and len(rows) < limit):
                         # Rejected drafts leave holes that every step's attention reads:
                         # squeeze them out when they pass a 64-position, 1/8 margin.
                         longest = int(mask.sum(1).max())

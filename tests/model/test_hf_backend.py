@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -314,6 +315,82 @@ def test_auto_batch_size_is_found_once_recorded_and_reused(
     assert again.info()["batch_size_source"].endswith("reused)")
     fixed = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=3))
     assert (fixed.batch_size, fixed.info()["batch_size_source"]) == (3, "fixed")
+
+
+def test_gpu_auto_batch_size_is_probed_at_the_rows_width_not_the_window(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--llm-batch-size=auto`` where memory is the limit (a GPU): the size is probed for
+    rows of 2,048 tokens, not for the model's whole window (131,072 positions here, which
+    gave batch size 1), and again per power of two for longer rows. A pretend GPU that
+    holds 8,192 tokens a batch: every batch of real work fits it, the sizes are recorded
+    per width, and the numbers are those of a fixed batch size."""
+    import json
+    import shutil
+
+    from pytest_llmeval.model._hf import largest_fitting, probe_width
+
+    assert probe_width(0, 131072) == 2048
+    assert probe_width(2049, 131072) == 4096
+    assert (probe_width(0, 1024), probe_width(10**6, 8192)) == (1024, 8192)
+    monkeypatch.setenv("LLMEVAL_CACHE_DIR", str(tmp_path))
+    long = shutil.copytree(tiny_model_dir, tmp_path / "long")
+    config = json.loads((long / "config.json").read_text())
+    (long / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 131072}))
+    backend: Any = load_backend(ModelSettings(model=str(long), batch_size=8))
+    assert backend.max_length == 131072
+    words = "one two three four five six seven eight nine ten apples left answer "
+    contexts = [f"{i} " + words * (10 + 30 * i) for i in range(6)]
+    contexts += [f"{i} short " + words * 3 for i in range(4)]
+    requests = [LoglikelihoodRequest(c, f" {w}") for c in contexts for w in ("red", "blue")]
+    prompts = [contexts[0], contexts[3], contexts[5]]
+    wanted = [GenerateRequest(p, max_new_tokens=6) for p in prompts]
+    lengths = [len(backend.tokenizer(c).input_ids) for c in contexts]
+    assert min(lengths) < 2048 < 4096 < max(lengths) < 8192
+    assert sum(n < 2048 for n in lengths) >= 4
+    reference = backend.loglikelihood(requests)
+    outputs = backend.generate(wanted)
+
+    budget = 8192
+    shapes: list[tuple[int, int]] = []
+    decode = backend._decode
+
+    def pretend_gpu(states, ids, mask, **kwargs):  # type: ignore[no-untyped-def]
+        held = [0 if s is None else int(s[1].shape[-1]) for s in states]
+        rows, width = ids.shape
+        if rows * (width + max(held)) > budget:
+            raise torch.cuda.OutOfMemoryError(f"{rows} rows x {width} tokens")
+        shapes.append((rows, width + max(held)))
+        return decode(states, ids, mask, **kwargs)
+
+    monkeypatch.setattr(backend, "_decode", pretend_gpu)
+
+    def fits(rows: int) -> None:
+        if rows * 4096 > budget:
+            raise torch.cuda.OutOfMemoryError("pretend")
+
+    def never(rows: int) -> None:
+        raise torch.cuda.OutOfMemoryError("pretend")
+
+    assert (largest_fitting(fits), largest_fitting(never)) == (2, 1)
+    monkeypatch.setattr(backend, "_memory_bound", True)
+    backend._by_width.clear()
+    backend._batch_size, backend.batch_size_source = backend._auto_batch_size(2048)
+    backend._by_width[2048] = backend._batch_size
+    assert backend.batch_size == 4
+    assert backend.batch_size_source == "auto (measured now, rows of 2048 tokens)"
+    shapes.clear()
+    again = backend.loglikelihood(requests)
+    again_out = backend.generate(wanted)
+    assert backend.info()["batch_size_by_width"] == {"2048": 4, "4096": 2, "8192": 1}
+    assert shapes and all(rows * width <= budget for rows, width in shapes)
+    assert max(rows for rows, _ in shapes) == 4  # short rows still batch by four
+    for a, b in zip(reference, again, strict=True):
+        assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
+        assert a.is_greedy == b.is_greedy
+    assert [r.text for r in again_out] == [r.text for r in outputs]
+    stored = json.loads((tmp_path / "batch_sizes.json").read_text())
+    assert sorted(json.loads(k)[-1] for k in stored) == [2048, 4096, 8192]
 
 
 def test_device_map_places_the_model_through_accelerate(tiny_model_dir: Path) -> None:
