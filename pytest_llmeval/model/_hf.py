@@ -981,8 +981,7 @@ class HFBackend(TokenizerSide):
                     firsts: list[Any] = []
                     while waiting and len(rows) < limit:  # refill what ends at once
                         admitted = [
-                            waiting.popleft()
-                            for _ in range(min(limit - len(rows), len(waiting)))
+                            waiting.popleft() for _ in range(min(limit - len(rows), len(waiting)))
                         ]
                         states = [self._prefix_state(job.prefix, keep=True) for job in admitted]
                         entering = [_Row(job) for job in admitted]

@@ -347,6 +347,10 @@ class ModelSettings:
     data_parallel: int = 1
     memory_share: float | None = None
     vllm_args: str | None = None
+    # vllm: engines this run starts on the same devices (2 with --llm-reference-model: the
+    # model's and the reference's). The default memory share is divided between them; a
+    # share given by --llm-memory-share times this may not exceed the whole device.
+    engines_per_device: int = 1
 
     def __post_init__(self) -> None:
         """Every setting is checked here, once, whoever builds the settings (the pytest
@@ -446,6 +450,18 @@ class ModelSettings:
                 share,
                 "expected a share of the device's memory in (0, 1] (vLLM's "
                 "gpu_memory_utilization; on the CPU build, of the NUMA node's memory)",
+            )
+        engines = self.engines_per_device
+        if not isinstance(engines, int) or engines < 1:
+            raise SettingsError("engines-per-device", engines, "expected a whole number >= 1")
+        if share is not None and engines > 1 and share * engines > 1:
+            raise SettingsError(
+                "memory-share",
+                share,
+                f"{engines} engines share each device in this run (--llm-model and "
+                f"--llm-reference-model), {share} of its memory each is more than all of it: "
+                f"give at most {1 / engines:.2f}, or leave it unset to divide vLLM's default "
+                "between them",
             )
         if self.vllm_args is not None:
             try:

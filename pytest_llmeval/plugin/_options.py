@@ -985,6 +985,8 @@ class Options:
             data_parallel=self.data_parallel,
             memory_share=self.memory_share,
             vllm_args=self.vllm_args,
+            # The reference model's engine runs beside the model's, on the same devices.
+            engines_per_device=2 if self.backend == "vllm" and self.reference_model else 1,
         )
 
     @classmethod

