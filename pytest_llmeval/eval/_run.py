@@ -780,13 +780,12 @@ class TaskRunner:
     def stream(self, items: Sequence[Item], backend: Backend) -> Iterator[ItemResult]:
         """The results of ``items``, each yielded as soon as it is ready.
 
-        A generative task on a backend with ``generate_stream`` (the HF backend: continuous
-        batching) hands the backend all ``items`` at once and yields each result when its
-        sequence ends, so results come in the order sequences end (items that fail to
+        Where the backend streams (:meth:`streams`) all ``items`` are handed over at once
+        and each result is yielded when its sequence ends (multiple choice: when all its
+        choices are scored), so results come in the order they finish (items that fail to
         prepare first). Otherwise :meth:`run` on a batch of items at a time, in order. A
         result's ``seconds`` is the wall time since the previous one."""
-        generate_stream = getattr(backend, "generate_stream", None)
-        if self.spec.mode != "generate" or generate_stream is None:
+        if not self.streams(backend):
             size = max(1, backend.batch_size)
             for start in range(0, len(items), size):
                 yield from self.run(items[start : start + size], backend)
@@ -798,14 +797,28 @@ class TaskRunner:
                 prepared.append(self.prepare(item))
             except LlmEvalError as exc:
                 yield self.error_result(item, str(exc))
+        if not prepared:
+            return
+        results: Iterator[tuple[PreparedItem, ItemResult]]
+        if self.spec.mode == "generate":
+            outputs = backend.generate_stream(self._generate_requests(prepared))  # type: ignore[attr-defined]
+            results = ((prepared[i], self._generation_result(prepared[i], o)) for i, o in outputs)
+        else:
+            results = self._stream_choices(prepared, backend.loglikelihood_stream)  # type: ignore[attr-defined]
         last = time.perf_counter()
-        for index, out in generate_stream(self._generate_requests(prepared)):
-            p = prepared[index]
-            result = self._generation_result(p, out)
+        for p, result in results:
             now = time.perf_counter()
             self._finish(p, result, now - last)
             last = now
             yield result
+
+    def streams(self, backend: Backend) -> bool:
+        """Whether :meth:`stream` hands ``backend`` all items at once and yields each result
+        as it is ready: a generative task on a backend with ``generate_stream`` (the hf
+        backend's continuous batching, the vllm engine), a multiple-choice task on one with
+        ``loglikelihood_stream`` (the vllm engine)."""
+        wanted = "generate_stream" if self.spec.mode == "generate" else "loglikelihood_stream"
+        return callable(getattr(backend, wanted, None))
 
     def _finish(self, p: PreparedItem, r: ItemResult, seconds: float) -> None:
         """What every result of a prepared item carries: its time, conversation, BOS and
@@ -1071,10 +1084,23 @@ class TaskRunner:
     def _run_multiple_choice(
         self, prepared: Sequence[PreparedItem], backend: Backend
     ) -> list[ItemResult]:
+        requests = self._choice_requests(prepared)
+        outputs = backend.loglikelihood(requests)
+        if len(outputs) != len(requests):
+            raise DataError(f"backend returned {len(outputs)} results for {len(requests)} requests")
+        results = []
+        pos = 0
+        for p in prepared:
+            results.append(self._choices_result(p, outputs[pos : pos + len(p.choices)]))
+            pos += len(p.choices)
+        return results
+
+    def _choice_requests(self, prepared: Sequence[PreparedItem]) -> list[LoglikelihoodRequest]:
+        """One log-likelihood request per choice of each item, item after item."""
         mc = self.spec.multiple_choice
         assert mc is not None
         delim = self.choice_delimiter
-        requests = [
+        return [
             LoglikelihoodRequest(
                 context=p.prompt,
                 continuation=delim + choice,
@@ -1084,22 +1110,40 @@ class TaskRunner:
             for p in prepared
             for choice in p.choices
         ]
-        outputs = backend.loglikelihood(requests)
-        if len(outputs) != len(requests):
-            raise DataError(f"backend returned {len(outputs)} results for {len(requests)} requests")
-        results = []
-        pos = 0
-        for p in prepared:
-            lls = outputs[pos : pos + len(p.choices)]
-            pos += len(p.choices)
-            problem = self._loglikelihood_problem(p, lls)
-            if problem is not None:
-                results.append(self.error_result(p.item, problem, p))
-            elif any(r.context_overflow for r in lls):
-                results.append(self._not_fitting(p, lls))
-            else:
-                results.append(self._score_choices(p, lls))
-        return results
+
+    def _choices_result(self, p: PreparedItem, lls: Sequence[LoglikelihoodResult]) -> ItemResult:
+        """An item's result from its choices' log-likelihoods."""
+        problem = self._loglikelihood_problem(p, lls)
+        if problem is not None:
+            return self.error_result(p.item, problem, p)
+        if any(r.context_overflow for r in lls):
+            return self._not_fitting(p, lls)
+        return self._score_choices(p, lls)
+
+    def _stream_choices(
+        self, prepared: Sequence[PreparedItem], stream: Any
+    ) -> Iterator[tuple[PreparedItem, ItemResult]]:
+        """Multiple choice on a backend with ``loglikelihood_stream``: every item's
+        requests handed over at once, each item scored as soon as all its choices are."""
+        requests = self._choice_requests(prepared)
+        owner: list[int] = []  # request index -> item index
+        for k, p in enumerate(prepared):
+            owner += [k] * len(p.choices)
+        got: dict[int, dict[int, LoglikelihoodResult]] = {}
+        first = [owner.index(k) for k in range(len(prepared))]
+        for index, out in stream(requests):
+            k = owner[index]
+            have = got.setdefault(k, {})
+            have[index] = out
+            p = prepared[k]
+            if len(have) == len(p.choices):
+                del got[k]
+                yield (
+                    p,
+                    self._choices_result(p, [have[first[k] + c] for c in range(len(p.choices))]),
+                )
+        if got:
+            raise DataError(f"the backend's stream ended with {len(got)} item(s) unscored")
 
     def _loglikelihood_problem(
         self, p: PreparedItem, lls: Sequence[LoglikelihoodResult]

@@ -572,11 +572,23 @@ class VLLMBackend(TokenizerSide):
     def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
         """Each request's continuation scored from the prompt log-probabilities of the row
         ``context + continuation`` (unique rows computed once)."""
-        failed: dict[tuple[str, str], LoglikelihoodResult] = {}
+        out = dict(self.loglikelihood_stream(requests))
+        return [out[i] for i in range(len(requests))]
+
+    def loglikelihood_stream(
+        self, requests: Sequence[LoglikelihoodRequest]
+    ) -> Iterator[tuple[int, LoglikelihoodResult]]:
+        """:meth:`loglikelihood`, every request handed to the engine at once, each result
+        yielded as ``(index in requests, result)`` as its row finishes (requests that cannot
+        be scored first; requests of one row together). A caller that keeps results as
+        they come loses none of them when the run is interrupted."""
         rows: dict[tuple[str, str], tuple[list[int], int, int]] = {}  # tokens, n_cont, cut
-        for req in requests:
+        failed: dict[tuple[str, str], LoglikelihoodResult] = {}
+        asked: dict[tuple[str, str], list[int]] = {}  # row -> the requests that ask for it
+        for i, req in enumerate(requests):
             key = (req.context, req.continuation)
-            if key in rows or key in failed:
+            asked.setdefault(key, []).append(i)
+            if len(asked[key]) > 1:
                 continue
             fitted = self._fit(req, self.max_length)  # the engine takes the whole row
             if isinstance(fitted, LoglikelihoodResult):
@@ -584,6 +596,9 @@ class VLLMBackend(TokenizerSide):
                 continue
             ctx, cont, cut = fitted
             rows[key] = (ctx + cont, len(cont), cut)
+        for key, result in failed.items():
+            for i in asked[key]:
+                yield i, result
         keys = list(rows)
         jobs = [
             _Job(
@@ -594,13 +609,12 @@ class VLLMBackend(TokenizerSide):
             for i, k in enumerate(keys)
         ]
         detailed = {(r.context, r.continuation) for r in requests if r.token_detail}
-        done: dict[tuple[str, str], LoglikelihoodResult] = {}
         for i, output in self._run(jobs):
             key = keys[i]
             _, n_cont, cut = rows[key]
             tail = output["prompt"][-n_cont:]
             logprobs = tuple(lp for lp, _ in tail)
-            done[key] = LoglikelihoodResult(
+            result = LoglikelihoodResult(
                 logprob=float(sum(logprobs)),
                 is_greedy=all(rank == 1 for _, rank in tail),
                 n_tokens=n_cont,
@@ -608,8 +622,8 @@ class VLLMBackend(TokenizerSide):
                 truncated_tokens=cut,
                 context_window=self.max_length if cut else None,
             )
-        done.update(failed)
-        return [done[(r.context, r.continuation)] for r in requests]
+            for j in asked[key]:
+                yield j, result
 
     # ------------------------------------------------------------------ generation
 

@@ -290,8 +290,7 @@ class Evaluator:
         state = self.state(runner)
         self._begin_progress(runner.spec.name, selection)
         if (
-            runner.spec.mode == "generate"
-            and hasattr(backend, "generate_stream")
+            runner.streams(backend)
             and self.whole_tasks
             and self.options.repeat == 1
             and state.determinism_checked >= self.options.check_determinism
@@ -400,10 +399,12 @@ class Evaluator:
                 return self.cache.pop(wanted.id), log
             state.stream = runner.stream(to_compute, backend)
             state.streaming = {item.id for item in to_compute}
-            log.append(
-                f"{name}: generating {len(to_compute)} item(s) with continuous batching "
-                f"(batch size {backend.batch_size})"
+            how = (
+                f"generating {len(to_compute)} item(s) with continuous batching"
+                if runner.spec.mode == "generate"
+                else f"scoring {len(to_compute)} item(s), all handed over at once"
             )
+            log.append(f"{name}: {how} (batch size {backend.batch_size})")
         started = time.perf_counter()
         computed = 0
         while wanted.id not in self.cache:
@@ -411,9 +412,7 @@ class Evaluator:
                 result = next(state.stream)
             except StopIteration:
                 state.stream, state.streaming = None, set()
-                raise LlmEvalError(
-                    f"{name}: the generation stream ended without item {wanted.id}"
-                ) from None
+                raise LlmEvalError(f"{name}: the stream ended without item {wanted.id}") from None
             except BaseException:
                 state.stream, state.streaming = None, set()
                 raise

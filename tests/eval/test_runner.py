@@ -362,6 +362,36 @@ def test_stream_yields_results_as_the_backend_finishes_them(tmp_path: Path) -> N
     assert [r.correct for r in batched] == [True, False, False, False]
 
 
+class ShuffledChoices(ScriptedBackend):
+    """A scripted backend that streams log-likelihoods in a shuffled order (seed 3), the
+    choices of different items interleaved, as an engine's rows finish."""
+
+    def loglikelihood_stream(
+        self, requests: Sequence[LoglikelihoodRequest]
+    ) -> Iterator[tuple[int, LoglikelihoodResult]]:
+        import random
+
+        results = list(enumerate(self.loglikelihood(requests)))
+        random.Random(3).shuffle(results)
+        yield from results
+
+
+def test_multiple_choice_streams_each_item_when_its_choices_are_scored(tmp_path: Path) -> None:
+    spec = _mc_spec(tmp_path)
+    items = load_items(spec, [tmp_path])
+    score = lambda r: -len(r.continuation) - 0.1 * len(r.context)  # noqa: E731
+    streamed = list(TaskRunner(spec, [tmp_path]).stream(items, ShuffledChoices(logprob=score)))
+    batched = TaskRunner(spec, [tmp_path]).run(items, ScriptedBackend(logprob=score))
+    assert sorted(r.item_id for r in streamed) == sorted(i.id for i in items)
+    assert [r.item_id for r in streamed] != [i.id for i in items]  # as the rows finished
+    strip = ("seconds",)
+    by_id = {r.item_id: {k: v for k, v in r.to_dict().items() if k not in strip} for r in batched}
+    for r in streamed:
+        assert {k: v for k, v in r.to_dict().items() if k not in strip} == by_id[r.item_id]
+    assert TaskRunner(spec, [tmp_path]).streams(ShuffledChoices(logprob=score))
+    assert not TaskRunner(spec, [tmp_path]).streams(StreamingBackend(logprob=score))
+
+
 def test_stream_without_a_streaming_backend_runs_a_batch_at_a_time(tmp_path: Path) -> None:
     spec = _gen_spec(tmp_path)
     items = load_items(spec, [tmp_path]) * 2  # 8 items, batch size 4: two calls

@@ -231,6 +231,57 @@ def test_results_computed_ahead_are_kept_when_a_run_is_interrupted(
     _same_as_reference(pytester, run)
 
 
+MC_STREAM_CONFTEST = """
+import os
+from pytest_llmeval.model import _hf
+
+
+def last_first(self, requests):  # a streaming engine (vllm): the last rows finish first
+    yield from reversed(list(enumerate(self.loglikelihood(requests))))
+
+
+_hf.HFBackend.loglikelihood_stream = last_first
+seen = []
+def pytest_runtest_logreport(report):
+    if report.when == "call" and os.environ.get("INTERRUPT_AFTER"):
+        seen.append(report.nodeid)
+        if len(seen) == int(os.environ["INTERRUPT_AFTER"]):
+            raise KeyboardInterrupt
+"""
+
+
+def test_multiple_choice_streamed_keeps_what_was_scored_when_interrupted(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A multiple-choice task on a backend that streams log-likelihoods (the vllm engine,
+    handed the whole task at once) keeps each item as soon as its choices are scored: Ctrl-C
+    after two items writes the others beside the run, --llm-resume reuses them all, and the
+    records equal those of a run that did not stream."""
+    write_project(pytester)
+    args = _args(tiny_model_dir, "--llm-output=out", "-k", "colors")
+    reference = pytester.runpytest_subprocess(*args[:-3], "--llm-output=ref", "-k", "colors")
+    assert reference.ret == 0
+    pytester.makeconftest(MC_STREAM_CONFTEST)
+    monkeypatch.setenv("INTERRUPT_AFTER", "2")
+    interrupted_run = pytester.runpytest_subprocess(*args)
+    assert interrupted_run.ret == pytest.ExitCode.INTERRUPTED
+    (interrupted,) = _runs(pytester.path / "out")
+    assert len(_lines(interrupted, "colors")) == 2
+    log = (interrupted / "eval.log").read_text()
+    assert "colors: scoring 4 item(s), all handed over at once" in log
+    ahead = (interrupted / "tasks" / "colors_ahead.jsonl").read_text().splitlines()
+    assert len(ahead) == 2
+    monkeypatch.delenv("INTERRUPT_AFTER")
+    resumed = pytester.runpytest_subprocess(*args)
+    assert resumed.ret == 0
+    run = _runs(pytester.path / "out")[-1]
+    log = (run / "eval.log").read_text()
+    assert _count(log, "reused") == 4 and _count(log, "computed") == 0
+    (ref,) = _runs(pytester.path / "ref")
+    want = {r["item_id"]: strip_timing(r) for r in _lines(ref, "colors")}
+    assert {r["item_id"]: strip_timing(r) for r in _lines(run, "colors")} == want
+
+
 SNAPSHOT_TEST = """
 def test_environment_has_not_drifted(llm_drift, snapshot):
     llm_drift.assert_matches(snapshot)
