@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The prepared GPU check (run by hand on a CUDA machine, never in CI): the CUDA path in
-# float32 and bfloat16 with the model's chat template, batch-size invariance, and parity
+# float32 and bfloat16 with the model's chat template, batch-size invariance, the automatic
+# batch size per row width, and parity
 # with lm-evaluation-harness on a few items with the chat template applied by both tools,
 # and generation speed in bfloat16 against lm-eval's HF backend (tokens/s, the share of the
 # GPU's measured memory read rate the forward passes reach); where vLLM is installed, the
@@ -16,6 +17,20 @@ python -m tools.cuda_check --model "$model" --data-dir "$data" --chat auto \
 python -m tools.batch_invariance --model "$model" --data-dir "$data" --device cuda \
     --dtype bfloat16 --tasks mmlu:100,gsm8k:50 --batch-sizes 1,4,16 --chat on,off \
     --out "$out/invariance_bf16"
+# --llm-batch-size=auto on the GPU: probed for 2,048-token rows, then again for a call with
+# a row of about 6,000 tokens (the sizes per width, found now in a cache of their own).
+LLMEVAL_CACHE_DIR="$out/auto_batch_cache" python - "$model" <<'PY' | tee "$out/auto_batch.json"
+import json
+import sys
+
+from pytest_llmeval.model import LoglikelihoodRequest, ModelSettings, load_backend
+
+backend = load_backend(ModelSettings(model=sys.argv[1], batch_size=0, device="cuda"))
+backend.loglikelihood([LoglikelihoodRequest("word " * 6000, " end"), LoglikelihoodRequest("a", " b")])
+info = backend.info()
+keys = ("device_name", "dtype", "max_length", "batch_size", "batch_size_source", "batch_size_by_width")
+print(json.dumps({k: info[k] for k in keys}))
+PY
 if python -c "import lm_eval" 2>/dev/null; then
     python -m tools.parity --model "$model" --data-dir "$data" --device cuda \
         --dtype bfloat16 --chat --items 20 --tasks mmlu,gsm8k --out "$out/parity_chat_bf16"
