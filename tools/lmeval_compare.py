@@ -107,6 +107,11 @@ class Options:
     # hf: our hf backend against the harness's HFLM; vllm: our vllm backend against the
     # harness's VLLM (--model vllm), both on vLLM's engine.
     engine: str = "hf"
+    # --engine vllm: the share of memory each of the two engines takes (None: the CPU
+    # build's default here, vLLM's own on a GPU), and whether our hf backend runs the same
+    # items too.
+    memory_share: float | None = None
+    hf_too: bool = True
 
     def chat_settings(self) -> ChatSettings:
         """Ours: the model's chat template on (``--chat``) or off; the harness gets
@@ -151,6 +156,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="hf",
         help="hf (default): our hf backend and lm-eval's --model hf; vllm: our vllm backend "
         "and lm-eval's --model vllm (needs vLLM; the batch size is then the engines')",
+    )
+    parser.add_argument(
+        "--memory-share",
+        type=float,
+        help="--engine vllm: the share of memory each engine takes, ours and the harness's "
+        "(vLLM's gpu_memory_utilization; default 0.3 on the CPU build, vLLM's own on a GPU)",
+    )
+    parser.add_argument(
+        "--no-hf",
+        action="store_true",
+        help="--engine vllm: do not run our hf backend on the same items",
     )
     parser.add_argument("--model", default="smollm2-135m", help="a local HF model directory")
     parser.add_argument(
@@ -227,6 +243,8 @@ def options_from_args(ns: argparse.Namespace) -> Options:
         system_prompt=ns.system_prompt,
         multiturn=not ns.single_turn,
         engine=ns.engine,
+        memory_share=ns.memory_share,
+        hf_too=not ns.no_hf,
     )
 
 
@@ -534,10 +552,16 @@ def _load_vllm(opts: Options, path: Path) -> Models:
     from pytest_llmeval.model._vllm import CPU_MEMORY_SHARE
 
     started = time.perf_counter()
-    ours: Any = load_backend(ModelSettings(model=opts.model, backend="vllm", dtype=opts.dtype))
+    ours: Any = load_backend(
+        ModelSettings(
+            model=opts.model, backend="vllm", dtype=opts.dtype, memory_share=opts.memory_share
+        )
+    )
     ours_s = time.perf_counter() - started
     extra: dict[str, Any] = {"enable_prefix_caching": True}
-    if ours.device == "cpu":
+    if opts.memory_share is not None:
+        extra["gpu_memory_utilization"] = opts.memory_share
+    elif ours.device == "cpu":
         extra["gpu_memory_utilization"] = CPU_MEMORY_SHARE
     started = time.perf_counter()
     lm = _lmeval_vllm()(pretrained=str(path), dtype=opts.dtype, seed=1234, **extra)
@@ -552,22 +576,25 @@ def _load_vllm(opts: Options, path: Path) -> Models:
 
     lm.model.generate = generate
     lmeval_s = time.perf_counter() - started
-    started = time.perf_counter()
-    hf = load_backend(
-        ModelSettings(
-            model=opts.model, device=opts.device, dtype=opts.dtype, batch_size=opts.batch_size
+    load_s = {"ours": ours_s, "lmeval": lmeval_s}
+    hf: Backend | None = None
+    if opts.hf_too:
+        started = time.perf_counter()
+        hf = load_backend(
+            ModelSettings(
+                model=opts.model, device=opts.device, dtype=opts.dtype, batch_size=opts.batch_size
+            )
         )
-    )
-    hf_s = time.perf_counter() - started
+        load_s["ours_hf"] = time.perf_counter() - started
     return Models(
         ours=ours,
         lmeval=lm,
         ours_meter=ForwardMeter(None),
         lmeval_meter=ForwardMeter(None),
-        load_s={"ours": ours_s, "lmeval": lmeval_s, "ours_hf": hf_s},
+        load_s=load_s,
         model_path=path,
         hf_reference=hf,
-        hf_meter=ForwardMeter(_torch_model(hf), hf),
+        hf_meter=ForwardMeter(_torch_model(hf), hf) if hf is not None else None,
     )
 
 
@@ -1336,7 +1363,11 @@ def run_task(
     )
 
 
-def run_all(opts: Options, log: Callable[[str], None] = print) -> Report:
+def run_all(
+    opts: Options,
+    log: Callable[[str], None] = print,
+    each_task: Callable[[Report], None] | None = None,
+) -> Report:
     """Load both models, then per task type: write the harness YAMLs (in a temporary
     directory), warm up, run both tools, compare."""
     import tempfile
@@ -1362,6 +1393,8 @@ def run_all(opts: Options, log: Callable[[str], None] = print) -> Report:
                 chat=opts.chat_settings(),
             )
             reports.append(run_task(task_set, models, opts.chunk_items, log, opts.also_chunk_items))
+            if each_task is not None:  # what is finished survives a later task's crash
+                each_task(Report(config=config, tasks=list(reports)))
     return Report(config=config, tasks=reports)
 
 

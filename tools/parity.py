@@ -77,10 +77,15 @@ def render(report: Report) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv, "python -m tools.parity", __doc__.splitlines()[0])
-    with quiet_libraries():
-        report = run_all(opts, log=stderr)
     target = out_dir(opts, "parity")
+
+    def finished(partial: Report) -> None:  # what is finished survives a later crash
+        write_json(target / "parity.partial.json", partial.to_dict())
+
+    with quiet_libraries():
+        report = run_all(opts, log=stderr, each_task=finished)
     write_json(target / "parity.json", report.to_dict())
+    (target / "parity.partial.json").unlink(missing_ok=True)
     print(render(report))
     print(f"report: {target / 'parity.json'}")
     return 0 if report.passed else 1

@@ -366,8 +366,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     with_memory = "--no-memory" not in args
     args = [a for a in args if a != "--no-memory"]
     opts = parse_args(args, "python -m tools.speed", __doc__.splitlines()[0])
+    target = out_dir(opts, "speed")
+
+    def finished(partial: Report) -> None:
+        write_json(target / "speed.partial.json", partial.to_dict())
+
     with quiet_libraries():
-        report = run_all(opts, log=stderr)
+        report = run_all(opts, log=stderr, each_task=finished)
     stderr("measuring the machine's matmul throughput and memory read rate ...")
     matmul = measure_matmul(opts)
     bandwidth = measure_bandwidth(opts)
@@ -376,8 +381,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     peaks = peak_memory.measure(args, log=stderr) if with_memory else None
     if peaks is not None:
         report.extra["peak_memory"] = peaks
-    target = out_dir(opts, "speed")
     write_json(target / "speed.json", report.to_dict())
+    (target / "speed.partial.json").unlink(missing_ok=True)
     markdown = render(report, matmul, markdown=True, bandwidth=bandwidth, peaks=peaks)
     (target / "speed.md").write_text(markdown + "\n", encoding="utf-8")
     (target / "parity.txt").write_text(parity.render(report) + "\n", encoding="utf-8")

@@ -137,3 +137,7 @@ def test_the_engine_option_is_parsed() -> None:
     assert parse_args([], "x", "y").engine == "hf"
     with pytest.raises(SystemExit):
         parse_args(["--engine", "tgi"], "x", "y")
+    vllm = parse_args(["--engine", "vllm", "--memory-share", "0.1", "--no-hf"], "x", "y")
+    assert (vllm.memory_share, vllm.hf_too) == (0.1, False)
+    plain = parse_args([], "x", "y")
+    assert (plain.memory_share, plain.hf_too) == (None, True)
