@@ -138,6 +138,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     llm.interrupted = interruption(session, exitstatus, llm)
     if llm.interrupted:
         llm.keep_computed_ahead()
+    llm.adopt_own_environment()
     verdicts = llm.decide()
     failed = any(v.failed for v in verdicts) or bool(llm.gate_failures)
     if failed and session.exitstatus == pytest.ExitCode.OK:

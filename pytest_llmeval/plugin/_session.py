@@ -890,6 +890,15 @@ class LlmEvalSession:
             workers[worker] = entry
         return workers
 
+    def adopt_own_environment(self) -> None:
+        """A run whose model loaded in this process but whose benchmark items never reported
+        it (contamination probes alone, the drift snapshot test) records this process's
+        environment: the model's SHA256, the backend and its engine."""
+        own = self.evaluator.environment
+        if not self.environment and own is not None:
+            self.environment = own
+            self.environments.setdefault(str(own.get("worker") or "main"), own)
+
     def keep_computed_ahead(self) -> None:
         """An interrupted run (no xdist: the results are in this process): results that
         were computed ahead of their items (a generative task's stream, a batch) but never

@@ -441,6 +441,9 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     assert report["verdict"]["fired"] is False
     order = json.loads((run / "contamination" / "quiz-canonical_order.json").read_text())
     assert len(order["reference"]["sha256"]) == 64  # the reference model, by its digest
+    # No benchmark item ran: the record still names the model probed, by digest and backend.
+    config = json.loads((run / "eval_config.json").read_text())
+    assert len(config["model_sha256"]) == 64 and config["framework"]["backend"] == "hf"
     assert order["reference_report"]["n"] == 4
     member = json.loads((run / "contamination" / "quiz-membership.json").read_text())
     assert member["mode"] == "reference" and member["handling"]["scores"]["all"]["n"] == 4

@@ -139,7 +139,7 @@ def test_a_reference_model_runs_its_own_engine_beside_the_models(
 ) -> None:
     """--llm-reference-model on the vllm backend: a second engine on the same devices,
     each given half of the default memory share (two engines at vLLM's default of 0.92 of
-    a GPU each cannot both start), and the probes' verdicts against it."""
+    a GPU each cannot both start), and the canonical-order verdict against it."""
     rows = [
         {"question": f"Which is number {i}?", "choices": [f"{i}", f"{i + 1}", f"{i + 2}"]}
         for i in range(4)
@@ -163,8 +163,10 @@ def test_a_reference_model_runs_its_own_engine_beside_the_models(
         "no:cacheprovider",
         timeout=900,
     )
-    assert result.ret == 0, result.stdout.str()[-3000:]
-    result.assert_outcomes(passed=2, deselected=4)
+    # Membership probes need the model's whole next-token distribution (Min-K%++), which
+    # vLLM does not return: that probe fails with one line naming the hf backend.
+    result.assert_outcomes(passed=1, failed=1, deselected=4)
+    assert "Run membership probes with --llm-backend=hf" in result.stdout.str()
     (run,) = [p for p in runs.iterdir() if p.is_dir()]
     engine = json.loads((run / "eval_config.json").read_text())["framework"]["engine"]
     assert engine["memory_share"] == pytest.approx(0.15)
