@@ -89,3 +89,18 @@ generate: {target: "{{ a }}"}
 
 def write_absent_task(pytester: pytest.Pytester) -> None:
     (pytester.path / "absent.yaml").write_text(ABSENT_SPEC)
+
+
+# A multiple-choice task with a contamination: block (options and gold), for the probes.
+PROBED_SPEC = """\
+task: quiz
+dataset: {path: quiz.jsonl}
+prompt:
+  template: "{{ question }}\\nA. {{ choices[0] }}\\nB. {{ choices[1] }}\\nC. {{ choices[2] }}\\n\\
+    Answer:"
+mode: multiple_choice
+multiple_choice:
+  choices: ["A", "B", "C"]
+  gold: "{{ answer }}"
+contamination: {options: choices, gold: answer}
+"""

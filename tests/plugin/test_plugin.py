@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_projects import PROBED_SPEC
 
 pytest.importorskip("torch")
 
@@ -371,18 +372,6 @@ def test_excluded_items_are_left_out_and_recorded(
     missing.stderr.fnmatch_lines(["*--llm-exclude (ini llm_exclude): cannot read nope.txt*"])
 
 
-PROBED_SPEC = """\
-task: quiz
-dataset: {path: quiz.jsonl}
-prompt:
-  template: "{{ question }}\\nA. {{ choices[0] }}\\nB. {{ choices[1] }}\\nC. {{ choices[2] }}\\n\\
-    Answer:"
-mode: multiple_choice
-multiple_choice:
-  choices: ["A", "B", "C"]
-  gold: "{{ answer }}"
-contamination: {options: choices, gold: answer}
-"""
 PROBE_TEST = """\
 import pytest
 

@@ -190,6 +190,9 @@ def last_first(self, requests):  # the items after the first finish before it
 
 
 _hf.HFBackend.generate_stream = last_first
+"""
+# Ctrl-C (a KeyboardInterrupt) after $INTERRUPT_AFTER reported items.
+INTERRUPT_HOOK = """
 seen = []
 def pytest_runtest_logreport(report):
     if report.when == "call" and os.environ.get("INTERRUPT_AFTER"):
@@ -206,7 +209,9 @@ def test_results_computed_ahead_are_kept_when_a_run_is_interrupted(
     stream (computed ahead of their tests; here the stream yields the last item first) are
     written beside the run's items and reused by --llm-resume; the interrupted run's scores
     count only the items that ran."""
-    args = _with_reference(pytester, write_project, INTERRUPT_CONFTEST, tiny_model_dir, 8)
+    args = _with_reference(
+        pytester, write_project, INTERRUPT_CONFTEST + INTERRUPT_HOOK, tiny_model_dir, 8
+    )
     monkeypatch.setenv("INTERRUPT_AFTER", "2")
     interrupted_run = pytester.runpytest_subprocess(*args)
     assert interrupted_run.ret == pytest.ExitCode.INTERRUPTED
@@ -241,12 +246,6 @@ def last_first(self, requests):  # a streaming engine (vllm): the last rows fini
 
 
 _hf.HFBackend.loglikelihood_stream = last_first
-seen = []
-def pytest_runtest_logreport(report):
-    if report.when == "call" and os.environ.get("INTERRUPT_AFTER"):
-        seen.append(report.nodeid)
-        if len(seen) == int(os.environ["INTERRUPT_AFTER"]):
-            raise KeyboardInterrupt
 """
 
 
@@ -261,7 +260,7 @@ def test_multiple_choice_streamed_keeps_what_was_scored_when_interrupted(
     args = _args(tiny_model_dir, "--llm-output=out", "-k", "colors")
     reference = pytester.runpytest_subprocess(*args[:-3], "--llm-output=ref", "-k", "colors")
     assert reference.ret == 0
-    pytester.makeconftest(MC_STREAM_CONFTEST)
+    pytester.makeconftest(MC_STREAM_CONFTEST + INTERRUPT_HOOK)
     monkeypatch.setenv("INTERRUPT_AFTER", "2")
     interrupted_run = pytester.runpytest_subprocess(*args)
     assert interrupted_run.ret == pytest.ExitCode.INTERRUPTED

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiny_projects import PROBED_SPEC
 
 pytest.importorskip("vllm")
 
@@ -106,18 +107,6 @@ def test_bad_engine_settings_are_named_before_the_model_loads(
     assert not (pytester.path / "runs").exists()  # nothing ran, nothing was written
 
 
-QUIZ_SPEC = """\
-task: quiz
-dataset: {path: quiz.jsonl}
-prompt:
-  template: "{{ question }}\\nA. {{ choices[0] }}\\nB. {{ choices[1] }}\\nC. {{ choices[2] }}\\n\\
-    Answer:"
-mode: multiple_choice
-multiple_choice:
-  choices: ["A", "B", "C"]
-  gold: "{{ answer }}"
-contamination: {options: choices, gold: answer}
-"""
 QUIZ_PROBES = """\
 import pytest
 
@@ -147,7 +136,7 @@ def test_a_reference_model_runs_its_own_engine_beside_the_models(
     (pytester.path / "quiz.jsonl").write_text(
         "".join(json.dumps({**r, "answer": 0}) + "\n" for r in rows)
     )
-    (pytester.path / "quiz.yaml").write_text(QUIZ_SPEC)
+    (pytester.path / "quiz.yaml").write_text(PROBED_SPEC)
     (pytester.path / "test_quiz_probes.py").write_text(QUIZ_PROBES)
     runs = pytester.path / "runs"
     result = pytester.runpytest_subprocess(
