@@ -1127,10 +1127,11 @@ class TaskRunner:
         requests handed over at once, each item scored as soon as all its choices are."""
         requests = self._choice_requests(prepared)
         owner: list[int] = []  # request index -> item index
+        first: list[int] = []  # item index -> its first request's index
         for k, p in enumerate(prepared):
+            first.append(len(owner))
             owner += [k] * len(p.choices)
         got: dict[int, dict[int, LoglikelihoodResult]] = {}
-        first = [owner.index(k) for k in range(len(prepared))]
         for index, out in stream(requests):
             k = owner[index]
             have = got.setdefault(k, {})
