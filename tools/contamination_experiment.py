@@ -173,88 +173,145 @@ def plant(setup: Setup, model_out: Path) -> dict[str, Any]:
     return record
 
 
+MEASURES = ("order", "answers", "circular", "guessing", "membership")
+
+
 def measure_items(
-    runner: TaskRunner, items: Sequence[Item], backend: Backend, setup: Setup
+    runner: TaskRunner,
+    items: Sequence[Item],
+    backend: Backend,
+    setup: Setup,
+    measures: Sequence[str] = MEASURES,
 ) -> list[dict[str, Any]]:
     """The raw per-item measurements every verdict of
     :mod:`pytest_llmeval.contamination._verdicts` is computed from.
 
-    Multiple choice: the option texts and gold; the canonical-order log-likelihoods
-    (published order and ``order_k`` shuffles); right/wrong and the gold option's
-    probability as published and in one gold-moving order. Every task: Min-K%, Min-K%++
-    and the mean log-probability of the item text as published and for up to
-    ``perturbations`` rewrites (:func:`~._membership.rewritten_docs`)."""
+    Multiple choice: the option texts and gold; ``order``: the canonical-order
+    log-likelihoods (published order and ``order_k`` shuffles); ``answers``: right/wrong
+    and the gold option's probability as published and in one gold-moving order;
+    ``circular``, ``guessing``: CircularEval and TS-Guessing. Every task, ``membership``:
+    Min-K%, Min-K%++ and the mean log-probability of the item text as published and for up
+    to ``perturbations`` rewrites (:func:`~._membership.rewritten_docs`). ``measures``
+    picks some of them (the scaling runs measure the cheap ones on thousands of items)."""
+    unknown = set(measures) - set(MEASURES)
+    if unknown:
+        raise ValueError(f"unknown measures {sorted(unknown)}; known: {', '.join(MEASURES)}")
     probes = runner.spec.probes
     records: list[dict[str, Any]] = [{"id": i.id, "subset": i.subset} for i in items]
-    if probes.options is not None and probes.gold is not None:
+    multiple_choice = probes.options is not None and probes.gold is not None
+    if multiple_choice:
+        assert probes.options is not None and probes.gold is not None
         options, gold_field = probes.options, probes.gold
         for rec, item in zip(records, items, strict=True):
             rec["options"] = option_texts(item.doc, options)
             rec["gold"] = gold_index(item.doc, gold_field, len(rec["options"]))
-        order_test = canonical_order_test(runner, items, backend, k=setup.order_k, seed=setup.seed)
-        moved = []
-        for item in items:
-            first = shuffled_orders(
-                item.doc, options, gold_field, 1, seed=setup.seed, item_id=item.id
-            )[0]
-            doc = permute_options(item.doc, options, gold_field, first)
-            moved.append(Item(f"{item.id}~order0", item.index, doc, item.subset))
-        canonical_p, canonical_ok = _gold_probs(runner, items, backend)
-        shuffled_p, shuffled_ok = _gold_probs(runner, moved, backend)
-        for n, rec in enumerate(records):
-            rec["order"] = {
-                "canonical": order_test.canonical_logprobs[n],
-                "shuffled": list(order_test.shuffled_logprobs[n]),
-            }
-            rec["answer"] = {
-                "published": {"correct": canonical_ok[n], "gold_prob": canonical_p[n]},
-                "shuffled": {"correct": shuffled_ok[n], "gold_prob": shuffled_p[n]},
-            }
+        if "order" in measures:
+            order_test = canonical_order_test(
+                runner, items, backend, k=setup.order_k, seed=setup.seed
+            )
+            for n, rec in enumerate(records):
+                rec["order"] = {
+                    "canonical": order_test.canonical_logprobs[n],
+                    "shuffled": list(order_test.shuffled_logprobs[n]),
+                }
+        if "answers" in measures:
+            moved = []
+            for item in items:
+                first = shuffled_orders(
+                    item.doc, options, gold_field, 1, seed=setup.seed, item_id=item.id
+                )[0]
+                doc = permute_options(item.doc, options, gold_field, first)
+                moved.append(Item(f"{item.id}~order0", item.index, doc, item.subset))
+            canonical_p, canonical_ok = _gold_probs(runner, items, backend)
+            shuffled_p, shuffled_ok = _gold_probs(runner, moved, backend)
+            for n, rec in enumerate(records):
+                rec["answer"] = {
+                    "published": {"correct": canonical_ok[n], "gold_prob": canonical_p[n]},
+                    "shuffled": {"correct": shuffled_ok[n], "gold_prob": shuffled_p[n]},
+                }
     elif not (probes.question and probes.solution):
         raise SpecError(
             runner.spec.source, "contamination", "names no options/gold nor question/solution"
         )
-    if probes.options is not None and probes.gold is not None:
+    if multiple_choice and "circular" in measures:
         circular = {c.item_id: c for c in circular_probe(runner, items, backend).items}
+        for rec in records:
+            c = circular.get(rec["id"])
+            rec["circular"] = list(c.correct) if c is not None else None
+    if multiple_choice and "guessing" in measures:
         guesses = {
             g.item_id: g for g in ts_guessing_probe(runner, items, backend, seed=setup.seed).items
         }
         for rec in records:
-            c = circular.get(rec["id"])
-            rec["circular"] = list(c.correct) if c is not None else None
             g = guesses.get(rec["id"])
             rec["guessing"] = (
                 {"masked": g.masked_index, "exact_match": g.exact_match, "guess": g.guess}
                 if g is not None
                 else None
             )
-    memberships = membership_records(
-        runner, items, backend, perturbations=setup.perturbations, seed=setup.seed
-    )
-    for rec, m in zip(records, memberships, strict=True):
-        data = m.to_dict()
-        rec["membership"] = {"published": data["published"], "perturbed": data["perturbed"]}
+    if "membership" in measures:
+        memberships = membership_records(
+            runner, items, backend, perturbations=setup.perturbations, seed=setup.seed
+        )
+        for rec, m in zip(records, memberships, strict=True):
+            data = m.to_dict()
+            rec["membership"] = {"published": data["published"], "perturbed": data["perturbed"]}
     return records
 
 
-def measure(setup: Setup, model: str, out: Path, *, batch_size: int = 8) -> dict[str, Any]:
-    """Measure the first ``setup.items`` items of the task with ``model``; write ``out``."""
+def measure(
+    setup: Setup,
+    model: str,
+    out: Path,
+    *,
+    batch_size: int = 8,
+    measures: Sequence[str] = MEASURES,
+    chunk: int = 0,
+) -> dict[str, Any]:
+    """Measure the first ``setup.items`` items of the task (all of them when 0) with
+    ``model``; write ``out``.
+
+    With ``chunk``, items are measured ``chunk`` at a time and ``out`` is rewritten after
+    each chunk; a run stopped half-way picks up where it stopped when started again with
+    the same setup, model and measures (the ids already in ``out`` are kept)."""
     runner = _runner(setup)
-    items = first_n(load_items(runner.spec, setup.data_dirs), setup.items)
+    items = first_n(load_items(runner.spec, setup.data_dirs), setup.items or None)
+    described = {k: str(v) for k, v in setup.__dict__.items()}
+    done: list[dict[str, Any]] = []
+    seconds = 0.0
+    if chunk and out.is_file():
+        previous = json.loads(out.read_text())
+        if (
+            previous.get("setup") == described
+            and previous.get("model") == model
+            and previous.get("measures") == list(measures)
+        ):
+            done, seconds = previous["items"], float(previous["seconds"])
     backend = load_backend(ModelSettings(model=model, batch_size=batch_size, seed=setup.seed))
-    started = time.perf_counter()
-    records = measure_items(runner, items, backend, setup)
     result = {
         "task": runner.spec.name,
         "task_file": str(setup.task),
         "model": model,
         "model_info": {k: v for k, v in backend.info().items() if _is_json_scalar(v)},
-        "setup": {k: str(v) for k, v in setup.__dict__.items()},
-        "seconds": round(time.perf_counter() - started, 1),
-        "items": records,
+        "setup": described,
+        "measures": list(measures),
+        "seconds": seconds,
+        "items": done,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(strict_json.dumps(result, indent=1))
+    measured = {r["id"] for r in done}
+    todo = [i for i in items if i.id not in measured]
+    step = chunk or len(todo) or 1
+    for start in range(0, len(todo), step):
+        began = time.perf_counter()
+        done.extend(measure_items(runner, todo[start : start + step], backend, setup, measures))
+        seconds += time.perf_counter() - began
+        result["seconds"] = round(seconds, 1)
+        out.write_text(strict_json.dumps(result, indent=1))
+        if chunk:
+            print(f"{runner.spec.name}: {len(done)} of {len(items)} items, {seconds:.0f} s")
+    if not todo:
+        out.write_text(strict_json.dumps(result, indent=1))
     return result
 
 
@@ -319,7 +376,8 @@ def verdicts(
     """Every task-level verdict on ``records`` (a subset of items), with and without the
     reference model's records of the same items."""
     out: dict[str, ContaminationVerdict] = {}
-    if records and "order" in records[0]:
+    first = records[0] if records else {}
+    if "answer" in first:
         b = sum(
             1
             for r in records
@@ -339,7 +397,9 @@ def verdicts(
             p_value=mcnemar_one_sided(b, c),
             alpha=alpha,
             summary=f"b={b} right only as published, c={c} right only shuffled",
+            validated_as="option_shuffle",
         )
+    if "order" in first:
         report = order_report(task, records)
         options = {r["id"]: r["options"] for r in records}
         everything = {i: ["x"] for i in report.item_ids}  # no item excluded: the old test
@@ -349,17 +409,20 @@ def verdicts(
             out["canonical_order_vs_reference"] = order_verdict(
                 report, options, alpha, reference=order_report(task, reference)
             )
-        if records[0].get("circular") is not None:
-            circ = circular_report(task, records)
-            out["circular"] = circular_verdict(circ, alpha, options=options)
-            if reference is not None:
-                out["circular_vs_reference"] = circular_verdict(
-                    circ, alpha, reference=circular_report(task, reference)
-                )
-        if reference is not None and "guessing" in records[0]:
-            out["ts_guessing_vs_reference"] = guessing_verdict(
-                guessing_report(task, records), guessing_report(task, reference), alpha
+    if first.get("circular") is not None:
+        options = {r["id"]: r["options"] for r in records}
+        circ = circular_report(task, records)
+        out["circular"] = circular_verdict(circ, alpha, options=options)
+        if reference is not None:
+            out["circular_vs_reference"] = circular_verdict(
+                circ, alpha, reference=circular_report(task, reference)
             )
+    if reference is not None and first.get("guessing") is not None:
+        out["ts_guessing_vs_reference"] = guessing_verdict(
+            guessing_report(task, records), guessing_report(task, reference), alpha
+        )
+    if "membership" not in first:
+        return out
     mine = memberships(records)
     for score in ("min_k_plus_plus", "mean_logprob"):
         out[f"membership_{score}_rewrites"] = membership_flags(task, mine, score=score).verdict(
@@ -385,9 +448,13 @@ def _aurocs(
         neg = [v for i, v in values.items() if i not in planted]
         return auroc(pos, neg) if pos and neg else float("nan")
 
-    mine = memberships(records)
-    out = {s: split({m.item_id: getattr(m.published, s) for m in mine}) for s in AUROC_SCORES}
-    for s in AUROC_SCORES:
+    out: dict[str, float] = {}
+    mine = memberships(records) if records and "membership" in records[0] else []
+    if mine:
+        out.update(
+            {s: split({m.item_id: getattr(m.published, s) for m in mine}) for s in AUROC_SCORES}
+        )
+    for s in AUROC_SCORES if mine else ():
         out[f"{s}_vs_rewrites"] = split(membership_flags(task, mine, score=s).values)
         if reference is not None:
             ref = memberships(reference)
@@ -415,7 +482,9 @@ def _flag_quality(
 ) -> dict[str, dict[str, float]]:
     """Precision and recall of the membership flags (target FPR :data:`FLAG_FPR`) on the
     experiment's items, and the false-positive rate among its clean items."""
-    out = {}
+    out: dict[str, dict[str, float]] = {}
+    if not records or "membership" not in records[0]:
+        return out
     mine = memberships(records)
     ref = memberships(reference) if reference is not None else None
     for mode in ("rewrites", "reference"):
@@ -544,6 +613,307 @@ def analyse(raw: Path, models: Path, *, draws: int = 500, seed: int = 1234) -> d
     return out
 
 
+# --------------------------------------------------------------------------- scaling
+
+SIZES = (50, 100, 200, 500, 1000, 2000, 5000)
+POWER_SHARE = 0.1  # power(n): draws of n items of which this share is planted
+
+
+def _rate(fired: int, draws: int, size: int, pool: int) -> dict[str, Any]:
+    return {
+        "rate": fired / draws,
+        "fired": fired,
+        "draws": draws,
+        "interval": list(wilson_interval(fired, draws)),
+        "size": size,
+        "disjoint": pool // size,  # how many of the draws could be independent
+    }
+
+
+def scaling_rates(
+    task: str,
+    records: Sequence[Mapping[str, Any]],
+    reference: Sequence[Mapping[str, Any]] | None,
+    *,
+    sizes: Sequence[int],
+    draws: int,
+    seed: int,
+    alpha: float = ALPHA,
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Each verdict's fire rate on ``draws`` random draws of every size in ``sizes`` below
+    the pool's, and its verdict on the whole pool (the largest n there is)."""
+    rng = random.Random(seed)
+    by_id = {r["id"]: r for r in reference} if reference is not None else None
+    rates: dict[str, dict[str, Any]] = {}
+    pool = list(records)
+    for size in [s for s in sizes if s < len(pool)]:
+        fired: dict[str, int] = {}
+        for _ in range(draws):
+            chosen = rng.sample(pool, size)
+            ref = [by_id[r["id"]] for r in chosen] if by_id is not None else None
+            for name, v in verdicts(task, chosen, ref, alpha=alpha).items():
+                fired[name] = fired.get(name, 0) + int(v.fired)
+        for name, k in fired.items():
+            rates.setdefault(name, {})[str(size)] = _rate(k, draws, size, len(pool))
+    ref_all = [by_id[r["id"]] for r in pool] if by_id is not None else None
+    whole = {k: v.to_dict() for k, v in verdicts(task, pool, ref_all, alpha=alpha).items()}
+    for name, verdict in whole.items():
+        rates.setdefault(name, {})[str(len(pool))] = _rate(
+            int(verdict["fired"]), 1, len(pool), len(pool)
+        )
+    return rates, whole
+
+
+def power_rates(
+    task: str,
+    records: Sequence[Mapping[str, Any]],
+    reference: Sequence[Mapping[str, Any]] | None,
+    planted: set[str],
+    *,
+    sizes: Sequence[int],
+    draws: int,
+    seed: int,
+    share: float = POWER_SHARE,
+    alpha: float = ALPHA,
+) -> dict[str, dict[str, Any]]:
+    """Each verdict's fire rate on draws of n items of which ``share`` are planted (a model
+    that saw a tenth of the benchmark), for every n the planted pool allows."""
+    rng = random.Random(seed)
+    by_id = {r["id"]: r for r in reference} if reference is not None else None
+    hot = [r for r in records if r["id"] in planted]
+    cold = [r for r in records if r["id"] not in planted]
+    out: dict[str, dict[str, Any]] = {}
+    for size in sizes:
+        n_hot = round(share * size)
+        if n_hot < 1 or n_hot > len(hot) or size - n_hot > len(cold):
+            continue
+        fired: dict[str, int] = {}
+        for _ in range(draws):
+            chosen = rng.sample(hot, n_hot) + rng.sample(cold, size - n_hot)
+            ref = [by_id[r["id"]] for r in chosen] if by_id is not None else None
+            for name, v in verdicts(task, chosen, ref, alpha=alpha).items():
+                fired[name] = fired.get(name, 0) + int(v.fired)
+        for name, k in fired.items():
+            out.setdefault(name, {})[str(size)] = _rate(k, draws, size, len(records))
+    return out
+
+
+def scaling(
+    raw: Path,
+    models: Path | None,
+    *,
+    sizes: Sequence[int] = SIZES,
+    draws: int = 200,
+    seed: int = 1234,
+) -> dict[str, Any]:
+    """False alarms as a function of n on every clean pool of ``raw`` (``<model>-<task>``
+    files; the planted items of a planted model are left out of its pool), and power as a
+    function of n on every planted model (:data:`POWER_SHARE` of each draw planted).
+
+    Reference-paired verdicts are computed only for models fine-tuned from the untouched
+    one (a ``planted.json`` in ``models``): that pair is known to differ only by the
+    fine-tune, which never saw the pool's items. Two untouched models of different
+    families are not a known-clean pair (either may have met the benchmark on the web),
+    so they are measured without a reference only."""
+    data = {f.stem: json.loads(f.read_text()) for f in sorted(raw.glob("*-*.json"))}
+    plants = (
+        {
+            d.name: json.loads((d / "planted.json").read_text())
+            for d in sorted(models.iterdir())
+            if (d / "planted.json").is_file()
+        }
+        if models is not None and models.is_dir()
+        else {}
+    )
+    out: dict[str, Any] = {"alpha": ALPHA, "draws": draws, "sizes": list(sizes), "pools": {}}
+    out["power"] = {}
+    for stem, result in data.items():
+        model, task = stem.split("-", 1)
+        records = result["items"]
+        plant_record = plants.get(model)
+        ref_result = data.get(f"{REFERENCE}-{task}") if plant_record is not None else None
+        ref_by_id = {r["id"]: r for r in ref_result["items"]} if ref_result else None
+        if ref_by_id is not None:
+            records = [r for r in records if r["id"] in ref_by_id]
+        planted = set(plant_record["planted"]) if plant_record else set()
+        clean = [r for r in records if r["id"] not in planted]
+
+        def ref_of(
+            rs: Sequence[Mapping[str, Any]], by_id: Mapping[str, Any] | None = ref_by_id
+        ) -> list[Mapping[str, Any]] | None:
+            return [by_id[r["id"]] for r in rs] if by_id is not None else None
+
+        rates, whole = scaling_rates(
+            task, clean, ref_of(clean), sizes=sizes, draws=draws, seed=seed
+        )
+        path = str(result.get("model_info", {}).get("model_path") or result["model"])
+        out["pools"][stem] = {
+            "model": model,
+            "model_path": Path(path).name,
+            "task": task,
+            "role": (
+                f"fine-tuned on {len(planted)} {plant_record['task']} items, probed on the "
+                "others (in-domain, never saw them)"
+                if plant_record
+                else "untouched"
+            ),
+            "clean_items": len(clean),
+            "measures": result.get("measures", list(MEASURES)),
+            "rates": rates,
+            "whole": whole,
+        }
+        if planted and plant_record and plant_record["task"] == task:
+            out["power"][stem] = {
+                "model": model,
+                "task": task,
+                "share": POWER_SHARE,
+                "planted": len(planted & {r["id"] for r in records}),
+                "rates": power_rates(
+                    task,
+                    records,
+                    ref_of(records),
+                    planted,
+                    sizes=sizes,
+                    draws=draws,
+                    seed=seed,
+                ),
+            }
+    out["validation"] = validation_summary(out)
+    return out
+
+
+def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
+    """Per verdict: the sizes and pools its false-alarm rate was measured on, the largest
+    rate at any size, and whether it stays at or under alpha everywhere (the rates of a
+    whole pool are a single draw: fired or not)."""
+    alpha = results["alpha"]
+    summary: dict[str, Any] = {}
+    for stem, pool in results["pools"].items():
+        for name, by_size in pool["rates"].items():
+            entry = summary.setdefault(
+                name, {"sizes": [], "pools": [], "max_rate": 0.0, "fired_on_whole_pool": []}
+            )
+            sizes = sorted(int(s) for s in by_size)
+            entry["sizes"] = sorted(set(entry["sizes"]) | set(sizes))
+            worst = max(by_size.values(), key=lambda r: r["rate"])
+            entry["max_rate"] = max(entry["max_rate"], worst["rate"])
+            entry["pools"].append(
+                {
+                    "pool": stem,
+                    "model": pool["model_path"],
+                    "task": pool["task"],
+                    "role": pool["role"],
+                    "n_max": max(sizes),
+                    "max_rate": worst["rate"],
+                    "at": worst["size"],
+                }
+            )
+            if pool["whole"].get(name, {}).get("fired"):
+                entry["fired_on_whole_pool"].append(stem)
+    for entry in summary.values():
+        entry["holds"] = entry["max_rate"] <= alpha and not entry["fired_on_whole_pool"]
+    return summary
+
+
+def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The compact per-verdict summary the package reads
+    (``pytest_llmeval/contamination/validation.json``, :mod:`~._validation`)."""
+    verdicts_out = {}
+    for name, entry in sorted(results["validation"].items()):
+        worst = max(entry["pools"], key=lambda p: p["max_rate"])
+        verdicts_out[name] = {
+            "n_min": min(entry["sizes"]),
+            "n_max": max(entry["sizes"]),
+            "pools": [
+                f"{p['model']} {p['role']} ({p['task']}, up to {p['n_max']} items)"
+                for p in entry["pools"]
+            ],
+            "max_rate": entry["max_rate"],
+            "worst": f"{100 * worst['max_rate']:.1f}% of draws of {worst['at']} items, "
+            f"{worst['model']} / {worst['task']}",
+            "fired_on_whole_pool": entry["fired_on_whole_pool"],
+            "holds": entry["holds"],
+        }
+    return {
+        "alpha": results["alpha"],
+        "tables": "docs/contamination-experiment/scaling.md",
+        "verdicts": verdicts_out,
+    }
+
+
+def scaling_markdown(results: Mapping[str, Any]) -> str:
+    """The FPR(n) and power(n) tables (docs/contamination-experiment/scaling.md)."""
+    alpha = results["alpha"]
+    lines = [
+        "# Contamination verdicts as a function of n: false alarms and power",
+        "",
+        f"alpha {alpha}; {results['draws']} random draws per size below a pool's size; the "
+        "last size of a pool is the whole pool (one verdict: FIRES or pass, with its p). "
+        "`disjoint` is how many of the draws could be independent (pool // n).",
+    ]
+    for pool in results["pools"].values():
+        sizes = sorted({int(s) for r in pool["rates"].values() for s in r})
+        lines += [
+            "",
+            f"## False alarms: {pool['model_path']} / {pool['task']} ({pool['role']}, "
+            f"{pool['clean_items']} clean items)",
+            "",
+            "| verdict | " + " | ".join(f"n={s}" for s in sizes) + " |",
+            "| --- |" + " --- |" * len(sizes),
+        ]
+        for name in sorted(pool["rates"]):
+            cells = []
+            for s in sizes:
+                r = pool["rates"][name].get(str(s))
+                if r is None:
+                    cells.append("-")
+                elif r["draws"] == 1:
+                    p = pool["whole"][name]["p_value"]
+                    cells.append(f"{'**FIRES**' if r['fired'] else 'pass'} (p={p:.2g})")
+                else:
+                    cell = f"{100 * r['rate']:.1f}%"
+                    cells.append(f"**{cell}**" if r["rate"] > alpha else cell)
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines += ["", "On the whole pool:", ""]
+        for name in sorted(pool["whole"]):
+            lines.append(f"- {name}: {pool['whole'][name]['summary']}")
+    for stem, power in results["power"].items():
+        sizes = sorted({int(s) for r in power["rates"].values() for s in r})
+        lines += [
+            "",
+            f"## Power: {stem} ({100 * power['share']:.0f}% of each draw planted, from "
+            f"{power['planted']} planted items)",
+            "",
+            "| verdict | " + " | ".join(f"n={s}" for s in sizes) + " |",
+            "| --- |" + " --- |" * len(sizes),
+        ]
+        for name in sorted(power["rates"]):
+            cells = [
+                f"{100 * power['rates'][name][str(s)]['rate']:.1f}%"
+                if str(s) in power["rates"][name]
+                else "-"
+                for s in sizes
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Per verdict: where its false-alarm rate was measured",
+        "",
+        "| verdict | sizes | pools | largest false-alarm rate | at or under alpha everywhere |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, entry in sorted(results["validation"].items()):
+        pools = "; ".join(
+            f"{p['model']} / {p['task']} ({p['role']}): {100 * p['max_rate']:.1f}% at n={p['at']}"
+            for p in entry["pools"]
+        )
+        lines.append(
+            f"| {name} | {min(entry['sizes'])}..{max(entry['sizes'])} | {pools} | "
+            f"{100 * entry['max_rate']:.1f}% | {'yes' if entry['holds'] else '**no**'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _fmt_p(v: Mapping[str, Any]) -> str:
     return f"{'**FIRES**' if v['fired'] else 'pass'} (p={v['p_value']:.2g})"
 
@@ -669,7 +1039,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     common.add_argument("--task", type=Path, default=Path("benchmarks/mmlu.yaml"))
     common.add_argument("--data-dir", type=Path, action="append", default=None)
     common.add_argument("--model", default="smollm2-135m")
-    common.add_argument("--items", type=int, default=100)
+    common.add_argument("--items", type=int, default=100, help="first N items; 0: all")
     common.add_argument("--epochs", type=int, default=3)
     common.add_argument("--lr", type=float, default=1e-4)
     common.add_argument("--seed", type=int, default=1234)
@@ -681,11 +1051,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_measure = commands.add_parser("measure", parents=[common], help="raw per-item scores")
     p_measure.add_argument("--out", type=Path, required=True)
     p_measure.add_argument("--batch-size", type=int, default=8)
+    p_measure.add_argument(
+        "--measures",
+        default=",".join(MEASURES),
+        help=f"comma-separated subset of {','.join(MEASURES)} (default: all)",
+    )
+    p_measure.add_argument(
+        "--chunk", type=int, default=0, help="write every CHUNK items; rerun to resume"
+    )
     p_analyse = commands.add_parser("analyse", parents=[common], help="verdicts and tables")
     p_analyse.add_argument("--raw", type=Path, required=True, help="<model>-<task>.json files")
     p_analyse.add_argument("--models", type=Path, required=True, help="<model>/planted.json")
     p_analyse.add_argument("--draws", type=int, default=500)
     p_analyse.add_argument("--out", type=Path, required=True)
+    p_scaling = commands.add_parser(
+        "scaling", parents=[common], help="false alarms and power as a function of n"
+    )
+    p_scaling.add_argument("--raw", type=Path, required=True, help="<model>-<task>.json files")
+    p_scaling.add_argument("--models", type=Path, default=None, help="<model>/planted.json")
+    p_scaling.add_argument("--draws", type=int, default=200)
+    p_scaling.add_argument(
+        "--sizes", default=",".join(str(s) for s in SIZES), help="comma-separated n"
+    )
+    p_scaling.add_argument("--out", type=Path, required=True)
+    p_scaling.add_argument(
+        "--validation-out",
+        type=Path,
+        default=None,
+        help="also write the verdicts' validated ranges (the package's validation.json)",
+    )
     p_run = commands.add_parser("run", parents=[common], help="plant, measure and analyse")
     p_run.add_argument("--out", type=Path, required=True)
     p_run.add_argument("--batch-size", type=int, default=8)
@@ -697,7 +1091,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         record = plant(setup, args.model_out)
         print(strict_json.dumps(record["training"]))
     elif args.command == "measure":
-        result = measure(setup, args.model, args.out, batch_size=args.batch_size)
+        result = measure(
+            setup,
+            args.model,
+            args.out,
+            batch_size=args.batch_size,
+            measures=[m for m in args.measures.split(",") if m],
+            chunk=args.chunk,
+        )
         print(f"{result['task']}: {len(result['items'])} items in {result['seconds']} s")
     elif args.command == "analyse":
         results = analyse(args.raw, args.models, draws=args.draws, seed=args.seed)
@@ -705,6 +1106,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.out / "results.json").write_text(strict_json.dumps(results, indent=1))
         (args.out / "results.md").write_text(markdown(results))
         print(markdown(results))
+    elif args.command == "scaling":
+        results = scaling(
+            args.raw,
+            args.models,
+            sizes=[int(x) for x in args.sizes.split(",") if x],
+            draws=args.draws,
+            seed=args.seed,
+        )
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "scaling.json").write_text(strict_json.dumps(results, indent=1))
+        (args.out / "scaling.md").write_text(scaling_markdown(results))
+        if args.validation_out is not None:
+            args.validation_out.write_text(
+                strict_json.dumps(validation_file(results), indent=1) + "\n"
+            )
+        print(scaling_markdown(results))
     else:
         results = run(setup, args.out, batch_size=args.batch_size, draws=args.draws)
         print(markdown(results))

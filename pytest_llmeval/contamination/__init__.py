@@ -115,6 +115,7 @@ from pytest_llmeval.contamination._rewrite import (
     shuffled_orders,
 )
 from pytest_llmeval.contamination._scan import DEFAULT_THRESHOLD, load_benchmark
+from pytest_llmeval.contamination._validation import Validation, validation, validation_note
 from pytest_llmeval.contamination._verdicts import (
     EXCHANGEABILITY_RULES,
     MEMBERSHIP_SCORES,
@@ -171,6 +172,7 @@ __all__ = [
     "Shard",
     "ShardResult",
     "SubsetScore",
+    "Validation",
     "behavioural_cues",
     "calculations",
     "canonical_order_test",
@@ -223,4 +225,6 @@ __all__ = [
     "scan_with_dask",
     "shuffled_orders",
     "ts_guessing_probe",
+    "validation",
+    "validation_note",
 ]

@@ -37,6 +37,7 @@ from pytest_llmeval.contamination._guessing import GuessingReport, guessing_vs_r
 from pytest_llmeval.contamination._membership import ItemMembership
 from pytest_llmeval.contamination._probes import OrderTestReport
 from pytest_llmeval.contamination._reference import ReferenceComparison
+from pytest_llmeval.contamination._validation import validation_note
 from pytest_llmeval.scorer import binomial_upper_tail, mcnemar_one_sided, wilson_interval
 
 # --------------------------------------------------------------------------- exchangeability
@@ -110,16 +111,26 @@ class ContaminationVerdict:
     alpha: float
     summary: str  # the numbers in words
     detail: Mapping[str, Any] = field(default_factory=dict)
+    # The verdict's name in the validation experiment (``canonical_order_vs_reference``,
+    # ``option_shuffle``, ...): its message states where it was validated.
+    validated_as: str = ""
 
     @property
     def fired(self) -> bool:
         return self.n > 0 and self.p_value < self.alpha
 
+    @property
+    def validation(self) -> str:
+        """The range of n and the models its false-alarm rate was measured on, and whether
+        this verdict's n lies in it (:func:`~._validation.validation_note`)."""
+        return validation_note(self.validated_as, self.n) if self.validated_as else ""
+
     def message(self) -> str:
         verdict = "possible contamination" if self.fired else "no sign of contamination"
+        validated = f"; {self.validation}" if self.validated_as else ""
         return (
             f"{self.task} {self.probe}: {verdict}: {self.summary} ({self.test} against "
-            f"{self.null}, p={self.p_value:.2g}, alpha={self.alpha})"
+            f"{self.null}, p={self.p_value:.2g}, alpha={self.alpha}){validated}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,6 +145,7 @@ class ContaminationVerdict:
             "fired": self.fired,
             "summary": self.summary,
             "message": self.message(),
+            "validation": self.validation or None,
             "detail": dict(self.detail),
         }
 
@@ -185,6 +197,7 @@ def order_verdict(
                 f"reference (b={b} only under the model, c={c} only under the reference)"
             ),
             detail={"b": b, "c": c, "model_first": n_test, "reference_first": n_ref},
+            validated_as="canonical_order_vs_reference",
         )
     excluded: dict[str, str] = {}
     for item in report.item_ids:
@@ -213,6 +226,7 @@ def order_verdict(
             else "no item has exchangeable options: no verdict"
         ),
         detail={"first": first, "kept": kept, "excluded": excluded, "excluded_by_rule": by_rule},
+        validated_as="canonical_order",
     )
 
 
@@ -263,6 +277,7 @@ def circular_verdict(
             f"{kept.right_once_published} are right in the published one (chance "
             f"{kept.expected_published:.1f})"
         ),
+        validated_as="circular",
     )
 
 
@@ -310,6 +325,7 @@ def _versus_reference(
             f"{cmp.ref_count} under the reference (b={cmp.b}, c={cmp.c})"
         ),
         detail=cmp.to_dict(),
+        validated_as=f"{probe}_vs_reference",
     )
 
 
@@ -383,6 +399,8 @@ class FlagReport:
                 "control_fpr": self.control_fpr,
                 "controls": len(self.controls),
             },
+            validated_as=f"membership_{self.score}_"
+            + ("vs_reference" if self.mode == "reference" else "rewrites"),
         )
 
     def to_dict(self) -> dict[str, Any]:

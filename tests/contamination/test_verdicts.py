@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +197,55 @@ def test_guessing_verdict_needs_the_reference_to_guess_less() -> None:
     v = guessing_verdict(model, _guess([False] * 20), 0.01, reference_name="ref")
     assert v.fired and v.p_value == pytest.approx(0.5**10) and "10 of 20 items" in v.summary
     assert not guessing_verdict(model, model, 0.01).fired
+
+
+def test_every_verdict_states_where_it_was_validated(tmp_path: Path) -> None:
+    from pytest_llmeval.contamination import _validation
+
+    table = {
+        "alpha": 0.01,
+        "tables": "docs/contamination-experiment/scaling.md",
+        "verdicts": {
+            "canonical_order_vs_reference": {
+                "n_min": 50,
+                "n_max": 950,
+                "pools": ["m fine-tuned in-domain (mmlu, up to 950 items)"],
+                "max_rate": 0.005,
+                "worst": "0.5% of draws of 500 items, m / mmlu",
+                "fired_on_whole_pool": [],
+                "holds": True,
+            }
+        },
+    }
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps(table))
+    found = _validation.validation("canonical_order_vs_reference", path=path)
+    assert found is not None and found.holds and found.alpha == 0.01
+    inside = found.describe(200)
+    assert "n=50..950" in inside and "at most 0.5%" in inside and "not measured" not in inside
+    outside = found.describe(5000)
+    assert "this run has n=5000, above the validated range" in outside
+    assert "below the validated range" in found.describe(20)
+    # A verdict nobody measured says so, at every n.
+    assert "not validated" in _validation.validation_note("no_such_verdict", 50, path=path)
+    # The message of a verdict carries its note, and its record too.
+    model = _order([True] * 30 + [False] * 10)
+    v = order_verdict(model, {}, 0.01, reference=_order([True] * 12 + [False] * 28))
+    assert v.validated_as == "canonical_order_vs_reference"
+    assert v.validation in v.message() and v.to_dict()["validation"] == v.validation
+
+
+def test_the_shipped_validation_file_matches_the_experiment_tables() -> None:
+    """validation.json is written by the experiment from the same measurements as
+    docs/contamination-experiment/scaling.json: the two must agree verdict by verdict."""
+    from pytest_llmeval.contamination._validation import VALIDATION_FILE
+
+    root = Path(__file__).resolve().parents[2]
+    scaling = json.loads((root / "docs" / "contamination-experiment" / "scaling.json").read_text())
+    shipped = json.loads(VALIDATION_FILE.read_text())
+    assert shipped["alpha"] == scaling["alpha"]
+    assert set(shipped["verdicts"]) == set(scaling["validation"])
+    for name, entry in scaling["validation"].items():
+        mine = shipped["verdicts"][name]
+        assert (mine["n_min"], mine["n_max"]) == (min(entry["sizes"]), max(entry["sizes"]))
+        assert mine["max_rate"] == entry["max_rate"] and mine["holds"] == entry["holds"]

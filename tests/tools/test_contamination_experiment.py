@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tools.contamination_experiment import Setup, main, run
+from tools.contamination_experiment import (
+    Setup,
+    main,
+    run,
+    scaling,
+    scaling_markdown,
+    validation_file,
+)
 
 pytest.importorskip("torch")
 
@@ -95,3 +102,64 @@ def test_planted_contamination_on_the_default_model(
     results = json.loads((tmp_path / "results.json").read_text())
     aurocs = results["planted"]["contaminated"]["models"]["contaminated"]["aurocs"]
     assert aurocs["mean_logprob"] > 0.7
+
+
+def _raw(path: Path, model: str, first: list[bool]) -> None:
+    """A raw measurement file of exchangeable 4-option items; ``first[i]``: the published
+    order is the most likely under the model."""
+    items = []
+    for i, f in enumerate(first):
+        items.append(
+            {
+                "id": f"quiz-{i:04d}",
+                "subset": None,
+                "options": ["cat", "dog", "cow", "hen"],
+                "gold": i % 4,
+                "order": {"canonical": 0.0, "shuffled": [-1.0] * 3 if f else [1.0, -1.0, -1.0]},
+                "answer": {
+                    "published": {"correct": i % 5 == 0, "gold_prob": 0.3},
+                    "shuffled": {"correct": i % 5 == 1, "gold_prob": 0.3},
+                },
+            }
+        )
+    path.write_text(json.dumps({"task": "quiz", "model": model, "items": items}))
+
+
+def test_scaling_finds_a_null_that_only_fails_at_large_n(tmp_path: Path) -> None:
+    """A model that prefers published orders slightly (30% against a chance of 25%, as
+    natural orders make clean models do) passes at 50 items and fires on 2,000: the scaling
+    tables must show it, and the validation summary must say the null does not hold. A
+    fine-tune that differs from its base only on planted items never fires against it."""
+    raw, models = tmp_path / "raw", tmp_path / "models"
+    raw.mkdir()
+    n = 2000
+    base = [i % 10 < 3 for i in range(n)]
+    _raw(raw / "untouched-quiz.json", "base", base)
+    planted = {f"quiz-{i:04d}" for i in range(0, 400, 4)}  # 100 items
+    tuned = [f or f"quiz-{i:04d}" in planted for i, f in enumerate(base)]
+    _raw(raw / "tuned-quiz.json", "tuned", tuned)
+    (models / "tuned").mkdir(parents=True)
+    (models / "tuned" / "planted.json").write_text(
+        json.dumps({"task": "quiz", "planted": sorted(planted), "items": [], "training": {}})
+    )
+    results = scaling(raw, models, sizes=(50, 500), draws=20, seed=1)
+    untouched = results["pools"]["untouched-quiz"]
+    rates = untouched["rates"]["canonical_order"]
+    assert rates["50"]["rate"] <= 0.1 and rates["50"]["disjoint"] == 40
+    assert untouched["whole"]["canonical_order"]["fired"]  # all 2,000 items
+    assert rates["2000"]["draws"] == 1
+    assert "canonical_order_vs_reference" not in untouched["rates"]  # no known-clean pair
+    tuned_pool = results["pools"]["tuned-quiz"]
+    assert tuned_pool["clean_items"] == n - 100 and "in-domain" in tuned_pool["role"]
+    paired = tuned_pool["rates"]["canonical_order_vs_reference"]
+    assert all(r["rate"] == 0.0 for r in paired.values())
+    power = results["power"]["tuned-quiz"]["rates"]["canonical_order_vs_reference"]
+    assert set(power) == {"50", "500"} and power["500"]["rate"] == 1.0
+    summary = results["validation"]
+    assert summary["canonical_order"]["holds"] is False
+    assert sorted(summary["canonical_order"]["fired_on_whole_pool"]) == ["tuned-quiz", "untouched-quiz"]
+    assert summary["canonical_order_vs_reference"]["holds"] is True
+    shipped = validation_file(results)
+    assert shipped["verdicts"]["canonical_order_vs_reference"]["n_max"] == n - 100
+    text = scaling_markdown(results)
+    assert "## Power: tuned-quiz" in text and "**FIRES**" in text

@@ -1,0 +1,94 @@
+"""Where each contamination verdict was validated, and what a run outside that says.
+
+A verdict's false-alarm rate depends on the number of items: a null that is slightly
+wrong passes at 50 items and fires with certainty at 5,000. So every verdict carries the
+range of n and the models its false-alarm rate on clean items was measured on
+(docs/contamination-experiment/scaling.md), read from ``validation.json`` beside this
+module, which ``python -m tools.contamination_experiment scaling --validation-out`` writes
+from the same measurements as the tables. A run outside that range says so in the
+verdict's message instead of extrapolating.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+VALIDATION_FILE = Path(__file__).with_name("validation.json")
+TABLES = "docs/contamination-experiment/scaling.md"
+
+
+@dataclass(frozen=True)
+class Validation:
+    """One verdict's measured false alarms on clean items: the smallest and largest n,
+    the pools (model, task, role), the largest rate at any n, and whether it stayed at or
+    under alpha everywhere (a whole pool's single verdict included)."""
+
+    verdict: str
+    n_min: int
+    n_max: int
+    pools: tuple[str, ...]
+    max_rate: float
+    worst: str  # where the largest rate was seen
+    holds: bool
+    alpha: float
+
+    @classmethod
+    def from_dict(cls, verdict: str, data: Mapping[str, Any], alpha: float) -> Validation:
+        return cls(
+            verdict=verdict,
+            n_min=int(data["n_min"]),
+            n_max=int(data["n_max"]),
+            pools=tuple(str(p) for p in data["pools"]),
+            max_rate=float(data["max_rate"]),
+            worst=str(data["worst"]),
+            holds=bool(data["holds"]),
+            alpha=alpha,
+        )
+
+    def describe(self, n: int) -> str:
+        """The validated range in words, and whether ``n`` lies in it."""
+        text = (
+            f"false alarms on clean items measured at n={self.n_min}..{self.n_max} on "
+            f"{'; '.join(self.pools)}: at most {100 * self.max_rate:.1f}% ({self.worst})"
+        )
+        if n > self.n_max:
+            text += (
+                f"; this run has n={n}, above the validated range: its false-alarm rate at "
+                "this n is not measured"
+            )
+        elif n < self.n_min:
+            text += f"; this run has n={n}, below the validated range"
+        return f"{text} ({TABLES})"
+
+
+@cache
+def _load(path: Path) -> tuple[float, dict[str, Any]]:
+    if not path.is_file():
+        return 0.0, {}
+    data = json.loads(path.read_text())
+    return float(data["alpha"]), dict(data["verdicts"])
+
+
+def validation(verdict: str, *, path: Path | None = None) -> Validation | None:
+    """The measured validation of ``verdict`` (the experiment's name: ``canonical_order``,
+    ``canonical_order_vs_reference``, ``option_shuffle``, ...), or None when it was never
+    measured on known-clean items. ``path``: another validation file than the package's."""
+    alpha, verdicts = _load(path or VALIDATION_FILE)
+    data = verdicts.get(verdict)
+    return Validation.from_dict(verdict, data, alpha) if data is not None else None
+
+
+def validation_note(verdict: str, n: int, *, path: Path | None = None) -> str:
+    """What the message of ``verdict`` on ``n`` items says about its validation."""
+    found = validation(verdict, path=path)
+    if found is None:
+        return (
+            "not validated: its false-alarm rate on known-clean items has not been measured "
+            f"at any n ({TABLES})"
+        )
+    return found.describe(n)
