@@ -259,6 +259,18 @@ def measure_items(
     return records
 
 
+def round_robin(items: Sequence[Item]) -> list[Item]:
+    """``items`` in the order :func:`first_n` picks them (the first item of every subset,
+    then the second, ...), so that the part of a chunked measurement done when it is
+    stopped samples every subset instead of the first few."""
+    depth: dict[str | None, int] = {}
+    keyed = []
+    for pos, item in enumerate(items):
+        keyed.append((depth.get(item.subset, 0), pos, item))
+        depth[item.subset] = depth.get(item.subset, 0) + 1
+    return [item for _, _, item in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
 def measure(
     setup: Setup,
     model: str,
@@ -271,9 +283,10 @@ def measure(
     """Measure the first ``setup.items`` items of the task (all of them when 0) with
     ``model``; write ``out``.
 
-    With ``chunk``, items are measured ``chunk`` at a time and ``out`` is rewritten after
-    each chunk; a run stopped half-way picks up where it stopped when started again with
-    the same setup, model and measures (the ids already in ``out`` are kept)."""
+    With ``chunk``, items are measured ``chunk`` at a time, round-robin over subsets
+    (:func:`round_robin`), and ``out`` is rewritten after each chunk; a run stopped
+    half-way picks up where it stopped when started again with the same setup, model and
+    measures (the ids already in ``out`` are kept)."""
     runner = _runner(setup)
     items = first_n(load_items(runner.spec, setup.data_dirs), setup.items or None)
     described = {k: str(v) for k, v in setup.__dict__.items()}
@@ -300,7 +313,7 @@ def measure(
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     measured = {r["id"] for r in done}
-    todo = [i for i in items if i.id not in measured]
+    todo = round_robin([i for i in items if i.id not in measured])
     step = chunk or len(todo) or 1
     for start in range(0, len(todo), step):
         began = time.perf_counter()

@@ -11,6 +11,7 @@ import pytest
 from tools.contamination_experiment import (
     Setup,
     main,
+    round_robin,
     run,
     scaling,
     scaling_markdown,
@@ -163,3 +164,13 @@ def test_scaling_finds_a_null_that_only_fails_at_large_n(tmp_path: Path) -> None
     assert shipped["verdicts"]["canonical_order_vs_reference"]["n_max"] == n - 100
     text = scaling_markdown(results)
     assert "## Power: tuned-quiz" in text and "**FIRES**" in text
+
+
+def test_a_chunked_measurement_goes_round_robin_over_subsets() -> None:
+    """A measurement stopped half-way must hold a sample of every subject, not the first
+    few subjects whole."""
+    from pytest_llmeval.dataset import Item
+
+    items = [Item(f"{s}-{i}", i, {}, s) for s in ("a", "b", "c") for i in range(3)]
+    order = [i.id for i in round_robin(items)]
+    assert order == ["a-0", "b-0", "c-0", "a-1", "b-1", "c-1", "a-2", "b-2", "c-2"]
