@@ -669,7 +669,12 @@ def scaling_rates(
         for name, k in fired.items():
             rates.setdefault(name, {})[str(size)] = _rate(k, draws, size, len(pool))
     ref_all = [by_id[r["id"]] for r in pool] if by_id is not None else None
-    whole = {k: v.to_dict() for k, v in verdicts(task, pool, ref_all, alpha=alpha).items()}
+    # The verdict without its message: the message quotes the validated range, which is
+    # what this measurement writes (pytest_llmeval/contamination/validation.json).
+    whole = {
+        k: {f: x for f, x in v.to_dict().items() if f not in ("message", "validation")}
+        for k, v in verdicts(task, pool, ref_all, alpha=alpha).items()
+    }
     for name, verdict in whole.items():
         rates.setdefault(name, {})[str(len(pool))] = _rate(
             int(verdict["fired"]), 1, len(pool), len(pool)
@@ -865,6 +870,7 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
         }
     return {
         "alpha": results["alpha"],
+        "conditions": "zero-shot prompts without a chat template, float32",
         "tables": "docs/contamination-experiment/scaling.md",
         "verdicts": verdicts_out,
     }

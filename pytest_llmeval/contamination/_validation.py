@@ -36,9 +36,12 @@ class Validation:
     worst: str  # where the largest rate was seen
     holds: bool
     alpha: float
+    conditions: str = ""  # the prompts and dtype it was measured with
 
     @classmethod
-    def from_dict(cls, verdict: str, data: Mapping[str, Any], alpha: float) -> Validation:
+    def from_dict(
+        cls, verdict: str, data: Mapping[str, Any], alpha: float, conditions: str = ""
+    ) -> Validation:
         return cls(
             verdict=verdict,
             n_min=int(data["n_min"]),
@@ -48,13 +51,16 @@ class Validation:
             worst=str(data["worst"]),
             holds=bool(data["holds"]),
             alpha=alpha,
+            conditions=conditions,
         )
 
     def describe(self, n: int) -> str:
         """The validated range in words, and whether ``n`` lies in it."""
         text = (
             f"false alarms on clean items measured at n={self.n_min}..{self.n_max} on "
-            f"{'; '.join(self.pools)}: at most {100 * self.max_rate:.1f}% ({self.worst})"
+            f"{'; '.join(self.pools)}"
+            + (f", {self.conditions}" if self.conditions else "")
+            + f": at most {100 * self.max_rate:.1f}% ({self.worst})"
         )
         if not self.holds:
             text += f": above its level alpha={self.alpha}"
@@ -69,20 +75,20 @@ class Validation:
 
 
 @cache
-def _load(path: Path) -> tuple[float, dict[str, Any]]:
+def _load(path: Path) -> tuple[float, str, dict[str, Any]]:
     if not path.is_file():
-        return 0.0, {}
+        return 0.0, "", {}
     data = json.loads(path.read_text())
-    return float(data["alpha"]), dict(data["verdicts"])
+    return float(data["alpha"]), str(data.get("conditions", "")), dict(data["verdicts"])
 
 
 def validation(verdict: str, *, path: Path | None = None) -> Validation | None:
     """The measured validation of ``verdict`` (the experiment's name: ``canonical_order``,
     ``canonical_order_vs_reference``, ``option_shuffle``, ...), or None when it was never
     measured on known-clean items. ``path``: another validation file than the package's."""
-    alpha, verdicts = _load(path or VALIDATION_FILE)
+    alpha, conditions, verdicts = _load(path or VALIDATION_FILE)
     data = verdicts.get(verdict)
-    return Validation.from_dict(verdict, data, alpha) if data is not None else None
+    return Validation.from_dict(verdict, data, alpha, conditions) if data is not None else None
 
 
 def validation_note(verdict: str, n: int, *, path: Path | None = None) -> str:
