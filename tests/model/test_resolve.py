@@ -80,7 +80,7 @@ def test_a_chunked_gguf_is_joined_once_and_checked(
     assert asked == [("d1", "m.gguf.part00"), ("d2", "m.gguf.part01"), ("d3", "m.gguf.part02")]
     joined.unlink()
     bad = EmbeddedModel("m", "d1", "m.gguf", "pip install d1", ("d1", "d2", "d3"), "0" * 64)
-    with pytest.raises(ModelError, match="have SHA256 .*, not 0000"):
+    with pytest.raises(ModelError, match=r"have SHA256 .*, not 0000"):
         find_embedded_gguf(bad)
     assert not joined.exists() and list((tmp_path / "cache" / "gguf").iterdir()) == []
     assert "gemma3-270m" in EMBEDDED and EMBEDDED["gemma3-270m"].parts

@@ -158,7 +158,8 @@ def test_scaling_finds_a_null_that_only_fails_at_large_n(tmp_path: Path) -> None
     assert set(power) == {"50", "500"} and power["500"]["rate"] == 1.0
     summary = results["validation"]
     assert summary["canonical_order"]["holds"] is False
-    assert sorted(summary["canonical_order"]["fired_on_whole_pool"]) == ["tuned-quiz", "untouched-quiz"]
+    fired = sorted(summary["canonical_order"]["fired_on_whole_pool"])
+    assert fired == ["tuned-quiz", "untouched-quiz"]
     assert summary["canonical_order_vs_reference"]["holds"] is True
     shipped = validation_file(results)
     assert shipped["verdicts"]["canonical_order_vs_reference"]["n_max"] == n - 100
