@@ -28,7 +28,7 @@ import argparse
 import json
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -287,6 +287,9 @@ def measure(
     (:func:`round_robin`), and ``out`` is rewritten after each chunk; a run stopped
     half-way picks up where it stopped when started again with the same setup, model and
     measures (the ids already in ``out`` are kept)."""
+    unknown = set(measures) - set(MEASURES)
+    if unknown:  # before the model loads
+        raise ValueError(f"--measures: unknown {sorted(unknown)}; known: {', '.join(MEASURES)}")
     runner = _runner(setup)
     items = first_n(load_items(runner.spec, setup.data_dirs), setup.items or None)
     described = {k: str(v) for k, v in setup.__dict__.items()}
@@ -526,6 +529,25 @@ def _flag_quality(
     return out
 
 
+def _count_fired(
+    task: str,
+    draw: Callable[[], list[Mapping[str, Any]]],
+    reference: Sequence[Mapping[str, Any]] | None,
+    draws: int,
+    alpha: float,
+) -> dict[str, int]:
+    """How many of ``draws`` item sets from ``draw()`` each verdict fires on (with the
+    reference model's records of the same items when given)."""
+    by_id = {r["id"]: r for r in reference} if reference is not None else None
+    fired: dict[str, int] = {}
+    for _ in range(draws):
+        chosen = draw()
+        ref = [by_id[r["id"]] for r in chosen] if by_id is not None else None
+        for name, v in verdicts(task, chosen, ref, alpha=alpha).items():
+            fired[name] = fired.get(name, 0) + int(v.fired)
+    return fired
+
+
 def fire_rates(
     task: str,
     records: Sequence[Mapping[str, Any]],
@@ -539,14 +561,9 @@ def fire_rates(
     """How often each verdict fires on random ``size``-item draws from ``records``: the
     false-positive rate when every item is clean, the power when every item is planted."""
     rng = random.Random(seed)
-    by_id = {r["id"]: r for r in reference} if reference is not None else None
-    fired: dict[str, int] = {}
     size = min(size, len(records))
-    for _ in range(draws):
-        chosen = rng.sample(list(records), size)
-        ref = [by_id[r["id"]] for r in chosen] if by_id is not None else None
-        for name, v in verdicts(task, chosen, ref, alpha=alpha).items():
-            fired[name] = fired.get(name, 0) + int(v.fired)
+    pool = list(records)
+    fired = _count_fired(task, lambda: rng.sample(pool, size), reference, draws, alpha)
     return {
         name: {"rate": k / draws, "interval": list(wilson_interval(k, draws)), "size": size}
         for name, k in fired.items()
@@ -660,12 +677,11 @@ def scaling_rates(
     rates: dict[str, dict[str, Any]] = {}
     pool = list(records)
     for size in [s for s in sizes if s < len(pool)]:
-        fired: dict[str, int] = {}
-        for _ in range(draws):
-            chosen = rng.sample(pool, size)
-            ref = [by_id[r["id"]] for r in chosen] if by_id is not None else None
-            for name, v in verdicts(task, chosen, ref, alpha=alpha).items():
-                fired[name] = fired.get(name, 0) + int(v.fired)
+
+        def draw(n: int = size) -> list[Mapping[str, Any]]:
+            return rng.sample(pool, n)
+
+        fired = _count_fired(task, draw, reference, draws, alpha)
         for name, k in fired.items():
             rates.setdefault(name, {})[str(size)] = _rate(k, draws, size, len(pool))
     ref_all = [by_id[r["id"]] for r in pool] if by_id is not None else None
@@ -697,7 +713,6 @@ def power_rates(
     """Each verdict's fire rate on draws of n items of which ``share`` are planted (a model
     that saw a tenth of the benchmark), for every n the planted pool allows."""
     rng = random.Random(seed)
-    by_id = {r["id"]: r for r in reference} if reference is not None else None
     hot = [r for r in records if r["id"] in planted]
     cold = [r for r in records if r["id"] not in planted]
     out: dict[str, dict[str, Any]] = {}
@@ -705,12 +720,11 @@ def power_rates(
         n_hot = round(share * size)
         if n_hot < 1 or n_hot > len(hot) or size - n_hot > len(cold):
             continue
-        fired: dict[str, int] = {}
-        for _ in range(draws):
-            chosen = rng.sample(hot, n_hot) + rng.sample(cold, size - n_hot)
-            ref = [by_id[r["id"]] for r in chosen] if by_id is not None else None
-            for name, v in verdicts(task, chosen, ref, alpha=alpha).items():
-                fired[name] = fired.get(name, 0) + int(v.fired)
+
+        def draw(n_hot: int = n_hot, size: int = size) -> list[Mapping[str, Any]]:
+            return rng.sample(hot, n_hot) + rng.sample(cold, size - n_hot)
+
+        fired = _count_fired(task, draw, reference, draws, alpha)
         for name, k in fired.items():
             out.setdefault(name, {})[str(size)] = _rate(k, draws, size, len(records))
     return out
@@ -876,6 +890,17 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _size_table(title: str, sizes: Sequence[int]) -> list[str]:
+    """A section heading and the head of a verdict-by-n table."""
+    return [
+        "",
+        f"## {title}",
+        "",
+        "| verdict | " + " | ".join(f"n={s}" for s in sizes) + " |",
+        "| --- |" + " --- |" * len(sizes),
+    ]
+
+
 def scaling_markdown(results: Mapping[str, Any]) -> str:
     """The FPR(n) and power(n) tables (docs/contamination-experiment/scaling.md)."""
     alpha = results["alpha"]
@@ -888,14 +913,11 @@ def scaling_markdown(results: Mapping[str, Any]) -> str:
     ]
     for pool in results["pools"].values():
         sizes = sorted({int(s) for r in pool["rates"].values() for s in r})
-        lines += [
-            "",
-            f"## False alarms: {pool['model_name']} / {pool['task']} ({pool['role']}, "
+        lines += _size_table(
+            f"False alarms: {pool['model_name']} / {pool['task']} ({pool['role']}, "
             f"{pool['clean_items']} clean items)",
-            "",
-            "| verdict | " + " | ".join(f"n={s}" for s in sizes) + " |",
-            "| --- |" + " --- |" * len(sizes),
-        ]
+            sizes,
+        )
         for name in sorted(pool["rates"]):
             cells = []
             for s in sizes:
@@ -914,14 +936,11 @@ def scaling_markdown(results: Mapping[str, Any]) -> str:
             lines.append(f"- {name}: {pool['whole'][name]['summary']}")
     for stem, power in results["power"].items():
         sizes = sorted({int(s) for r in power["rates"].values() for s in r})
-        lines += [
-            "",
-            f"## Power: {stem} ({100 * power['share']:.0f}% of each draw planted, from "
+        lines += _size_table(
+            f"Power: {stem} ({100 * power['share']:.0f}% of each draw planted, from "
             f"{power['planted']} planted items)",
-            "",
-            "| verdict | " + " | ".join(f"n={s}" for s in sizes) + " |",
-            "| --- |" + " --- |" * len(sizes),
-        ]
+            sizes,
+        )
         for name in sorted(power["rates"]):
             cells = [
                 f"{100 * power['rates'][name][str(s)]['rate']:.1f}%"
