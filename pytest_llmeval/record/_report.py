@@ -185,6 +185,8 @@ class ProbeRow:
     null: str = ""
     scores: list[str] = field(default_factory=list)
     policy: str = ""
+    # Why the fixture gave no verdict (skipped: no null that fits without a reference).
+    no_verdict: str = ""
 
     @property
     def canonical_first_share(self) -> float:
@@ -665,6 +667,8 @@ def probe_flagged(report: Mapping[str, Any], alpha: float) -> bool:
     Reports that carry the fixture's own verdict (``verdict.fired``) are taken at their
     word: the null behind it (a reference model, exchangeable items) is not in the JSON's
     top-level numbers."""
+    if report.get("no_verdict"):  # the fixture skipped it: no null that fits
+        return False
     verdict = report.get("verdict")
     if isinstance(verdict, Mapping) and "fired" in verdict:
         return bool(verdict["fired"])
@@ -699,6 +703,7 @@ def probe_rows(run_path: Path) -> list[ProbeRow]:
             alpha=alpha,
             flagged=probe_flagged(data, alpha),
         )
+        row.no_verdict = str(data.get("no_verdict") or "")
         verdict = data.get("verdict")
         if isinstance(verdict, Mapping):
             row.summary = str(verdict.get("summary", ""))

@@ -485,6 +485,17 @@ def test_probe_reports_are_read_from_the_run(run: Path) -> None:
     assert by_probe["canonical_order"].chance_share == 0.25
     html = render_report(model)
     assert "possible contamination" in html and "no sign" in html
+    # Skipped by the fixture (no reference model): never read as a verdict, however small
+    # the report's own all-items p is.
+    first = OrderTestReport("mmlu", 1, 3, (0.0,) * 40, ((-1.0, -1.0, -1.0),) * 40, ("a",) * 40)
+    reason = "mmlu canonical_order: no verdict without --llm-reference-model: ..."
+    (folder / "mmlu-canonical_order.json").write_text(
+        json.dumps({**first.to_dict(), "alpha": 0.01, "no_verdict": reason})
+    )
+    skipped = {p.probe: p for p in prepare_report(run).probes}["canonical_order"]
+    assert first.to_dict()["p_value"] < 0.01 and not skipped.flagged
+    assert skipped.no_verdict == reason
+    assert ">no verdict</span>" in render_report(prepare_report(run))
 
 
 # ---------------------------------------------------------------------------- failures
