@@ -162,7 +162,11 @@ def test_a_chat_form_through_a_server_template(fake_openai: FakeServer, data: Pa
     asked = task_spec_from_dict({**base, "chat_form": {"prompt": {"template": "{{ question }}"}}})
     runner = TaskRunner(asked, [data], ChatSettings(mode="on"))
     runner.run(load_items(runner.spec, [data]), backend)
-    assert _chat_bodies(fake_openai)[-1]["messages"][-1] == {"role": "user", "content": "1+1?"}
+    # Both items' questions, each as the last user turn (the backend sends them
+    # concurrently: the order they arrive in is not fixed).
+    last = [b["messages"][-1] for b in _chat_bodies(fake_openai)[-2:]]
+    assert sorted(m["content"] for m in last) == ["1+1?", "2+3?"]
+    assert {m["role"] for m in last} == {"user"}
     prefixed = task_spec_from_dict(
         {**base, "chat_form": {"prompt": {"assistant_prefix": "The answer is"}}}
     )
