@@ -63,6 +63,7 @@ from pytest_llmeval.contamination._verdicts import (
 from pytest_llmeval.dataset import Item, first_n, load_items
 from pytest_llmeval.eval import TaskRunner, true_probability_mass
 from pytest_llmeval.model import Backend, ModelSettings, load_backend, resolve_model_path
+from pytest_llmeval.record import git_info
 from pytest_llmeval.scorer import auroc, mcnemar_one_sided, wilson_interval
 from pytest_llmeval.task import load_task_spec
 
@@ -295,6 +296,7 @@ def measure(
     described = {k: str(v) for k, v in setup.__dict__.items()}
     done: list[dict[str, Any]] = []
     seconds = 0.0
+    measured = _provenance()
     if chunk and out.is_file():
         previous = json.loads(out.read_text())
         if (
@@ -303,11 +305,13 @@ def measure(
             and previous.get("measures") == list(measures)
         ):
             done, seconds = previous["items"], float(previous["seconds"])
+            measured = previous.get("measured") or measured  # when it started
     backend = load_backend(ModelSettings(model=model, batch_size=batch_size, seed=setup.seed))
     result = {
         "task": runner.spec.name,
         "task_file": str(setup.task),
         "model": model,
+        "measured": measured,
         "model_info": {k: v for k, v in backend.info().items() if _is_json_scalar(v)},
         "setup": described,
         "measures": list(measures),
@@ -315,8 +319,8 @@ def measure(
         "items": done,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    measured = {r["id"] for r in done}
-    todo = round_robin([i for i in items if i.id not in measured])
+    finished = {r["id"] for r in done}
+    todo = round_robin([i for i in items if i.id not in finished])
     step = chunk or len(todo) or 1
     for start in range(0, len(todo), step):
         began = time.perf_counter()
@@ -329,6 +333,17 @@ def measure(
     if not todo:
         out.write_text(strict_json.dumps(result, indent=1))
     return result
+
+
+def _provenance() -> dict[str, Any]:
+    """The commit of this checkout (and whether it had uncommitted changes) and the date a
+    measurement ran: the scaling tables name it for every pool."""
+    git = git_info(Path(__file__)) or {}
+    return {
+        "commit": git.get("short"),
+        "dirty": git.get("dirty"),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
 
 
 def _is_json_scalar(value: Any) -> bool:
@@ -605,6 +620,7 @@ def analyse(raw: Path, models: Path, *, draws: int = 500, seed: int = 1234) -> d
         )
         clean = [r for r in records if r["id"] not in planted]
         out["pools"][stem] = {
+            "measured": result.get("measured"),
             "model": model,
             "task": task,
             "clean_items": len(clean),
@@ -737,17 +753,25 @@ def scaling(
     sizes: Sequence[int] = SIZES,
     draws: int = 200,
     seed: int = 1234,
+    carry: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """False alarms as a function of n on every clean pool of ``raw`` (``<model>-<task>``
-    files; the planted items of a planted model are left out of its pool), and power as a
+    files, or ``<model>-<task>.<label>`` for another set of measures of the same model and
+    task; the planted items of a planted model are left out of its pool), and power as a
     function of n on every planted model (:data:`POWER_SHARE` of each draw planted).
 
     Reference-paired verdicts are computed only for models fine-tuned from the untouched
     one (a ``planted.json`` in ``models``): that pair is known to differ only by the
     fine-tune, which never saw the pool's items. Two untouched models of different
     families are not a known-clean pair (either may have met the benchmark on the web),
-    so they are measured without a reference only."""
-    data = {f.stem: json.loads(f.read_text()) for f in sorted(raw.glob("*-*.json"))}
+    so they are measured without a reference only.
+
+    ``carry``: the results of an earlier scaling run whose raw files are not in ``raw``
+    (measurements of other verdicts); its pools and power tables are kept as they were
+    measured (:func:`carry_over`) and the validation summary covers both."""
+    data = {
+        f.name[: -len(".json")]: json.loads(f.read_text()) for f in sorted(raw.glob("*-*.json"))
+    }
     plants = (
         {
             d.name: json.loads((d / "planted.json").read_text())
@@ -760,10 +784,16 @@ def scaling(
     out: dict[str, Any] = {"alpha": ALPHA, "draws": draws, "sizes": list(sizes), "pools": {}}
     out["power"] = {}
     for stem, result in data.items():
-        model, task = stem.split("-", 1)
+        # <model>-<task>.json, or <model>-<task>.<label>.json for another set of measures
+        # of the same pair; a fine-tune's reference is the untouched model's file of the
+        # same task and label.
+        base, dot, label = stem.partition(".")
+        model, task = base.split("-", 1)
         records = result["items"]
         plant_record = plants.get(model)
-        ref_result = data.get(f"{REFERENCE}-{task}") if plant_record is not None else None
+        ref_result = (
+            data.get(f"{REFERENCE}-{task}{dot}{label}") if plant_record is not None else None
+        )
         ref_by_id = {r["id"]: r for r in ref_result["items"]} if ref_result else None
         if ref_by_id is not None:
             records = [r for r in records if r["id"] in ref_by_id]
@@ -782,6 +812,7 @@ def scaling(
         # directory of a fine-tune); its resolved path is in the raw file's model_info.
         named = Path(str(result["model"])).name
         out["pools"][stem] = {
+            "measured": result.get("measured"),
             "model": model,
             "model_name": named,
             "task": task,
@@ -812,8 +843,40 @@ def scaling(
                     seed=seed,
                 ),
             }
+    if carry is not None:
+        carry_over(out, carry)
     out["validation"] = validation_summary(out)
     return out
+
+
+def carry_over(results: dict[str, Any], earlier: Mapping[str, Any]) -> None:
+    """Fold the pools and power tables of an ``earlier`` scaling run into ``results``, as
+    they were measured (alpha and the number of draws must agree). A pool of the same
+    model and task measured again with the same measures replaces the earlier one; with
+    other measures both are kept, the new one named ``<stem>:<measures>``."""
+    if (earlier["alpha"], earlier["draws"]) != (results["alpha"], results["draws"]):
+        raise ValueError(
+            f"--carry: alpha {earlier['alpha']} and {earlier['draws']} draws there, "
+            f"{results['alpha']} and {results['draws']} here: rerun it with the same ones"
+        )
+    pools: dict[str, Any] = {}
+    renamed: dict[str, str] = {}
+    for stem, pool in earlier["pools"].items():
+        new = results["pools"].get(stem)
+        if new is not None and new["measures"] == pool["measures"]:
+            continue
+        pools[stem] = pool
+    kept = set(pools)
+    for stem, pool in results["pools"].items():
+        key = f"{stem}:{'+'.join(pool['measures'])}" if stem in pools else stem
+        renamed[stem] = key
+        pools[key] = pool
+    results["pools"] = pools
+    power = {k: v for k, v in earlier.get("power", {}).items() if k in kept}
+    for stem, table in results["power"].items():
+        power[renamed[stem]] = table
+    results["power"] = power
+    results["sizes"] = sorted(set(results["sizes"]) | set(earlier["sizes"]))
 
 
 def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -918,6 +981,7 @@ def scaling_markdown(results: Mapping[str, Any]) -> str:
             f"{pool['clean_items']} clean items)",
             sizes,
         )
+        lines[-2:-2] = [f"Measured: {', '.join(pool['measures'])}{_when(pool)}.", ""]
         for name in sorted(pool["rates"]):
             cells = []
             for s in sizes:
@@ -966,6 +1030,14 @@ def scaling_markdown(results: Mapping[str, Any]) -> str:
             f"{100 * entry['max_rate']:.1f}% | {'yes' if entry['holds'] else '**no**'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _when(pool: Mapping[str, Any]) -> str:
+    measured = pool.get("measured") or {}
+    if not measured.get("commit"):
+        return ""
+    dirty = " with uncommitted changes" if measured.get("dirty") else ""
+    return f" at commit {measured['commit']}{dirty}, {measured['date']}"
 
 
 def _fmt_p(v: Mapping[str, Any]) -> str:
@@ -1129,6 +1201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p_scaling.add_argument("--out", type=Path, required=True)
     p_scaling.add_argument(
+        "--carry",
+        type=Path,
+        default=None,
+        help="an earlier scaling.json whose pools are kept (their raw files are not in --raw)",
+    )
+    p_scaling.add_argument(
         "--validation-out",
         type=Path,
         default=None,
@@ -1167,6 +1245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sizes=[int(x) for x in args.sizes.split(",") if x],
             draws=args.draws,
             seed=args.seed,
+            carry=json.loads(args.carry.read_text()) if args.carry else None,
         )
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "scaling.json").write_text(strict_json.dumps(results, indent=1))

