@@ -25,10 +25,12 @@ nothing here runs in the test process's default path.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -291,48 +293,89 @@ def measure(
     unknown = set(measures) - set(MEASURES)
     if unknown:  # before the model loads
         raise ValueError(f"--measures: unknown {sorted(unknown)}; known: {', '.join(MEASURES)}")
-    runner = _runner(setup)
-    items = first_n(load_items(runner.spec, setup.data_dirs), setup.items or None)
-    described = {k: str(v) for k, v in setup.__dict__.items()}
-    done: list[dict[str, Any]] = []
-    seconds = 0.0
-    measured = _provenance()
-    if chunk and out.is_file():
-        previous = json.loads(out.read_text())
-        if (
-            previous.get("setup") == described
-            and previous.get("model") == model
-            and previous.get("measures") == list(measures)
-        ):
-            done, seconds = previous["items"], float(previous["seconds"])
-            measured = previous.get("measured") or measured  # when it started
-    backend = load_backend(ModelSettings(model=model, batch_size=batch_size, seed=setup.seed))
-    result = {
-        "task": runner.spec.name,
-        "task_file": str(setup.task),
-        "model": model,
-        "measured": measured,
-        "model_info": {k: v for k, v in backend.info().items() if _is_json_scalar(v)},
-        "setup": described,
-        "measures": list(measures),
-        "seconds": seconds,
-        "items": done,
-    }
+    with _claim(out):
+        runner = _runner(setup)
+        items = first_n(load_items(runner.spec, setup.data_dirs), setup.items or None)
+        described = {k: str(v) for k, v in setup.__dict__.items()}
+        done: list[dict[str, Any]] = []
+        seconds = 0.0
+        measured = _provenance()
+        if chunk and out.is_file():
+            previous = json.loads(out.read_text())
+            if (
+                previous.get("setup") == described
+                and previous.get("model") == model
+                and previous.get("measures") == list(measures)
+            ):
+                done, seconds = previous["items"], float(previous["seconds"])
+                measured = previous.get("measured") or measured  # when it started
+        backend = load_backend(ModelSettings(model=model, batch_size=batch_size, seed=setup.seed))
+        result = {
+            "task": runner.spec.name,
+            "task_file": str(setup.task),
+            "model": model,
+            "measured": measured,
+            "model_info": {k: v for k, v in backend.info().items() if _is_json_scalar(v)},
+            "setup": described,
+            "measures": list(measures),
+            "seconds": seconds,
+            "items": done,
+        }
+        finished = {r["id"] for r in done}
+        todo = round_robin([i for i in items if i.id not in finished])
+        step = chunk or len(todo) or 1
+        for start in range(0, len(todo), step):
+            began = time.perf_counter()
+            done.extend(measure_items(runner, todo[start : start + step], backend, setup, measures))
+            seconds += time.perf_counter() - began
+            result["seconds"] = round(seconds, 1)
+            out.write_text(strict_json.dumps(result, indent=1))
+            if chunk:
+                print(f"{runner.spec.name}: {len(done)} of {len(items)} items, {seconds:.0f} s")
+        if not todo:
+            out.write_text(strict_json.dumps(result, indent=1))
+        return result
+
+
+@contextlib.contextmanager
+def _claim(out: Path) -> Iterator[None]:
+    """One measurement at a time per output file: two runs on the same ``--out`` would
+    each rewrite it with their own chunks. The claim is ``<out>.lock`` holding the process
+    id; one left by a process that is gone (a killed run) is taken over."""
+    lock = out.with_name(out.name + ".lock")
     out.parent.mkdir(parents=True, exist_ok=True)
-    finished = {r["id"] for r in done}
-    todo = round_robin([i for i in items if i.id not in finished])
-    step = chunk or len(todo) or 1
-    for start in range(0, len(todo), step):
-        began = time.perf_counter()
-        done.extend(measure_items(runner, todo[start : start + step], backend, setup, measures))
-        seconds += time.perf_counter() - began
-        result["seconds"] = round(seconds, 1)
-        out.write_text(strict_json.dumps(result, indent=1))
-        if chunk:
-            print(f"{runner.spec.name}: {len(done)} of {len(items)} items, {seconds:.0f} s")
-    if not todo:
-        out.write_text(strict_json.dumps(result, indent=1))
-    return result
+    while True:
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                holder = int(lock.read_text().strip() or 0)
+            except (OSError, ValueError):
+                holder = 0
+            if holder and _alive(holder):
+                raise RuntimeError(
+                    f"{out} is being measured by process {holder} ({lock}): wait for it, "
+                    "or stop it and start again to resume"
+                ) from None
+            lock.unlink(missing_ok=True)  # left by a run that was killed
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        break
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _provenance() -> dict[str, Any]:

@@ -4,13 +4,18 @@ SmolLM2-135M on MMLU, is the slow-marked test and ``docs/contamination-experimen
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tools.contamination_experiment import (
     Setup,
+    _claim,
     main,
+    measure,
     round_robin,
     run,
     scaling,
@@ -220,3 +225,31 @@ def test_another_set_of_measures_is_its_own_pool_and_earlier_pools_carry_over(
     # Tables of another alpha or number of draws are not mixed in.
     with pytest.raises(ValueError, match="--carry: alpha"):
         scaling(raw, models, sizes=(50,), draws=10, seed=1, carry=earlier)
+
+
+def test_two_measurements_never_write_the_same_file(tmp_path: Path) -> None:
+    """Two runs on the same --out would overwrite each other's chunks: the second is
+    refused, naming the first; a claim left by a killed run is taken over."""
+    out = tmp_path / "raw" / "untouched-quiz.json"
+    lock = out.with_name("untouched-quiz.json.lock")
+    (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
+    setup = Setup(
+        task=tmp_path / "quiz.yaml",
+        data_dirs=(tmp_path,),
+        model="no-such-model",
+        items=8,
+        epochs=1,
+        lr=1e-3,
+        seed=3,
+        order_k=2,
+    )
+    with _claim(out):
+        assert lock.read_text() == str(os.getpid())
+        with pytest.raises(RuntimeError, match=f"being measured by process {os.getpid()}"):
+            measure(setup, "no-such-model", out, measures=["order"], chunk=4)
+    assert not lock.exists()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock.write_text(str(gone.pid))
+    with _claim(out):
+        assert lock.read_text() == str(os.getpid())
