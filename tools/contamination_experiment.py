@@ -11,7 +11,8 @@ and do they stay silent on models that were not?
 2. ``measure``: the raw per-item measurements of one model on one task
    (:func:`measure_items`: canonical-order log-likelihoods, answers as published and
    shuffled, CircularEval, TS-Guessing, membership scores as published and rewritten),
-   written as ``<model>-<task>.json``; zero-shot prompts by default (``--fewshot``).
+   written as ``<model>-<task>.json``; zero-shot prompts without a chat template by
+   default (``--fewshot``, ``--chat on`` for the prompts the shipped probes use).
 3. ``analyse``: every verdict of :mod:`pytest_llmeval.contamination._verdicts` on each half
    of each planted model, with the untouched model as reference; the item-level AUROCs and
    the flags' precision and recall; each verdict's power on draws of planted items and its
@@ -63,7 +64,7 @@ from pytest_llmeval.contamination._verdicts import (
     order_verdict,
 )
 from pytest_llmeval.dataset import Item, first_n, load_items
-from pytest_llmeval.eval import TaskRunner, true_probability_mass
+from pytest_llmeval.eval import ChatSettings, TaskRunner, true_probability_mass
 from pytest_llmeval.model import Backend, ModelSettings, load_backend, resolve_model_path
 from pytest_llmeval.record import git_info
 from pytest_llmeval.scorer import auroc, mcnemar_one_sided, wilson_interval
@@ -82,6 +83,7 @@ class Setup:
     order_k: int
     perturbations: int = 3
     fewshot: int = 0
+    chat: str = "off"  # "on": every prompt through the model's chat template
 
 
 def fine_tune(model_path: Path, texts: Sequence[str], out: Path, setup: Setup) -> dict[str, Any]:
@@ -143,7 +145,9 @@ def _runner(setup: Setup) -> TaskRunner:
         # Zero-shot by default: prompts 5x shorter, so models are probed in minutes on a
         # CPU; the planted texts are the zero-shot item texts either way.
         spec = replace(spec, fewshot=replace(spec.fewshot, k=setup.fewshot))
-    return TaskRunner(spec, setup.data_dirs)
+    # The mode as given wins over a spec's pin, so the conditions a pool records are the
+    # ones it ran under; "on" with a model without a template is an error, not raw text.
+    return TaskRunner(spec, setup.data_dirs, ChatSettings(mode=setup.chat, forced=True))
 
 
 def split_halves(items: Sequence[Item], seed: int) -> set[str]:
@@ -310,12 +314,15 @@ def measure(
                 done, seconds = previous["items"], float(previous["seconds"])
                 measured = previous.get("measured") or measured  # when it started
         backend = load_backend(ModelSettings(model=model, batch_size=batch_size, seed=setup.seed))
+        runner.bind(backend)  # the chat template, if any, is taken (or refused) now
         result = {
             "task": runner.spec.name,
             "task_file": str(setup.task),
             "model": model,
             "measured": measured,
             "model_info": {k: v for k, v in backend.info().items() if _is_json_scalar(v)},
+            # What the prompts went through, as it happened (None: raw text).
+            "chat_template": None if runner.template is None else runner.template.describe(),
             "setup": described,
             "measures": list(measures),
             "seconds": seconds,
@@ -387,6 +394,26 @@ def _provenance() -> dict[str, Any]:
         "dirty": git.get("dirty"),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
+
+
+def conditions(result: Mapping[str, Any]) -> str:
+    """The prompts and dtype a raw measurement ran with, in words (the validated
+    conditions of every verdict measured on it)."""
+    setup = result.get("setup", {})
+    shots = int(setup.get("fewshot", 0))
+    # The template the run recorded; a file from before that record: raw text, the only
+    # prompts the experiment had.
+    chat = result.get("chat_template") is not None
+    return (
+        f"{f'{shots}-shot' if shots else 'zero-shot'} prompts "
+        f"{'through the chat template' if chat else 'without a chat template'}, "
+        f"{result.get('model_info', {}).get('dtype', 'dtype unknown')}"
+    )
+
+
+# Pools of scaling runs made before each pool recorded its conditions: every one of them
+# ran the experiment's only prompts then, zero-shot raw text, and float32 on the CPU.
+EARLIER_CONDITIONS = "zero-shot prompts without a chat template, float32"
 
 
 def _is_json_scalar(value: Any) -> bool:
@@ -664,6 +691,7 @@ def analyse(raw: Path, models: Path, *, draws: int = 500, seed: int = 1234) -> d
         clean = [r for r in records if r["id"] not in planted]
         out["pools"][stem] = {
             "measured": result.get("measured"),
+            "conditions": conditions(result),
             "model": model,
             "task": task,
             "clean_items": len(clean),
@@ -856,6 +884,7 @@ def scaling(
         named = Path(str(result["model"])).name
         out["pools"][stem] = {
             "measured": result.get("measured"),
+            "conditions": conditions(result),
             "model": model,
             "model_name": named,
             "task": task,
@@ -908,7 +937,7 @@ def carry_over(results: dict[str, Any], earlier: Mapping[str, Any]) -> None:
         new = results["pools"].get(stem)
         if new is not None and new["measures"] == pool["measures"]:
             continue
-        pools[stem] = pool
+        pools[stem] = {"conditions": EARLIER_CONDITIONS, **pool}
     kept = set(pools)
     for stem, pool in results["pools"].items():
         key = f"{stem}:{'+'.join(pool['measures'])}" if stem in pools else stem
@@ -933,8 +962,17 @@ def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
     for stem, pool in results["pools"].items():
         for name, by_size in pool["rates"].items():
             entry = summary.setdefault(
-                name, {"sizes": [], "pools": [], "max_rate": 0.0, "fired_on_whole_pool": []}
+                name,
+                {
+                    "sizes": [],
+                    "pools": [],
+                    "conditions": [],
+                    "max_rate": 0.0,
+                    "fired_on_whole_pool": [],
+                },
             )
+            if pool["conditions"] not in entry["conditions"]:
+                entry["conditions"].append(pool["conditions"])
             sizes = sorted(int(s) for s in by_size)
             entry["sizes"] = sorted(set(entry["sizes"]) | set(sizes))
             drawn = [r for r in by_size.values() if r["draws"] > 1] or list(by_size.values())
@@ -976,6 +1014,7 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
                 f"{p['model']} {p['role']} ({p['task']}, up to {p['n_max']} items)"
                 for p in entry["pools"]
             ],
+            "conditions": "; ".join(entry["conditions"]),
             "max_rate": entry["max_rate"],
             "worst": f"{100 * worst['max_rate']:.1f}% of random draws of {worst['at']} items, "
             f"{worst['model']} / {worst['task']}"
@@ -990,7 +1029,6 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
         }
     return {
         "alpha": results["alpha"],
-        "conditions": "zero-shot prompts without a chat template, float32",
         "tables": "docs/contamination-experiment/scaling.md",
         "verdicts": verdicts_out,
     }
@@ -1024,7 +1062,10 @@ def scaling_markdown(results: Mapping[str, Any]) -> str:
             f"{pool['clean_items']} clean items)",
             sizes,
         )
-        lines[-2:-2] = [f"Measured: {', '.join(pool['measures'])}{_when(pool)}.", ""]
+        lines[-2:-2] = [
+            f"Measured: {', '.join(pool['measures'])}; {pool['conditions']}{_when(pool)}.",
+            "",
+        ]
         for name in sorted(pool["rates"]):
             cells = []
             for s in sizes:
@@ -1198,6 +1239,7 @@ def _setup(args: argparse.Namespace) -> Setup:
         order_k=args.order_k,
         perturbations=args.perturbations,
         fewshot=args.fewshot,
+        chat=args.chat,
     )
 
 
@@ -1215,6 +1257,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     common.add_argument("--order-k", type=int, default=3)
     common.add_argument("--perturbations", type=int, default=3)
     common.add_argument("--fewshot", type=int, default=0, help="shots in the probe prompts")
+    common.add_argument(
+        "--chat",
+        choices=("off", "on"),
+        default="off",
+        help="the probe prompts through the model's chat template (as the shipped probes run)",
+    )
     p_plant = commands.add_parser("plant", parents=[common], help="fine-tune on a planted half")
     p_plant.add_argument("--model-out", type=Path, required=True)
     p_measure = commands.add_parser("measure", parents=[common], help="raw per-item scores")

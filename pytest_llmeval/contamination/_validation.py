@@ -88,7 +88,11 @@ def validation(verdict: str, *, path: Path | None = None) -> Validation | None:
     measured on known-clean items. ``path``: another validation file than the package's."""
     alpha, conditions, verdicts = _load(path or VALIDATION_FILE)
     data = verdicts.get(verdict)
-    return Validation.from_dict(verdict, data, alpha, conditions) if data is not None else None
+    if data is None:
+        return None
+    # Each verdict's own conditions (its pools'); a file written before they were per
+    # verdict has one line for all.
+    return Validation.from_dict(verdict, data, alpha, str(data.get("conditions", conditions)))
 
 
 def validation_note(verdict: str, n: int, *, path: Path | None = None) -> str:

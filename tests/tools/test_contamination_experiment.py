@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from tools.contamination_experiment import (
+    EARLIER_CONDITIONS,
     Setup,
     _claim,
+    conditions,
     main,
     measure,
     round_robin,
@@ -218,6 +220,26 @@ def test_another_set_of_measures_is_its_own_pool_and_earlier_pools_carry_over(
     assert set(results["power"]) == {"tuned-quiz.probes"}
     pools = {p["pool"] for p in results["validation"]["canonical_order"]["pools"]}
     assert pools == set(results["pools"])
+    # Each verdict states the conditions of every pool it was measured on; an earlier
+    # pool without its own (written before they were recorded) has the earlier ones.
+    legacy = {k: v for k, v in earlier["pools"]["gemma-quiz"].items() if k != "conditions"}
+    old = scaling(
+        raw,
+        models,
+        sizes=(50,),
+        draws=20,
+        seed=1,
+        carry={**earlier, "pools": {"gemma-quiz": legacy}},
+    )
+    assert old["pools"]["gemma-quiz"]["conditions"] == EARLIER_CONDITIONS
+    assert validation_file(old)["verdicts"]["canonical_order"]["conditions"] == (
+        EARLIER_CONDITIONS + "; zero-shot prompts without a chat template, dtype unknown"
+    )
+    shipped = {"fewshot": "5", "chat": "on"}
+    measured = {"setup": shipped, "chat_template": {"source": "tokenizer"}}
+    assert conditions({**measured, "model_info": {"dtype": "bfloat16"}}) == (
+        "5-shot prompts through the chat template, bfloat16"
+    )
     # The same measures of the same pair measured again replace the earlier pool.
     again = scaling(earlier_raw, None, sizes=(100,), draws=20, seed=1, carry=results)
     assert set(again["pools"]) == set(results["pools"])
@@ -253,3 +275,45 @@ def test_two_measurements_never_write_the_same_file(tmp_path: Path) -> None:
     lock.write_text(str(gone.pid))
     with _claim(out):
         assert lock.read_text() == str(os.getpid())
+
+
+def test_the_shipped_probes_prompts_through_the_chat_template(
+    tmp_path: Path, chat_model_dirs: dict[str, Path], tiny_model_dir: Path
+) -> None:
+    """``--chat on`` (with ``--fewshot K``) measures with the prompts the shipped probes
+    use; the raw file records the template that applied and the pool's conditions say so.
+    A model without a template is refused, never measured on raw text as "on"."""
+    from pytest_llmeval import ModelError
+
+    rows = [
+        {"question": f"q {i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
+        for i in range(6)
+    ]
+    (tmp_path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
+    model = str(chat_model_dirs["chatml"])
+
+    def run_with(chat: str, model: str = model) -> dict[str, object]:
+        setup = Setup(
+            task=tmp_path / "quiz.yaml",
+            data_dirs=(tmp_path,),
+            model=model,
+            items=4,
+            epochs=1,
+            lr=1e-3,
+            seed=3,
+            order_k=2,
+            chat=chat,
+        )
+        return measure(setup, model, tmp_path / f"{chat}.json", batch_size=4, measures=["answers"])
+
+    on, off = run_with("on"), run_with("off")
+    template = on["chat_template"]
+    assert isinstance(template, dict) and template["source"] == "tokenizer"
+    assert off["chat_template"] is None
+    assert conditions(on) == "zero-shot prompts through the chat template, float32"
+    assert conditions(off) == "zero-shot prompts without a chat template, float32"
+    gold = [r["answer"]["published"]["gold_prob"] for r in on["items"]]  # type: ignore[index]
+    assert gold != [r["answer"]["published"]["gold_prob"] for r in off["items"]]  # type: ignore[index]
+    with pytest.raises(ModelError, match="has no chat template"):
+        run_with("on", str(tiny_model_dir))
