@@ -336,11 +336,11 @@ def measure(
             done.extend(measure_items(runner, todo[start : start + step], backend, setup, measures))
             seconds += time.perf_counter() - began
             result["seconds"] = round(seconds, 1)
-            out.write_text(strict_json.dumps(result, indent=1))
+            _write(out, result)
             if chunk:
                 print(f"{runner.spec.name}: {len(done)} of {len(items)} items, {seconds:.0f} s")
         if not todo:
-            out.write_text(strict_json.dumps(result, indent=1))
+            _write(out, result)
         return result
 
 
@@ -383,6 +383,14 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _write(out: Path, result: Mapping[str, Any]) -> None:
+    """Replace ``out`` whole: a run killed while writing leaves the previous chunk's file,
+    never half of one."""
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(strict_json.dumps(result, indent=1))
+    os.replace(partial, out)
 
 
 def _provenance() -> dict[str, Any]:
