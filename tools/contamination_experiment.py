@@ -56,6 +56,7 @@ from pytest_llmeval.contamination._rewrite import (
     permute_options,
     shuffled_orders,
 )
+from pytest_llmeval.contamination._validation import conditions_text
 from pytest_llmeval.contamination._verdicts import (
     ContaminationVerdict,
     circular_verdict,
@@ -407,15 +408,12 @@ def _provenance() -> dict[str, Any]:
 def conditions(result: Mapping[str, Any]) -> str:
     """The prompts and dtype a raw measurement ran with, in words (the validated
     conditions of every verdict measured on it)."""
-    setup = result.get("setup", {})
-    shots = int(setup.get("fewshot", 0))
     # The template the run recorded; a file from before that record: raw text, the only
     # prompts the experiment had.
-    chat = result.get("chat_template") is not None
-    return (
-        f"{f'{shots}-shot' if shots else 'zero-shot'} prompts "
-        f"{'through the chat template' if chat else 'without a chat template'}, "
-        f"{result.get('model_info', {}).get('dtype', 'dtype unknown')}"
+    return conditions_text(
+        int(result.get("setup", {}).get("fewshot", 0)),
+        result.get("chat_template") is not None,
+        result.get("model_info", {}).get("dtype"),
     )
 
 
@@ -1022,7 +1020,7 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
                 f"{p['model']} {p['role']} ({p['task']}, up to {p['n_max']} items)"
                 for p in entry["pools"]
             ],
-            "conditions": "; ".join(entry["conditions"]),
+            "conditions": entry["conditions"],
             "max_rate": entry["max_rate"],
             "worst": f"{100 * worst['max_rate']:.1f}% of random draws of {worst['at']} items, "
             f"{worst['model']} / {worst['task']}"

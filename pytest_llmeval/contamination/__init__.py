@@ -115,7 +115,12 @@ from pytest_llmeval.contamination._rewrite import (
     shuffled_orders,
 )
 from pytest_llmeval.contamination._scan import DEFAULT_THRESHOLD, load_benchmark
-from pytest_llmeval.contamination._validation import Validation, validation, validation_note
+from pytest_llmeval.contamination._validation import (
+    Validation,
+    conditions_text,
+    validation,
+    validation_note,
+)
 from pytest_llmeval.contamination._verdicts import (
     EXCHANGEABILITY_RULES,
     MEMBERSHIP_SCORES,
@@ -180,6 +185,7 @@ __all__ = [
     "circular_verdict",
     "circular_vs_reference",
     "compare_indicator",
+    "conditions_text",
     "entity_rewrite_probe",
     "evaluate",
     "exchangeability",

@@ -6,7 +6,8 @@ range of n and the models its false-alarm rate on clean items was measured on
 (docs/contamination-experiment/scaling.md), read from ``validation.json`` beside this
 module, which ``python -m tools.contamination_experiment scaling --validation-out`` writes
 from the same measurements as the tables. A run outside that range says so in the
-verdict's message instead of extrapolating.
+verdict's message instead of extrapolating; so does a run whose prompts or dtype are not
+among the conditions it was measured under (:func:`conditions_text`).
 """
 
 from __future__ import annotations
@@ -36,12 +37,15 @@ class Validation:
     worst: str  # where the largest rate was seen
     holds: bool
     alpha: float
-    conditions: str = ""  # the prompts and dtype it was measured with
+    conditions: tuple[str, ...] = ()  # the prompts and dtype of its pools
 
     @classmethod
     def from_dict(
         cls, verdict: str, data: Mapping[str, Any], alpha: float, conditions: str = ""
     ) -> Validation:
+        """``conditions``: the file's one line for all verdicts, for a file written before
+        each verdict had its own list."""
+        own = data.get("conditions", [conditions] if conditions else [])
         return cls(
             verdict=verdict,
             n_min=int(data["n_min"]),
@@ -51,15 +55,16 @@ class Validation:
             worst=str(data["worst"]),
             holds=bool(data["holds"]),
             alpha=alpha,
-            conditions=conditions,
+            conditions=(own,) if isinstance(own, str) else tuple(str(c) for c in own),
         )
 
-    def describe(self, n: int) -> str:
-        """The validated range in words, and whether ``n`` lies in it."""
+    def describe(self, n: int, conditions: str = "") -> str:
+        """The validated range in words, and whether ``n`` (and the run's ``conditions``,
+        :func:`conditions_text`, when given) lies in it."""
         text = (
             f"false alarms on clean items measured at n={self.n_min}..{self.n_max} on "
             f"{'; '.join(self.pools)}"
-            + (f", {self.conditions}" if self.conditions else "")
+            + (f", with {' / '.join(self.conditions)}" if self.conditions else "")
             + f": at most {100 * self.max_rate:.1f}% ({self.worst})"
         )
         if not self.holds:
@@ -71,6 +76,8 @@ class Validation:
             )
         elif n < self.n_min:
             text += f"; this run has n={n}, below the validated range"
+        if conditions and self.conditions and conditions not in self.conditions:
+            text += f"; this run has {conditions}: its false-alarm rate under those is not measured"
         return f"{text} ({TABLES})"
 
 
@@ -95,12 +102,23 @@ def validation(verdict: str, *, path: Path | None = None) -> Validation | None:
     return Validation.from_dict(verdict, data, alpha, str(data.get("conditions", conditions)))
 
 
-def validation_note(verdict: str, n: int, *, path: Path | None = None) -> str:
-    """What the message of ``verdict`` on ``n`` items says about its validation."""
+def validation_note(verdict: str, n: int, *, conditions: str = "", path: Path | None = None) -> str:
+    """What the message of ``verdict`` on ``n`` items (run under ``conditions``, when
+    known) says about its validation."""
     found = validation(verdict, path=path)
     if found is None:
         return (
             "not validated: its false-alarm rate on known-clean items has not been measured "
             f"at any n ({TABLES})"
         )
-    return found.describe(n)
+    return found.describe(n, conditions)
+
+
+def conditions_text(shots: int, chat_template: bool, dtype: str | None) -> str:
+    """A probe's measurement conditions in words, the same for a run and for the
+    experiment's pools: ``5-shot prompts through the chat template, float32``."""
+    return (
+        f"{f'{shots}-shot' if shots else 'zero-shot'} prompts "
+        f"{'through the chat template' if chat_template else 'without a chat template'}, "
+        f"{dtype or 'dtype unknown'}"
+    )

@@ -114,6 +114,9 @@ class ContaminationVerdict:
     # The verdict's name in the validation experiment (``canonical_order_vs_reference``,
     # ``option_shuffle``, ...): its message states where it was validated.
     validated_as: str = ""
+    # The prompts and dtype this verdict was computed under (``conditions_text``; empty
+    # when unknown): its message says when they are not among the validated ones.
+    conditions: str = ""
 
     @property
     def fired(self) -> bool:
@@ -123,7 +126,9 @@ class ContaminationVerdict:
     def validation(self) -> str:
         """The range of n and the models its false-alarm rate was measured on, and whether
         this verdict's n lies in it (:func:`~._validation.validation_note`)."""
-        return validation_note(self.validated_as, self.n) if self.validated_as else ""
+        if not self.validated_as:
+            return ""
+        return validation_note(self.validated_as, self.n, conditions=self.conditions)
 
     def message(self) -> str:
         verdict = "possible contamination" if self.fired else "no sign of contamination"
@@ -144,6 +149,7 @@ class ContaminationVerdict:
             "alpha": self.alpha,
             "fired": self.fired,
             "summary": self.summary,
+            "conditions": self.conditions or None,
             "message": self.message(),
             "validation": self.validation or None,
             "detail": dict(self.detail),

@@ -315,6 +315,11 @@ class TaskRunner:
     def _fail(self, field: str, item: Item, exc: Exception) -> SpecError:
         return SpecError(self.spec.source, field, f"item {item.id}: {exc}")
 
+    @property
+    def shots(self) -> int:
+        """How many few-shot examples each prompt carries."""
+        return self.spec.fewshot.k
+
     # ------------------------------------------------------------------ chat template
 
     @property

@@ -252,6 +252,10 @@ class LmEvalRunner(TaskRunner):
             self._build(self.template)
             self._chat_built = True
 
+    @property
+    def shots(self) -> int:
+        return int(self.task.config.num_fewshot or 0)  # as the harness configured it
+
     def fewshot_ids(self, subset: str | None) -> tuple[str, ...]:
         return ()  # the harness's few-shot documents have no ids; the config is recorded
 

@@ -196,6 +196,20 @@ class ProbeRunner:
                 )
         return outcome
 
+    def _stamp(self, runner: TaskRunner, verdict: ContaminationVerdict) -> ContaminationVerdict:
+        """``verdict`` with the prompts and dtype it was computed under: its message says
+        when they are not among those its false-alarm rate was measured under."""
+        from dataclasses import replace
+
+        from pytest_llmeval.contamination import conditions_text
+
+        dtype = self.backend.info().get("dtype")
+        shots = runner.shots
+        return replace(
+            verdict,
+            conditions=conditions_text(shots, runner.template is not None, dtype and str(dtype)),
+        )
+
     def _published_correct(self, runner: TaskRunner, items: list[Item]) -> dict[str, bool]:
         """Right/wrong of each item as published (cached per task: probes share them)."""
         known = self._correct.setdefault(runner.spec.name, {})
@@ -214,7 +228,7 @@ class ProbeRunner:
         self._correct.setdefault(runner.spec.name, {}).update(
             {i.item_id: i.canonical_correct for i in report.items}
         )
-        verdict = paired_verdict(report, self.session.options.probe_alpha)
+        verdict = self._stamp(runner, paired_verdict(report, self.session.options.probe_alpha))
         return ProbeOutcome(runner.spec.name, "option_shuffle", report, verdict)
 
     def _canonical_order(
@@ -237,12 +251,15 @@ class ProbeRunner:
         )
         fields, _ = option_fields(runner)
         options = {i.id: option_texts(i.doc, fields) for i in items}
-        verdict = order_verdict(
-            report,
-            options,
-            self.session.options.probe_alpha,
-            reference=ref_report,
-            reference_name=self._reference_name(),
+        verdict = self._stamp(
+            runner,
+            order_verdict(
+                report,
+                options,
+                self.session.options.probe_alpha,
+                reference=ref_report,
+                reference_name=self._reference_name(),
+            ),
         )
         if ref_report is None:
             # Measured (docs/contamination-experiment/scaling.md): published option orders
@@ -270,14 +287,14 @@ class ProbeRunner:
         self._correct.setdefault(runner.spec.name, {}).update(
             {i.item_id: i.canonical_correct for i in report.items}
         )
-        verdict = paired_verdict(report, self.session.options.probe_alpha)
+        verdict = self._stamp(runner, paired_verdict(report, self.session.options.probe_alpha))
         return ProbeOutcome(runner.spec.name, "number_rewrite", report, verdict)
 
     def _entity_rewrite(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
         from pytest_llmeval.contamination import entity_rewrite_probe
 
         report = entity_rewrite_probe(runner, items, self.backend, seed=self.session.options.seed)
-        verdict = paired_verdict(report, self.session.options.probe_alpha)
+        verdict = self._stamp(runner, paired_verdict(report, self.session.options.probe_alpha))
         return ProbeOutcome(runner.spec.name, "entity_rewrite", report, verdict)
 
     def _membership(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
@@ -298,7 +315,7 @@ class ProbeRunner:
             reference_name=self._reference_name(),
             fpr=opts.probe_fpr,
         )
-        verdict = flags.verdict(opts.probe_alpha)
+        verdict = self._stamp(runner, flags.verdict(opts.probe_alpha))
         correct = self._published_correct(runner, items)
         plan = handling(
             runner.spec.name,
@@ -336,8 +353,11 @@ class ProbeRunner:
             )
             return ProbeOutcome(runner.spec.name, "ts_guessing", report, None, no_verdict=reason)
         ref = ts_guessing_probe(runner, items, ref_backend, seed=seed)
-        verdict = guessing_verdict(
-            report, ref, self.session.options.probe_alpha, reference_name=self._reference_name()
+        verdict = self._stamp(
+            runner,
+            guessing_verdict(
+                report, ref, self.session.options.probe_alpha, reference_name=self._reference_name()
+            ),
         )
         extra = {"reference_report": ref.to_dict()}
         return ProbeOutcome(runner.spec.name, "ts_guessing", report, verdict, extra=extra)
@@ -354,12 +374,15 @@ class ProbeRunner:
         ref_backend = self.reference()
         ref = circular_probe(runner, items, ref_backend) if ref_backend is not None else None
         fields, _ = option_fields(runner)
-        verdict = circular_verdict(
-            report,
-            self.session.options.probe_alpha,
-            options={i.id: option_texts(i.doc, fields) for i in items},
-            reference=ref,
-            reference_name=self._reference_name(),
+        verdict = self._stamp(
+            runner,
+            circular_verdict(
+                report,
+                self.session.options.probe_alpha,
+                options={i.id: option_texts(i.doc, fields) for i in items},
+                reference=ref,
+                reference_name=self._reference_name(),
+            ),
         )
         if ref is None:
             # Measured: without a reference the test fires on untouched models above its

@@ -131,6 +131,10 @@ def test_contamination_probes_on_the_default_model(run_benchmarks: RunBenchmarks
     )
     assert reports["mmlu-membership"]["handling"]["scores"]["all"]["n"] == 4
     assert reports["mmlu-option_shuffle"]["n"] == 4
+    # The prompts the probe ran under, as the user runs it (the spec's 5 shots, the chat
+    # template on by default): named in the verdict, checked against its validated ones.
+    shuffle = reports["mmlu-option_shuffle"]["verdict"]
+    assert shuffle["conditions"] == "5-shot prompts through the chat template, float32"
     assert reports["mmlu-canonical_order"]["n"] == 4
     assert len(reports["mmlu-canonical_order"]["items"][0]["shuffled"]) == 3
     # GSM8K's first 4 items: 0000 and 0002 have safe number rewrites (0001 uses only the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from pytest_llmeval.contamination import (
     MembershipScore,
     OrderTestReport,
     circular_verdict,
+    conditions_text,
     exchangeability,
     guessing_verdict,
     handling,
@@ -214,6 +216,7 @@ def test_every_verdict_states_where_it_was_validated(tmp_path: Path) -> None:
                 "worst": "0.5% of draws of 500 items, m / mmlu",
                 "fired_on_whole_pool": [],
                 "holds": True,
+                "conditions": ["zero-shot prompts without a chat template, float32"],
             }
         },
     }
@@ -226,6 +229,15 @@ def test_every_verdict_states_where_it_was_validated(tmp_path: Path) -> None:
     outside = found.describe(5000)
     assert "this run has n=5000, above the validated range" in outside
     assert "below the validated range" in found.describe(20)
+    # The conditions it was measured under are stated; a run under others says so.
+    assert "with zero-shot prompts without a chat template, float32" in inside
+    same = conditions_text(0, False, "float32")
+    assert "not measured" not in found.describe(200, same)
+    shipped = found.describe(200, conditions_text(5, True, "bfloat16"))
+    assert shipped.endswith(
+        "this run has 5-shot prompts through the chat template, bfloat16: its false-alarm "
+        "rate under those is not measured (docs/contamination-experiment/scaling.md)"
+    )
     # A verdict nobody measured says so, at every n.
     assert "not validated" in _validation.validation_note("no_such_verdict", 50, path=path)
     # The message of a verdict carries its note, and its record too.
@@ -233,6 +245,11 @@ def test_every_verdict_states_where_it_was_validated(tmp_path: Path) -> None:
     v = order_verdict(model, {}, 0.01, reference=_order([True] * 12 + [False] * 28))
     assert v.validated_as == "canonical_order_vs_reference"
     assert v.validation in v.message() and v.to_dict()["validation"] == v.validation
+    # A verdict computed under conditions of its own (the plugin stamps them) says whether
+    # they were validated.
+    chat = replace(v, conditions=conditions_text(5, True, "float16"))
+    assert "this run has 5-shot prompts through the chat template, float16" in chat.message()
+    assert chat.to_dict()["conditions"] == "5-shot prompts through the chat template, float16"
 
 
 def test_the_shipped_validation_file_matches_the_experiment_tables() -> None:

@@ -428,6 +428,9 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     assert (report["probe"], report["n"], report["alpha"]) == ("option_shuffle", 4, 0.01)
     assert len(report["items"]) == 4
     assert report["verdict"]["fired"] is False
+    # Each verdict names the prompts and dtype it ran under, and its message whether its
+    # false-alarm rate was measured under them.
+    assert report["verdict"]["conditions"] == "zero-shot prompts without a chat template, float32"
     order = json.loads((run / "contamination" / "quiz-canonical_order.json").read_text())
     assert len(order["reference"]["sha256"]) == 64  # the reference model, by its digest
     # No benchmark item ran: the record still names the model probed, by digest and backend.

@@ -232,9 +232,10 @@ def test_another_set_of_measures_is_its_own_pool_and_earlier_pools_carry_over(
         carry={**earlier, "pools": {"gemma-quiz": legacy}},
     )
     assert old["pools"]["gemma-quiz"]["conditions"] == EARLIER_CONDITIONS
-    assert validation_file(old)["verdicts"]["canonical_order"]["conditions"] == (
-        EARLIER_CONDITIONS + "; zero-shot prompts without a chat template, dtype unknown"
-    )
+    assert validation_file(old)["verdicts"]["canonical_order"]["conditions"] == [
+        EARLIER_CONDITIONS,
+        "zero-shot prompts without a chat template, dtype unknown",
+    ]
     shipped = {"fewshot": "5", "chat": "on"}
     measured = {"setup": shipped, "chat_template": {"source": "tokenizer"}}
     assert conditions({**measured, "model_info": {"dtype": "bfloat16"}}) == (
