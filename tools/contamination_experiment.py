@@ -483,8 +483,13 @@ def verdicts(
     """Every task-level verdict on ``records`` (a subset of items), with and without the
     reference model's records of the same items."""
     out: dict[str, ContaminationVerdict] = {}
-    first = records[0] if records else {}
-    if "answer" in first:
+
+    def measured(key: str) -> bool:
+        # Any record, not the first: TS-Guessing has nothing to mask on some items (their
+        # record holds None), and a draw that starts with one still has a verdict.
+        return any(r.get(key) is not None for r in records)
+
+    if measured("answer"):
         b = sum(
             1
             for r in records
@@ -506,7 +511,7 @@ def verdicts(
             summary=f"b={b} right only as published, c={c} right only shuffled",
             validated_as="option_shuffle",
         )
-    if "order" in first:
+    if measured("order"):
         report = order_report(task, records)
         options = {r["id"]: r["options"] for r in records}
         everything = {i: ["x"] for i in report.item_ids}  # no item excluded: the old test
@@ -516,7 +521,7 @@ def verdicts(
             out["canonical_order_vs_reference"] = order_verdict(
                 report, options, alpha, reference=order_report(task, reference)
             )
-    if first.get("circular") is not None:
+    if measured("circular"):
         options = {r["id"]: r["options"] for r in records}
         circ = circular_report(task, records)
         out["circular"] = circular_verdict(circ, alpha, options=options)
@@ -524,11 +529,11 @@ def verdicts(
             out["circular_vs_reference"] = circular_verdict(
                 circ, alpha, reference=circular_report(task, reference)
             )
-    if reference is not None and first.get("guessing") is not None:
+    if reference is not None and measured("guessing"):
         out["ts_guessing_vs_reference"] = guessing_verdict(
             guessing_report(task, records), guessing_report(task, reference), alpha
         )
-    if "membership" not in first:
+    if not measured("membership"):
         return out
     mine = memberships(records)
     for score in ("min_k_plus_plus", "mean_logprob"):

@@ -23,6 +23,7 @@ from tools.contamination_experiment import (
     scaling,
     scaling_markdown,
     validation_file,
+    verdicts,
 )
 
 pytest.importorskip("torch")
@@ -318,3 +319,20 @@ def test_the_shipped_probes_prompts_through_the_chat_template(
     assert gold != [r["answer"]["published"]["gold_prob"] for r in off["items"]]  # type: ignore[index]
     with pytest.raises(ModelError, match="has no chat template"):
         run_with("on", str(tiny_model_dir))
+
+
+def test_a_draw_that_starts_with_an_item_ts_guessing_cannot_mask_still_has_its_verdict() -> None:
+    """TS-Guessing records None for items with nothing to mask (a quarter of MMLU's). The
+    verdict must not depend on whether a draw's first item has one: a draw counted as
+    "did not fire" because of it would understate false alarms and power alike."""
+    guess = {"masked": 1, "exact_match": True, "guess": "dog"}
+    miss = {"masked": 1, "exact_match": False, "guess": "cow"}
+    records = [{"id": "q-0", "guessing": None}] + [
+        {"id": f"q-{i}", "guessing": guess} for i in range(1, 13)
+    ]
+    reference = [{"id": "q-0", "guessing": None}] + [
+        {"id": f"q-{i}", "guessing": miss} for i in range(1, 13)
+    ]
+    found = verdicts("quiz", records, reference)
+    assert found["ts_guessing_vs_reference"].fired  # b = 12, c = 0
+    assert "ts_guessing_vs_reference" not in verdicts("quiz", records[:1], reference[:1])
