@@ -266,3 +266,4 @@ def test_the_shipped_validation_file_matches_the_experiment_tables() -> None:
         mine = shipped["verdicts"][name]
         assert (mine["n_min"], mine["n_max"]) == (min(entry["sizes"]), max(entry["sizes"]))
         assert mine["max_rate"] == entry["max_rate"] and mine["holds"] == entry["holds"]
+        assert mine["conditions"] == entry["conditions"]
