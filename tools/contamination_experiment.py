@@ -536,14 +536,17 @@ def verdicts(
     if not measured("membership"):
         return out
     mine = memberships(records)
+    # Multiple choice is rewritten by moving options, worked solutions by their numbers
+    # (rewritten_docs); the two are validated apart (FlagReport.rewrites).
+    kind = "options" if measured("options") else "numbers"
     for score in ("min_k_plus_plus", "mean_logprob"):
-        out[f"membership_{score}_rewrites"] = membership_flags(task, mine, score=score).verdict(
-            alpha
-        )
+        alone = membership_flags(task, mine, score=score, rewrites=kind).verdict(alpha)
+        out[alone.validated_as] = alone
         if reference is not None:
-            out[f"membership_{score}_vs_reference"] = membership_flags(
-                task, mine, reference=memberships(reference), score=score
+            paired = membership_flags(
+                task, mine, reference=memberships(reference), score=score, rewrites=kind
             ).verdict(alpha)
+            out[paired.validated_as] = paired
     return out
 
 

@@ -69,6 +69,7 @@ from pytest_llmeval.contamination._membership import (
     membership_records,
     membership_scores,
     min_k,
+    rewrite_kind,
     rewritten_docs,
 )
 from pytest_llmeval.contamination._ngram import (
@@ -221,6 +222,7 @@ __all__ = [
     "recheck",
     "resolve_corpus",
     "rewrite_entities",
+    "rewrite_kind",
     "rewrite_numbers",
     "rewritten_docs",
     "rotation_orders",

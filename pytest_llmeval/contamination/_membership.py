@@ -180,6 +180,13 @@ class ItemMembership:
         )
 
 
+def rewrite_kind(runner: TaskRunner) -> str:
+    """What :func:`rewritten_docs` changes for this task: ``numbers`` (a question and a
+    worked solution) or ``options`` (their order)."""
+    probes = runner.spec.probes
+    return "numbers" if probes.question and probes.solution else "options"
+
+
 def rewritten_docs(
     runner: TaskRunner, item: Item, count: int, *, seed: int
 ) -> list[dict[str, Any]]:
@@ -188,7 +195,8 @@ def rewritten_docs(
     solution, else gold-moving option orders (seeded by the item id)."""
     probes = runner.spec.probes
     docs: list[dict[str, Any]] = []
-    if probes.question and probes.solution:
+    if rewrite_kind(runner) == "numbers":
+        assert probes.question and probes.solution
         seen: set[str] = set()
         for j in range(count):
             rw = rewrite_numbers(

@@ -360,6 +360,10 @@ class FlagReport:
     controls: tuple[float, ...]
     paired_positive: int
     paired_n: int
+    # What the rewrites change: "options" (their order, multiple choice) or "numbers"
+    # (worked-solution tasks). Validated apart: an in-domain fine-tune learns a benchmark's
+    # numbers in general, which number rewrites do not share.
+    rewrites: str = "options"
 
     @property
     def flagged(self) -> list[str]:
@@ -406,7 +410,8 @@ class FlagReport:
                 "controls": len(self.controls),
             },
             validated_as=f"membership_{self.score}_"
-            + ("vs_reference" if self.mode == "reference" else "rewrites"),
+            + ("vs_reference" if self.mode == "reference" else "rewrites")
+            + ("_numbers" if self.rewrites == "numbers" else ""),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -414,6 +419,7 @@ class FlagReport:
             "task": self.task,
             "score": self.score,
             "mode": self.mode,
+            "rewrites": self.rewrites,
             "null": self.null,
             "n": len(self.values),
             "target_fpr": self.fpr,
@@ -443,6 +449,7 @@ def membership_flags(
     reference_name: str = "the reference model",
     score: str = "min_k_plus_plus",
     fpr: float = 0.05,
+    rewrites: str = "options",
 ) -> FlagReport:
     """Calibrated membership flags for the items of ``model`` (scored as published and as
     rewritten, :func:`~._membership.membership_records`).
@@ -452,7 +459,8 @@ def membership_flags(
     computed the same way. Without: an item's value is its score minus the mean score of
     its rewrites after the first; the first rewrite, compared with the same mean, is its
     control (so an item and its control differ only in which text was published).
-    Items without rewrites are left out."""
+    Items without rewrites are left out. ``rewrites``: what the rewrites change,
+    ``options`` or ``numbers`` (:func:`~._membership.rewritten_docs`)."""
     if score not in MEMBERSHIP_SCORES:
         raise ValueError(f"unknown score {score!r}; known: {', '.join(MEMBERSHIP_SCORES)}")
     values: dict[str, float] = {}
@@ -503,6 +511,7 @@ def membership_flags(
         controls=tuple(controls),
         paired_positive=positive,
         paired_n=total,
+        rewrites=rewrites,
     )
 
 

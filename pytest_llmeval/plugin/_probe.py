@@ -18,7 +18,7 @@ from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import LlmEvalError
 
 if TYPE_CHECKING:
-    from pytest_llmeval.contamination import ContaminationVerdict, Handling
+    from pytest_llmeval.contamination import ContaminationVerdict, Handling, Validation
     from pytest_llmeval.dataset import Item
     from pytest_llmeval.eval import TaskRunner
 
@@ -33,6 +33,34 @@ PROBES = (
     "ts_guessing",
     "circular",
 )
+
+
+def _fails_on_clean_items(verdict: ContaminationVerdict) -> Validation | None:
+    """The verdict's validation when it does not hold its level (else None)."""
+    from pytest_llmeval.contamination import validation
+
+    found = validation(verdict.validated_as)
+    return found if found is not None and not found.holds else None
+
+
+def _unless_it_fails_on_clean_items(outcome: ProbeOutcome) -> ProbeOutcome:
+    """No verdict from a test that fires above its level on known-clean items at some
+    measured n (``validation.json``: an untouched model, or an in-domain fine-tune against
+    its base): its firing could not be told from what a clean model does. Skipped with
+    its numbers, as the probes without a null are; its report is still written."""
+    from dataclasses import replace
+
+    verdict = outcome.verdict
+    found = _fails_on_clean_items(verdict) if verdict is not None else None
+    if verdict is None or found is None:
+        return outcome
+    reason = (
+        f"{outcome.task} {outcome.probe}: no verdict: this test fires above its level on "
+        f"known-clean items ({found.worst}), so it cannot tell contamination from what a "
+        f"clean model does; for inspection: {verdict.summary} (p={verdict.p_value:.2g}); "
+        f"{verdict.validation}"
+    )
+    return replace(outcome, verdict=None, no_verdict=reason)
 
 
 @dataclass(frozen=True)
@@ -176,6 +204,7 @@ class ProbeRunner:
         if not chosen:  # never a verdict on nothing
             pytest.skip(f"{task} {probe}: no item to probe (the data has none after --llm-exclude)")
         outcome: ProbeOutcome = getattr(self, f"_{probe}")(runner, chosen, k)
+        outcome = _unless_it_fails_on_clean_items(outcome)
         if not self.session.is_worker:
             folder = self.session.run_dir().path / "contamination"
             folder.mkdir(exist_ok=True)
@@ -298,7 +327,12 @@ class ProbeRunner:
         return ProbeOutcome(runner.spec.name, "entity_rewrite", report, verdict)
 
     def _membership(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
-        from pytest_llmeval.contamination import handling, membership_flags, membership_records
+        from pytest_llmeval.contamination import (
+            handling,
+            membership_flags,
+            membership_records,
+            rewrite_kind,
+        )
 
         opts = self.session.options
         mine = membership_records(runner, items, self.backend, perturbations=k or 3, seed=opts.seed)
@@ -314,6 +348,7 @@ class ProbeRunner:
             reference=ref,
             reference_name=self._reference_name(),
             fpr=opts.probe_fpr,
+            rewrites=rewrite_kind(runner),
         )
         verdict = self._stamp(runner, flags.verdict(opts.probe_alpha))
         correct = self._published_correct(runner, items)
@@ -321,7 +356,9 @@ class ProbeRunner:
             runner.spec.name,
             correct,
             flags.flagged,
-            verdict_fired=verdict.fired and ref is not None,
+            # No policy from a verdict that will not be given (below, and
+            # _unless_it_fails_on_clean_items).
+            verdict_fired=verdict.fired and ref is not None and not _fails_on_clean_items(verdict),
             successor=runner.spec.catalog.successor,
         )
         if ref is None:

@@ -138,6 +138,12 @@ def test_membership_flags_against_a_reference() -> None:
     assert (flags.paired_positive, flags.paired_n) == (5, 5)
     with pytest.raises(ValueError, match="unknown score"):
         membership_flags("t", model, score="loss")
+    # Rewrites of options and of numbers are validated apart (an in-domain fine-tune
+    # learns a benchmark's numbers in general, which number rewrites do not share).
+    assert flags.verdict(0.01).validated_as == "membership_min_k_plus_plus_vs_reference"
+    numbers = membership_flags("t", model, reference=ref, rewrites="numbers")
+    assert numbers.verdict(0.01).validated_as == "membership_min_k_plus_plus_vs_reference_numbers"
+    assert numbers.to_dict()["rewrites"] == "numbers"
 
 
 def test_handling_policy_and_subset_scores() -> None:

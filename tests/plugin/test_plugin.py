@@ -548,3 +548,45 @@ def test_stable_and_fresh_tasks_of_a_capability_are_compared(
     result.stdout.fnmatch_lines(
         ["math: stable old 20.0% vs fresh new 20.0% (a stable score far above the fresh one*"]
     )
+
+
+def test_a_verdict_that_fires_on_clean_items_is_not_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A verdict whose measured false-alarm rate on known-clean items is above its level
+    (validation.json: ``holds`` false) is not given: the probe is skipped with its numbers,
+    as one without a null is; one that holds, or was never measured, keeps its verdict."""
+    from pytest_llmeval.contamination import ContaminationVerdict, _validation
+    from pytest_llmeval.plugin._probe import ProbeOutcome, _unless_it_fails_on_clean_items
+
+    table = {
+        "alpha": 0.01,
+        "verdicts": {
+            name: {
+                "n_min": 50,
+                "n_max": 250,
+                "pools": ["m fine-tuned in-domain (gsm8k, up to 250 items)"],
+                "max_rate": rate,
+                "worst": f"{100 * rate:.1f}% of random draws of 200 items, m / gsm8k",
+                "holds": rate <= 0.01,
+            }
+            for name, rate in (("fails", 0.85), ("holds", 0.005))
+        },
+    }
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setattr(_validation, "VALIDATION_FILE", path)
+
+    def outcome(name: str) -> ProbeOutcome:
+        verdict = ContaminationVerdict(
+            "membership", "gsm8k", "ref", "sign test", 250, 0.001, 0.01, "b=9 c=1", {}, name
+        )
+        return ProbeOutcome("gsm8k", "membership", None, verdict)
+
+    skipped = _unless_it_fails_on_clean_items(outcome("fails"))
+    assert skipped.verdict is None and skipped.no_verdict is not None
+    assert skipped.no_verdict.startswith("gsm8k membership: no verdict: this test fires above")
+    assert "85.0% of random draws of 200 items" in skipped.no_verdict
+    assert "b=9 c=1 (p=0.001)" in skipped.no_verdict
+    for kept in ("holds", "never_measured"):
+        assert _unless_it_fails_on_clean_items(outcome(kept)).verdict is not None
