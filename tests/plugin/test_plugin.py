@@ -590,3 +590,66 @@ def test_a_verdict_that_fires_on_clean_items_is_not_given(
     assert "b=9 c=1 (p=0.001)" in skipped.no_verdict
     for kept in ("holds", "never_measured"):
         assert _unless_it_fails_on_clean_items(outcome(kept)).verdict is not None
+
+
+WORKED_SPEC = """\
+task: sums
+dataset: {path: sums.jsonl}
+prompt:
+  template: "Q: {{ question }}\\nA:"
+  target: "{{ answer }}"
+mode: generate
+generate:
+  target: "{{ answer | after('####') }}"
+  max_new_tokens: 4
+  extract: [last_number]
+  compare: numeric
+contamination: {question: question, solution: answer}
+"""
+
+MEMBERSHIP_TEST = """\
+import pytest
+
+pytestmark = pytest.mark.contamination
+
+
+def test_membership(llm_probe):
+    llm_probe.check(llm_probe.run("sums", "membership"))
+"""
+
+
+def test_membership_on_worked_solutions_gives_no_verdict_even_with_a_reference(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    """Measured (docs/CONTAMINATION.md): against a reference, the membership test on number
+    rewrites fires on a model fine-tuned on other GSM8K items at every n. With the shipped
+    validation.json the probe is skipped with that rate and its numbers, report written."""
+    rows = [
+        {
+            "question": f"Sam has {3 + i} apples and buys {5 + 2 * i} more. How many now?",
+            "answer": f"{3 + i}+{5 + 2 * i}=<<{3 + i}+{5 + 2 * i}={8 + 3 * i}>>{8 + 3 * i}\n"
+            f"#### {8 + 3 * i}",
+        }
+        for i in range(6)
+    ]
+    (pytester.path / "sums.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (pytester.path / "sums.yaml").write_text(WORKED_SPEC)
+    (pytester.path / "test_llm_membership_numbers.py").write_text(MEMBERSHIP_TEST)
+    result = pytester.runpytest(
+        *_args(
+            tiny_model_dir,
+            "-m",
+            "contamination",
+            "--llm-output=out",
+            f"--llm-reference-model={tiny_model_dir}",
+            "-rs",
+        )
+    )
+    result.assert_outcomes(skipped=1, deselected=6)  # the six items of the task
+    result.stdout.fnmatch_lines(
+        ["*sums membership: no verdict: this test fires above its level on known-clean items*"]
+    )
+    run = next((pytester.path / "out").iterdir())
+    report = json.loads((run / "contamination" / "sums-membership.json").read_text())
+    assert report["rewrites"] == "numbers" and report["mode"] == "reference"
+    assert "verdict" not in report and "fires above its level" in report["no_verdict"]
