@@ -68,6 +68,7 @@ from pytest_llmeval.dataset import Item, first_n, load_items
 from pytest_llmeval.eval import ChatSettings, TaskRunner, true_probability_mass
 from pytest_llmeval.model import Backend, ModelSettings, load_backend, resolve_model_path
 from pytest_llmeval.record import git_info
+from pytest_llmeval.record._rundir import _pid_alive
 from pytest_llmeval.scorer import auroc, mcnemar_one_sided, wilson_interval
 from pytest_llmeval.task import load_task_spec
 
@@ -360,7 +361,7 @@ def _claim(out: Path) -> Iterator[None]:
                 holder = int(lock.read_text().strip() or 0)
             except (OSError, ValueError):
                 holder = 0
-            if holder and _alive(holder):
+            if holder and _pid_alive(holder):
                 raise RuntimeError(
                     f"{out} is being measured by process {holder} ({lock}): wait for it, "
                     "or stop it and start again to resume"
@@ -374,16 +375,6 @@ def _claim(out: Path) -> Iterator[None]:
         yield
     finally:
         lock.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _write(out: Path, result: Mapping[str, Any]) -> None:
