@@ -1,7 +1,9 @@
 """The vllm backend through the pytest plugin, as a user runs it (vLLM's real engine, its
 CPU build here: ``tox -e vllm``): the acceptance command on MMLU and GSM8K with the chat
-template on (the default) and off, data parallel 2 (two engines as Ray actors) item by item
-equal to data parallel 1, and bad engine settings named before any engine starts.
+template on (the default) and off, data parallel 2 (two engines as Ray actors) giving data
+parallel 1's prompts, answers and outputs item by item (log-likelihoods to float32
+precision: a replica batches other requests, so its kernels may sum in another order), and
+bad engine settings named before any engine starts.
 
 A module of its own: each run starts its engines in a pytest subprocess, and the engines
 of ``test_vllm_backend.py``'s module fixture are gone by then (an engine of the CPU build
@@ -61,8 +63,15 @@ def test_data_parallel_2_gives_the_records_of_data_parallel_1(
     assert sorted(one) == sorted(two) and len(one) == 8
     for item_id, a in one.items():
         b = two[item_id]
-        for field in ("prompt", "extracted", "correct", "logprobs", "output", "n_output_tokens"):
-            assert a[field] == b[field], (item_id, field)
+        for field in ("prompt", "extracted", "correct", "pred", "output", "n_output_tokens"):
+            assert a.get(field) == b.get(field), (item_id, field)
+        # Bit-equal in most runs; one CI run of 2026-12-05 differed by 7.5e-6 on one choice
+        # (a replica's batches hold other requests than the single engine's, and CPU
+        # kernels need not sum in the same order for another batch shape). 1e-4 is the
+        # float32 bound the hf-vs-vllm parity holds to.
+        assert len(a["logprobs"]) == len(b["logprobs"]), item_id
+        assert b["logprobs"] == pytest.approx(a["logprobs"], abs=1e-4, rel=0), item_id
+    assert any(r["logprobs"] for r in one.values())  # the multiple-choice items compared
     assert a["prompt"].startswith("<|im_start|>")  # the chat template by default
 
 
