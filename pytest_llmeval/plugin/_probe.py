@@ -35,30 +35,41 @@ PROBES = (
 )
 
 
-def _fails_on_clean_items(verdict: ContaminationVerdict) -> Validation | None:
-    """The verdict's validation when it does not hold its level (else None)."""
+def _why_not_given(verdict: ContaminationVerdict) -> str | None:
+    """Why the plugin does not give ``verdict`` (None when it does): its false-alarm rate on
+    known-clean items was never measured (``validation.json`` has no entry for it), or it
+    was and is above its level at some measured n."""
     from pytest_llmeval.contamination import validation
 
     found = validation(verdict.validated_as)
-    return found if found is not None and not found.holds else None
+    if found is None:
+        return (
+            "its false-alarm rate on known-clean items has never been measured, so a firing "
+            "could not be told from what a clean model does"
+        )
+    if not found.holds:
+        return (
+            f"this test fires above its level on known-clean items ({found.worst}), so it "
+            "cannot tell contamination from what a clean model does"
+        )
+    return None
 
 
-def _unless_it_fails_on_clean_items(outcome: ProbeOutcome) -> ProbeOutcome:
+def _only_if_validated(outcome: ProbeOutcome) -> ProbeOutcome:
     """No verdict from a test that fires above its level on known-clean items at some
     measured n (``validation.json``: an untouched model, or an in-domain fine-tune against
-    its base): its firing could not be told from what a clean model does. Skipped with
-    its numbers, as the probes without a null are; its report is still written."""
+    its base), nor from one never measured there: its firing could not be told from what a
+    clean model does. Skipped with its numbers, as the probes without a null are; its
+    report is still written."""
     from dataclasses import replace
 
     verdict = outcome.verdict
-    found = _fails_on_clean_items(verdict) if verdict is not None else None
-    if verdict is None or found is None:
+    why = _why_not_given(verdict) if verdict is not None else None
+    if verdict is None or why is None:
         return outcome
     reason = (
-        f"{outcome.task} {outcome.probe}: no verdict: this test fires above its level on "
-        f"known-clean items ({found.worst}), so it cannot tell contamination from what a "
-        f"clean model does; for inspection: {verdict.summary} (p={verdict.p_value:.2g}); "
-        f"{verdict.validation}"
+        f"{outcome.task} {outcome.probe}: no verdict: {why}; for inspection: "
+        f"{verdict.summary} (p={verdict.p_value:.2g}); {verdict.validation}"
     )
     return replace(outcome, verdict=None, no_verdict=reason)
 
@@ -204,7 +215,7 @@ class ProbeRunner:
         if not chosen:  # never a verdict on nothing
             pytest.skip(f"{task} {probe}: no item to probe (the data has none after --llm-exclude)")
         outcome: ProbeOutcome = getattr(self, f"_{probe}")(runner, chosen, k)
-        outcome = _unless_it_fails_on_clean_items(outcome)
+        outcome = _only_if_validated(outcome)
         if not self.session.is_worker:
             folder = self.session.run_dir().path / "contamination"
             folder.mkdir(exist_ok=True)
@@ -357,7 +368,7 @@ class ProbeRunner:
             correct,
             flags.flagged,
             # No policy from a verdict that will not be given (below, and
-            # _unless_it_fails_on_clean_items).
+            # _only_if_validated).
             verdict_fired=verdict.fired and ref is not None and not _fails_on_clean_items(verdict),
             successor=runner.spec.catalog.successor,
         )

@@ -550,14 +550,14 @@ def test_stable_and_fresh_tasks_of_a_capability_are_compared(
     )
 
 
-def test_a_verdict_that_fires_on_clean_items_is_not_given(
+def test_a_verdict_that_fires_on_clean_items_or_was_never_measured_there_is_not_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A verdict whose measured false-alarm rate on known-clean items is above its level
     (validation.json: ``holds`` false) is not given: the probe is skipped with its numbers,
-    as one without a null is; one that holds, or was never measured, keeps its verdict."""
+    as one without a null is; so is one never measured there; one that holds keeps it."""
     from pytest_llmeval.contamination import ContaminationVerdict, _validation
-    from pytest_llmeval.plugin._probe import ProbeOutcome, _unless_it_fails_on_clean_items
+    from pytest_llmeval.plugin._probe import ProbeOutcome, _only_if_validated
 
     table = {
         "alpha": 0.01,
@@ -583,13 +583,16 @@ def test_a_verdict_that_fires_on_clean_items_is_not_given(
         )
         return ProbeOutcome("gsm8k", "membership", None, verdict)
 
-    skipped = _unless_it_fails_on_clean_items(outcome("fails"))
+    skipped = _only_if_validated(outcome("fails"))
     assert skipped.verdict is None and skipped.no_verdict is not None
     assert skipped.no_verdict.startswith("gsm8k membership: no verdict: this test fires above")
     assert "85.0% of random draws of 200 items" in skipped.no_verdict
     assert "b=9 c=1 (p=0.001)" in skipped.no_verdict
-    for kept in ("holds", "never_measured"):
-        assert _unless_it_fails_on_clean_items(outcome(kept)).verdict is not None
+    assert _only_if_validated(outcome("holds")).verdict is not None
+    never = _only_if_validated(outcome("never_measured"))
+    assert never.verdict is None and never.no_verdict is not None
+    assert "its false-alarm rate on known-clean items has never been measured" in (never.no_verdict)
+    assert "b=9 c=1 (p=0.001)" in never.no_verdict
 
 
 WORKED_SPEC = """\
