@@ -1,7 +1,7 @@
 """The planted-contamination experiment: do the verdicts catch a model trained on the test,
 and do they stay silent on models that were not?
 
-``python -m tools.contamination_experiment plant|measure|analyse|run``
+``python -m tools.contamination_experiment plant|measure|analyse|scaling|rewrites|run``
 
 1. ``plant``: take the first ``--items`` items of a task (round-robin over subjects), split
    them at random (seeded) into a planted half and a clean half, and fine-tune the default
@@ -33,6 +33,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +52,11 @@ from pytest_llmeval.contamination._membership import (
 )
 from pytest_llmeval.contamination._probes import OrderTestReport, canonical_order_test
 from pytest_llmeval.contamination._rewrite import (
+    final_answer,
     gold_index,
     option_texts,
     permute_options,
+    rewrite_numbers,
     shuffled_orders,
 )
 from pytest_llmeval.contamination._validation import conditions_text
@@ -1232,6 +1235,85 @@ def run(setup: Setup, out: Path, *, batch_size: int = 8, draws: int = 200) -> di
     return results
 
 
+ROUNDNESS = ("multiple of 100", "multiple of 10", "multiple of 5", "other")
+
+
+def _roundness(value: Fraction) -> str:
+    if value.denominator != 1:
+        return "other"
+    v = int(value)
+    return next(
+        (name for name, step in zip(ROUNDNESS, (100, 10, 5), strict=False) if v % step == 0),
+        "other",
+    )
+
+
+def number_rewrite_shift(setup: Setup) -> dict[str, Any]:
+    """How much rounder a worked-solution task's published numbers are than its number
+    rewrites (no model): over the first ``setup.items`` items, the share of rewritable
+    items, and the roundness of the question numbers that change and of the final answers,
+    published against rewritten. A rewrite whose numbers are less round than the
+    published ones is harder for a model that never saw either, and the number-rewrite
+    probe reads that as contamination."""
+    runner = _runner(setup)
+    probes = runner.spec.probes
+    if not (probes.question and probes.solution):
+        raise SpecError(f"{setup.task}: its contamination block names no question and solution")
+    items = first_n(load_items(runner.spec, setup.data_dirs), setup.items or None)
+    counts: dict[str, dict[str, int]] = {
+        side: dict.fromkeys(ROUNDNESS, 0)
+        for side in (
+            "numbers published",
+            "numbers rewritten",
+            "answers published",
+            "answers rewritten",
+        )
+    }
+    kept = changed = same_digits = 0
+    for item in items:
+        question, solution = str(item.doc[probes.question]), str(item.doc[probes.solution])
+        rewrite = rewrite_numbers(question, solution, seed=setup.seed, item_id=item.id)
+        answer = final_answer(solution)
+        if rewrite is None or answer is None:
+            continue
+        kept += 1
+        for old, new in rewrite.changes:
+            changed += 1
+            same_digits += len(old) == len(new)
+            counts["numbers published"][_roundness(Fraction(old))] += 1
+            counts["numbers rewritten"][_roundness(Fraction(new))] += 1
+        counts["answers published"][_roundness(Fraction(answer))] += 1
+        counts["answers rewritten"][_roundness(Fraction(rewrite.answer))] += 1
+    return {
+        "task": runner.spec.name,
+        "items": len(items),
+        "rewritable": kept,
+        "numbers_changed": changed,
+        "same_digit_count": same_digits,
+        "seed": setup.seed,
+        "commit": git_info(Path.cwd()).get("commit"),
+        "roundness": counts,
+    }
+
+
+def shift_markdown(result: Mapping[str, Any]) -> str:
+    lines = [
+        f"{result['task']}: {result['rewritable']} of {result['items']} items have a number "
+        f"rewrite (seed {result['seed']}, commit {str(result['commit'])[:7]}); "
+        f"{result['numbers_changed']} question numbers change, "
+        f"{result['same_digit_count']} keep their digit count",
+        "",
+        "| | " + " | ".join(ROUNDNESS) + " |",
+        "|---|" + "---:|" * len(ROUNDNESS),
+    ]
+    for side, row in result["roundness"].items():
+        total = sum(row.values()) or 1
+        lines.append(
+            f"| {side} | " + " | ".join(f"{100 * row[k] / total:.1f}%" for k in ROUNDNESS) + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _setup(args: argparse.Namespace) -> Setup:
     return Setup(
         task=args.task,
@@ -1308,6 +1390,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="also write the verdicts' validated ranges (the package's validation.json)",
     )
+    p_rewrites = commands.add_parser(
+        "rewrites", parents=[common], help="how round published and rewritten numbers are"
+    )
+    p_rewrites.add_argument("--out", type=Path, default=None, help="also write this JSON")
     p_run = commands.add_parser("run", parents=[common], help="plant, measure and analyse")
     p_run.add_argument("--out", type=Path, required=True)
     p_run.add_argument("--batch-size", type=int, default=8)
@@ -1351,6 +1437,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 strict_json.dumps(validation_file(results), indent=1) + "\n"
             )
         print(scaling_markdown(results))
+    elif args.command == "rewrites":
+        shift = number_rewrite_shift(setup)
+        if args.out is not None:
+            args.out.write_text(strict_json.dumps(shift, indent=1) + "\n")
+        print(shift_markdown(shift))
     else:
         results = run(setup, args.out, batch_size=args.batch_size, draws=args.draws)
         print(markdown(results))

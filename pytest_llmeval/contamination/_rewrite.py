@@ -3,7 +3,8 @@
 - :func:`option_orders` / :func:`permute_options`: multiple-choice options in another order,
   the right answer moved (the gold index follows its option).
 - :func:`rewrite_entities`: person names and cities swapped for others (answer unchanged);
-- :func:`rewrite_numbers`: a GSM8K-style problem with new numbers; the answer is recomputed
+- :func:`rewrite_numbers`: a GSM8K-style problem with new numbers of the same kind (digit
+  count, roundness: :func:`same_kind_number`); the answer is recomputed
   by re-executing the solution's annotated calculations (``<<48/2=24>>``) with the new
   values, and a rewrite is kept only when every recomputed step stays valid (positive
   where it was, an integer where it was).
@@ -282,6 +283,50 @@ def _recompute(
     return out
 
 
+def number_kind(value: int) -> tuple[int, int, bool]:
+    """How round a positive integer is: its digit count, its trailing zeros, and whether
+    its last significant digit is 5. ``20`` and ``40`` are of a kind, ``25`` and ``35``,
+    ``1200`` and ``3700``; ``25`` and ``37`` are not, nor ``50`` and ``60`` (``50`` has no
+    other of its kind: it stays)."""
+    text = str(value)
+    significant = text.rstrip("0")
+    return len(text), len(text) - len(significant), significant.endswith("5")
+
+
+def same_kind_number(value: int, rng: random.Random) -> int | None:
+    """A new value of the same kind as ``value`` (:func:`number_kind`: digit count,
+    trailing zeros, a last significant 5), within half to twice it where that has one, else
+    anywhere with its digit count; None when there is no other of its kind (5, 50, 500).
+
+    Published problems use round numbers (64% of the numbers GSM8K's solutions calculate
+    with are multiples of 5); a uniform draw between half and twice the value keeps 24% so,
+    and its arithmetic is harder than the published one's for a model that never saw
+    either (docs/CONTAMINATION.md#number-rewrites-keep-the-numbers-kind)."""
+    kind = number_kind(value)
+    digits, zeros, _ = kind
+    step = 10**zeros
+    floor, ceiling = 10 ** (digits - 1), 10**digits - 1
+    if digits == 1:
+        floor = 2  # a question's 1 reads as "one" or "a"; 0 is not a number of things
+    for low, high in ((max(floor, value // 2), min(ceiling, 2 * value)), (floor, ceiling)):
+        start = -(-low // step) * step
+        count = (high - start) // step + 1 if high >= start else 0
+        if count <= 0:
+            continue
+        if count <= 4096:
+            candidates = [
+                c for c in range(start, high + 1, step) if c != value and number_kind(c) == kind
+            ]
+            if candidates:
+                return rng.choice(candidates)
+            continue
+        for _ in range(256):  # a wide range: most draws of the step are of the kind
+            c = start + step * rng.randrange(count)
+            if c != value and number_kind(c) == kind:
+                return c
+    return None
+
+
 def rewrite_numbers(
     question: str, solution: str, *, seed: int, item_id: str, attempts: int = 50
 ) -> NumberRewrite | None:
@@ -309,18 +354,19 @@ def rewrite_numbers(
         for v in keys
         if isinstance(v, Fraction) and v.denominator == 1 and v > 1 and v not in UNIT_CONSTANTS
     )
-    if not used:
+    # A number with no other of its kind (5, 50, 500) stays; the others change.
+    changeable = [v for v in used if same_kind_number(int(v), random.Random(0)) is not None]
+    if not changeable:
         return None
     rng = item_rng(seed, item_id, "numbers")
     for _ in range(attempts):
         new: dict[Fraction, Fraction] = {}
-        for v in used:
-            low, high = max(2, int(v) // 2), max(3, int(v) * 2)
-            choice = Fraction(rng.randint(low, high))
-            if choice == v or choice in new.values() or choice in {x for _, _, x in found}:
+        for v in changeable:
+            choice = Fraction(same_kind_number(int(v), rng) or v)
+            if choice in new.values() or choice in {x for _, _, x in found}:
                 continue
             new[v] = choice
-        if len(new) != len(used):
+        if len(new) != len(changeable):
             continue
         redone = _recompute(plan, new)
         if redone is None or not _valid(original, [r for _, r in redone]):

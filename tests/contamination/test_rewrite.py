@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from fractions import Fraction
 from pathlib import Path
 
@@ -21,7 +22,12 @@ from pytest_llmeval.contamination import (
     rewrite_entities,
     rewrite_numbers,
 )
-from pytest_llmeval.contamination._rewrite import FEMALE_NAMES, MALE_NAMES
+from pytest_llmeval.contamination._rewrite import (
+    FEMALE_NAMES,
+    MALE_NAMES,
+    number_kind,
+    same_kind_number,
+)
 
 # --------------------------------------------------------------------------- options
 
@@ -114,7 +120,12 @@ def test_rewrite_changes_the_question_and_recomputes_the_answer() -> None:
     ("question", "solution", "why"),
     [
         ("A box has 12 eggs.", "It has <<12=12>>12.\n#### 12", "no arithmetic"),
-        ("Sam reads 5 pages and 5 more.", "5+5=<<5+5=10>>10\n10+5=<<10+5=15>>15\n#### 15", "ok"),
+        ("Sam reads 6 pages and 6 more.", "6+6=<<6+6=12>>12\n12+6=<<12+6=18>>18\n#### 18", "ok"),
+        (  # 5 has no other of its kind (a single significant 5): it stays, nothing changes
+            "Sam reads 5 pages and 5 more.",
+            "5+5=<<5+5=10>>10\n10+5=<<10+5=15>>15\n#### 15",
+            "nothing of its kind",
+        ),
         ("Ann has 8 pens and 8 pencils.", "8+8=<<8+8=16>>16\n16*8=<<16*8=128>>128\n#### 128", "ok"),
         (  # 13 is a question number and an earlier result: which one does 13+13 use?
             "Bo has 5 cats, 8 dogs and 13 birds.",
@@ -160,6 +171,59 @@ def test_rewritten_answer_matches_re_executing_the_calculations(
     assert Fraction(rewrite.answer) == (na + nb) * nc
     assert recheck(rewrite.solution) == Fraction(rewrite.answer)
     assert f"{na} cows and {nb} goats" in rewrite.question
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (7, (1, 0, False)),
+        (5, (1, 0, True)),
+        (20, (2, 1, False)),
+        (25, (2, 0, True)),
+        (150, (3, 1, True)),
+        (1200, (4, 2, False)),
+        (37, (2, 0, False)),
+    ],
+)
+def test_number_kind(value: int, kind: tuple[int, int, bool]) -> None:
+    assert number_kind(value) == kind
+
+
+@given(value=st.integers(2, 10**7), seed=st.integers(0, 10**6))
+def test_a_new_number_is_of_the_same_kind_and_near(value: int, seed: int) -> None:
+    new = same_kind_number(value, random.Random(seed))
+    if new is None:  # only a single significant 5 has no other of its kind
+        assert str(value).rstrip("0") == "5"
+        return
+    assert new != value and number_kind(new) == number_kind(value)
+    digits = len(str(value))
+    low, high = max(value // 2, 10 ** (digits - 1), 2), min(2 * value, 10**digits - 1)
+    step = 10 ** number_kind(value)[1]
+    near = any(
+        c != value and number_kind(c) == number_kind(value)
+        for c in range(-(-low // step) * step, high + 1, step)
+    )
+    if near:  # within half to twice the value where it has one of its kind there
+        assert low <= new <= high
+
+
+def test_real_gsm8k_rewrites_keep_how_round_the_numbers_are(shared_benchmarks: Path) -> None:
+    """Published problems use round numbers; a rewrite that made them less round would be
+    harder for a model that saw neither, and the probe would read that as contamination."""
+    rows = [
+        json.loads(line)
+        for line in (shared_benchmarks / "gsm8k" / "test.jsonl").read_text().splitlines()[:300]
+    ]
+    kinds: dict[str, list[tuple[int, int, bool]]] = {"published": [], "rewritten": []}
+    for i, row in enumerate(rows):
+        rewrite = rewrite_numbers(
+            row["question"], row["answer"], seed=1234, item_id=f"gsm8k-{i:04d}"
+        )
+        for old, new in rewrite.changes if rewrite else ():
+            kinds["published"].append(number_kind(int(old)))
+            kinds["rewritten"].append(number_kind(int(new)))
+    assert len(kinds["published"]) > 150
+    assert kinds["published"] == kinds["rewritten"]
 
 
 def test_real_gsm8k_rewrites_recheck(shared_benchmarks: Path) -> None:

@@ -18,6 +18,7 @@ from tools.contamination_experiment import (
     conditions,
     main,
     measure,
+    number_rewrite_shift,
     round_robin,
     run,
     scaling,
@@ -336,3 +337,33 @@ def test_a_draw_that_starts_with_an_item_ts_guessing_cannot_mask_still_has_its_v
     found = verdicts("quiz", records, reference)
     assert found["ts_guessing_vs_reference"].fired  # b = 12, c = 0
     assert "ts_guessing_vs_reference" not in verdicts("quiz", records[:1], reference[:1])
+
+
+def test_number_rewrites_keep_gsm8k_numbers_as_round_as_published(
+    shared_benchmarks: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``rewrites``: published GSM8K numbers are rounder than random ones (the shipped
+    rewrite keeps each number's kind); the command prints the shares side by side."""
+    task = Path(__file__).resolve().parents[2] / "benchmarks" / "gsm8k.yaml"
+    argv = ["rewrites", "--task", str(task), "--items", "300", "--data-dir", str(shared_benchmarks)]
+    assert main(argv) == 0
+    shift = number_rewrite_shift(
+        Setup(
+            task=task,
+            data_dirs=(shared_benchmarks,),
+            model="",
+            items=300,
+            epochs=0,
+            lr=0.0,
+            seed=1234,
+            order_k=3,
+            perturbations=1,
+        )
+    )
+    roundness = shift["roundness"]
+    assert roundness["numbers published"] == roundness["numbers rewritten"]
+    assert shift["same_digit_count"] == shift["numbers_changed"] > 150
+    assert 100 <= shift["rewritable"] < 300
+    published = roundness["numbers published"]
+    assert published["other"] < sum(published.values()) / 2  # most are round
+    assert "| numbers rewritten |" in capsys.readouterr().out
