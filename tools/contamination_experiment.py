@@ -1258,7 +1258,9 @@ def number_rewrite_shift(setup: Setup) -> dict[str, Any]:
     runner = _runner(setup)
     probes = runner.spec.probes
     if not (probes.question and probes.solution):
-        raise SpecError(f"{setup.task}: its contamination block names no question and solution")
+        raise SpecError(
+            str(setup.task), "contamination", "names no question and solution to rewrite"
+        )
     items = first_n(load_items(runner.spec, setup.data_dirs), setup.items or None)
     counts: dict[str, dict[str, int]] = {
         side: dict.fromkeys(ROUNDNESS, 0)
@@ -1291,7 +1293,7 @@ def number_rewrite_shift(setup: Setup) -> dict[str, Any]:
         "numbers_changed": changed,
         "same_digit_count": same_digits,
         "seed": setup.seed,
-        "commit": git_info(Path.cwd()).get("commit"),
+        "commit": (git_info(Path.cwd()) or {}).get("commit"),
         "roundness": counts,
     }
 

@@ -298,14 +298,14 @@ def same_kind_number(value: int, rng: random.Random) -> int | None:
     trailing zeros, a last significant 5), within half to twice it where that has one, else
     anywhere with its digit count; None when there is no other of its kind (5, 50, 500).
 
-    Published problems use round numbers (64% of the numbers GSM8K's solutions calculate
-    with are multiples of 5); a uniform draw between half and twice the value keeps 24% so,
-    and its arithmetic is harder than the published one's for a model that never saw
-    either (docs/CONTAMINATION.md#number-rewrites-keep-the-numbers-kind)."""
+    Published problems use round numbers (64% of the GSM8K question numbers a uniform
+    draw between half and twice the value changed are multiples of 5; 24% of what it drew
+    are), and arithmetic on less round numbers may well be harder for a model that never
+    saw either form (docs/CONTAMINATION.md#number-rewrites-keep-the-numbers-kind)."""
     kind = number_kind(value)
     digits, zeros, _ = kind
-    step = 10**zeros
-    floor, ceiling = 10 ** (digits - 1), 10**digits - 1
+    step = int(10**zeros)
+    floor, ceiling = int(10 ** (digits - 1)), int(10**digits) - 1
     if digits == 1:
         floor = 2  # a question's 1 reads as "one" or "a"; 0 is not a number of things
     for low, high in ((max(floor, value // 2), min(ceiling, 2 * value)), (floor, ceiling)):
@@ -318,7 +318,7 @@ def same_kind_number(value: int, rng: random.Random) -> int | None:
                 c for c in range(start, high + 1, step) if c != value and number_kind(c) == kind
             ]
             if candidates:
-                return rng.choice(candidates)
+                return int(rng.choice(candidates))
             continue
         for _ in range(256):  # a wide range: most draws of the step are of the kind
             c = start + step * rng.randrange(count)

@@ -18,7 +18,7 @@ from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import LlmEvalError
 
 if TYPE_CHECKING:
-    from pytest_llmeval.contamination import ContaminationVerdict, Handling, Validation
+    from pytest_llmeval.contamination import ContaminationVerdict, Handling
     from pytest_llmeval.dataset import Item
     from pytest_llmeval.eval import TaskRunner
 
@@ -101,6 +101,31 @@ class ProbeOutcome:
         if self.no_verdict is not None:
             data["no_verdict"] = self.no_verdict
         return data
+
+    def summary(self) -> dict[str, Any]:
+        """What the terminal and the Markdown summary say of this probe: ``outcome``
+        (possible contamination, no sign of contamination, no verdict), its line (the
+        verdict's message, or why there is none) and, for membership flags that fired or
+        flagged items, the scores and the handling."""
+        verdict = self.verdict
+        details: list[str] = []
+        if verdict is None:
+            outcome, text = "no verdict", self.no_verdict or f"{self.task} {self.probe}: no verdict"
+        else:
+            outcome = "possible contamination" if verdict.fired else "no sign of contamination"
+            text = verdict.message()
+            if self.handling is not None and (verdict.fired or self.handling.flagged):
+                details.append("scores: " + "; ".join(s.describe() for s in self.handling.scores))
+                details.append(f"handling: {self.handling.policy}")
+        return {
+            "task": self.task,
+            "probe": self.probe,
+            "outcome": outcome,
+            "p_value": verdict.p_value if verdict is not None else None,
+            "n": verdict.n if verdict is not None else None,
+            "text": text,
+            "details": details,
+        }
 
 
 def paired_verdict(report: Any, alpha: float) -> ContaminationVerdict:
@@ -216,25 +241,33 @@ class ProbeRunner:
             pytest.skip(f"{task} {probe}: no item to probe (the data has none after --llm-exclude)")
         outcome: ProbeOutcome = getattr(self, f"_{probe}")(runner, chosen, k)
         outcome = _only_if_validated(outcome)
-        if not self.session.is_worker:
-            folder = self.session.run_dir().path / "contamination"
-            folder.mkdir(exist_ok=True)
-            extra = {"reference": self._reference_record} if self._reference_record else {}
-            data = {**outcome.to_dict(opts.probe_alpha), **extra}
-            (folder / f"{task}-{probe}.json").write_text(strict_json.dumps(data, indent=1))
-            fired = outcome.verdict is not None and outcome.verdict.fired
-            if fired and outcome.handling is not None and outcome.handling.flagged:
-                (folder / f"{task}-flagged.txt").write_text(
-                    outcome.handling.exclusion_list(
-                        (
-                            f"{task}: items flagged by {probe} ({outcome.report.score}, "
-                            f"{outcome.report.null})",
-                            f"target false-positive rate {outcome.report.fpr}; use with "
-                            "--llm-exclude",
-                        )
-                    )
-                )
+        self.session.add_probe(self._payload(outcome, opts.probe_alpha))
         return outcome
+
+    def _payload(self, outcome: ProbeOutcome, alpha: float) -> dict[str, Any]:
+        """The outcome as plain data (it may travel from an xdist worker): the report to
+        write, the flagged items' exclusion list when the verdict fired, and the summary."""
+        import json
+        import uuid
+
+        extra = {"reference": self._reference_record} if self._reference_record else {}
+        report = json.loads(strict_json.dumps({**outcome.to_dict(alpha), **extra}))
+        flagged = None
+        fired = outcome.verdict is not None and outcome.verdict.fired
+        if fired and outcome.handling is not None and outcome.handling.flagged:
+            flagged = outcome.handling.exclusion_list(
+                (
+                    f"{outcome.task}: items flagged by {outcome.probe} "
+                    f"({outcome.report.score}, {outcome.report.null})",
+                    f"target false-positive rate {outcome.report.fpr}; use with --llm-exclude",
+                )
+            )
+        return {
+            "id": uuid.uuid4().hex,
+            "report": report,
+            "flagged": flagged,
+            "summary": outcome.summary(),
+        }
 
     def _stamp(self, runner: TaskRunner, verdict: ContaminationVerdict) -> ContaminationVerdict:
         """``verdict`` with the prompts and dtype it was computed under: its message says
@@ -369,7 +402,7 @@ class ProbeRunner:
             flags.flagged,
             # No policy from a verdict that will not be given (below, and
             # _only_if_validated).
-            verdict_fired=verdict.fired and ref is not None and not _fails_on_clean_items(verdict),
+            verdict_fired=verdict.fired and ref is not None and _why_not_given(verdict) is None,
             successor=runner.spec.catalog.successor,
         )
         if ref is None:
@@ -449,7 +482,6 @@ class ProbeRunner:
     def check(self, outcome: ProbeOutcome) -> None:
         """Fail the calling test with the verdict when it fires (with the scores on all,
         clean and flagged items and the policy for membership flags)."""
-        self.session.probe_verdicts.append(outcome)
         if outcome.verdict is None:
             pytest.skip(outcome.no_verdict or f"{outcome.task} {outcome.probe}: no verdict")
         if not outcome.verdict.fired:

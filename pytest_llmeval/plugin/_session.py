@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
+from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import SpecError
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import FailureReport, ItemResult, TaskRunner, analyse_failures
@@ -137,6 +138,8 @@ def _read_reference(path: Path | None) -> ReferenceRun | None:
 
 
 LIMIT_DROP = 0.05
+# The user property that carries a contamination probe's outcome to the controller.
+PROBE_PROPERTY = "llmeval_probe"
 
 
 def limit_warning(
@@ -359,7 +362,11 @@ class LlmEvalSession:
         self.environment: dict[str, Any] = {}
         self.run: RunDir | None = None
         self.verdicts: list[TaskVerdict] = []
-        self.probe_verdicts: list[Any] = []  # the llm_probe fixture's ProbeOutcomes
+        # The llm_probe fixture's outcomes, as ProbeOutcome.summary() gives them (from this
+        # process or an xdist worker), for the terminal and the Markdown summary.
+        self.probe_summaries: list[dict[str, Any]] = []
+        self._probes_kept: set[str] = set()
+        self.current_item: pytest.Item | None = None  # the test running in this process
         self.comparison: Comparison | None = None
         # lm-evaluation-harness tasks and groups, as the harness aggregates them.
         self.lmeval_results: dict[str, Any] | None = None
@@ -690,11 +697,67 @@ class LlmEvalSession:
         """
         if self.is_worker:
             return
+        if any(name == PROBE_PROPERTY for name, _ in report.user_properties):
+            self._fold_probes(report)
         props = dict(report.user_properties)
         notes = props.get("llmeval_notes")
         if isinstance(notes, dict):
             self.notes.update(notes)
         self._fold(report, props)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        self.current_item = item
+
+    # ---------------------------------------------------------------- contamination probes
+
+    def add_probe(self, payload: dict[str, Any]) -> None:
+        """A probe's outcome (``ProbeRunner``: its report, flagged items and summary) on the
+        running test's properties, with which it reaches the controller under xdist; the
+        controller (or this process without xdist) writes it when the test reports
+        (:meth:`_fold_probes`). A probe run outside a test is kept at once."""
+        item = self.current_item
+        if item is None:
+            self._keep_probe(payload)
+            return
+        if self.is_worker and not self.environment_sent and self.evaluator.environment:
+            # A run of probes alone: no item result carries the model's environment.
+            self.environment_sent = True
+            item.user_properties.append(("llmeval_environment", self.evaluator.environment))
+        item.user_properties.append((PROBE_PROPERTY, payload))
+
+    def _fold_probes(self, report: pytest.TestReport) -> None:
+        """Write the probe outcomes a test's report carries (once: every phase's report
+        has them) and give the reporters compact properties in their place: JUnit XML
+        writes every property."""
+        compact: list[tuple[str, object]] = []
+        for name, value in report.user_properties:
+            if name == "llmeval_environment" and isinstance(value, dict):
+                self._adopt_environment(value)
+            if name != PROBE_PROPERTY or not isinstance(value, dict):
+                compact.append((name, value))
+                continue
+            if value["id"] not in self._probes_kept:
+                self._probes_kept.add(value["id"])
+                self._keep_probe(value)
+            summary = value["summary"]
+            compact.append(("probe", f"{summary['task']} {summary['probe']}"))
+            compact.append(("probe_outcome", summary["outcome"]))
+            if summary.get("p_value") is not None:
+                compact.append(("probe_p_value", f"{summary['p_value']:.3g}"))
+        report.user_properties = [p for p in compact if p[0] != "llmeval_environment"]
+
+    def _keep_probe(self, payload: dict[str, Any]) -> None:
+        """Write a probe's report (``contamination/<task>-<probe>.json``) and its flagged
+        items (``contamination/<task>-flagged.txt``, ``--llm-exclude`` format) into the
+        run directory, and keep its summary for the terminal and the Markdown summary."""
+        folder = self.run_dir().path / "contamination"
+        folder.mkdir(exist_ok=True)
+        task, probe = payload["summary"]["task"], payload["summary"]["probe"]
+        (folder / f"{task}-{probe}.json").write_text(strict_json.dumps(payload["report"], indent=1))
+        if payload.get("flagged"):
+            (folder / f"{task}-flagged.txt").write_text(payload["flagged"])
+        self.probe_summaries.append(payload["summary"])
 
     def _fold(self, report: pytest.TestReport, props: dict[str, Any]) -> None:
         task = props.get("llmeval_task")
@@ -735,13 +798,16 @@ class LlmEvalSession:
             why = lines[0][:300] if lines else f"{report.when} failed"
             tally.errors.append(_item_line(report.nodeid.rpartition("::")[2], why))
 
+    def _adopt_environment(self, environment: dict[str, Any]) -> None:
+        # Each process sends its own (xdist workers may differ: device, host).
+        self.environments[str(environment.get("worker") or "main")] = environment
+        if not self.environment:
+            self.environment = environment
+
     def _record_call(self, tally: TaskTally, props: dict[str, Any], duration: float) -> None:
         environment = props.get("llmeval_environment")
         if isinstance(environment, dict):
-            # Each process sends its own (xdist workers may differ: device, host).
-            self.environments[str(environment.get("worker") or "main")] = environment
-            if not self.environment:
-                self.environment = environment
+            self._adopt_environment(environment)
         decode_step = props.get("llmeval_decode_step")
         if isinstance(decode_step, dict):
             sent = self.environments.get(str(decode_step.get("worker")))
@@ -1089,6 +1155,7 @@ class LlmEvalSession:
             task_configs={t: tally.config for t, tally in self.tallies.items()},
             notes=self.limit_warnings,
             not_run=[n.to_dict() for n in self.not_run],
+            probes=self.probe_summaries,
         )
         (self.run.path / MARKDOWN).write_text(markdown, encoding="utf-8")
         append_github_step_summary(markdown, os.environ)

@@ -23,22 +23,17 @@ def _pct(x: float) -> str:
 
 
 def write_probes(session: LlmEvalSession, tr: Any) -> None:
-    """One line per contamination verdict (fired or not, with its null), and for
-    membership flags the scores on all, clean and flagged items and the policy."""
-    outcomes = session.probe_verdicts
-    if not outcomes:
+    """One line per contamination probe (its verdict with its null, or why it has none),
+    and for membership flags that fired or flagged items the scores on all, clean and
+    flagged items and the policy. From this process or xdist workers alike."""
+    if not session.probe_summaries:
         return
     tr.write_sep("=", "llmeval contamination probes")
-    for o in outcomes:
-        if o.verdict is None:
-            tr.write_line(o.no_verdict or f"{o.task} {o.probe}: no verdict", yellow=True)
-            continue
-        markup = {"red": True} if o.verdict.fired else {"green": True}
-        tr.write_line(o.verdict.message(), **markup)
-        if o.handling is not None and (o.verdict.fired or o.handling.flagged):
-            scores = "; ".join(s.describe() for s in o.handling.scores)
-            tr.write_line(f"    scores: {scores}")
-            tr.write_line(f"    handling: {o.handling.policy}")
+    colours = {"possible contamination": "red", "no sign of contamination": "green"}
+    for summary in session.probe_summaries:
+        tr.write_line(summary["text"], **{colours.get(summary["outcome"], "yellow"): True})
+        for line in summary["details"]:
+            tr.write_line(f"    {line}")
 
 
 def write_summary(session: LlmEvalSession, tr: Any) -> None:

@@ -347,6 +347,24 @@ def not_run_section(not_run: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+PROBE_MARKS = {"possible contamination": "❌", "no sign of contamination": "✅"}
+
+
+def probes_section(probes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The contamination probes of the run: one line each (its verdict and null, or why it
+    has none), the membership scores and handling below one that fired."""
+    if not probes:
+        return []
+    lines = ["", "**Contamination probes**:", ""]
+    for probe in probes:
+        mark = PROBE_MARKS.get(str(probe.get("outcome")), "➖")
+        lines.append(
+            f"- {mark} **{_cell(probe.get('outcome', ''))}**: {_cell(probe.get('text', ''))}"
+        )
+        lines += [f"  - {_cell(line)}" for line in probe.get("details") or []]
+    return lines
+
+
 def markdown_summary(
     title: str,
     verdict_rows: list[dict[str, Any]],
@@ -357,11 +375,12 @@ def markdown_summary(
     task_configs: Mapping[str, Mapping[str, Any]] | None = None,
     notes: Sequence[str] = (),
     not_run: Sequence[Mapping[str, Any]] = (),
+    probes: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The run as Markdown: verdict table, partial note, the tasks that did not run
     (``not_run``: ``task, state, reason, fix``, see :func:`not_run_section`), how prompts
-    were presented (from ``task_configs``, see :func:`prompt_lines`), environment line and
-    the comparison.
+    were presented (from ``task_configs``, see :func:`prompt_lines`), the contamination
+    probes (``probes``: see :func:`probes_section`), environment line and the comparison.
 
     Each verdict row has ``task, n, total, metric, score, ci_low, ci_high, floor, status,
     seconds`` (scores and floor as proportions; floats may be NaN).
@@ -373,9 +392,12 @@ def markdown_summary(
         lines += _partial_note(verdict_rows)
         if notes:
             lines += ["", *(f"> ⚠️ {_cell(note)}" for note in notes)]
+    elif probes:
+        lines.append("No benchmark task was scored: contamination probes only.")
     else:
         lines.append("No tasks ran.")
     lines += not_run_section(not_run)
+    lines += probes_section(probes)
     prompts = prompt_lines(task_configs or {})
     if prompts:
         lines += ["", "**Prompts**:", *(f"- {_cell(line)}" for line in prompts)]

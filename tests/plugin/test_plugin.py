@@ -550,6 +550,59 @@ def test_stable_and_fresh_tasks_of_a_capability_are_compared(
     )
 
 
+def test_contamination_probes_under_xdist_reach_every_report(
+    pytester: pytest.Pytester, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``-n 2`` the probes run in workers: their reports, the terminal's probe
+    section, the Markdown (CI step) summary, the JUnit XML properties and the model's
+    digest in the record all come from the controller, as without xdist (they were lost)."""
+    rows = [
+        {"question": f"Q{i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
+        for i in range(6)
+    ]
+    (pytester.path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (pytester.path / "quiz.yaml").write_text(PROBED_SPEC)
+    (pytester.path / "test_llm_probe_xdist.py").write_text(PROBE_TEST)
+    summary_file = pytester.path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
+    result = pytester.runpytest_subprocess(
+        *_args(
+            tiny_model_dir,
+            "-m",
+            "contamination",
+            "--llm-probe-items=4",
+            "--llm-output=out",
+            f"--llm-reference-model={tiny_model_dir}",
+            "-n",
+            "2",
+            "--junitxml=junit.xml",
+        )
+    )
+    result.assert_outcomes(passed=3, skipped=1)
+    result.stdout.fnmatch_lines(
+        ["*llmeval contamination probes*", "*quiz option_shuffle: no sign of contamination*"]
+    )
+    run = next((pytester.path / "out").iterdir())
+    names = sorted(p.name for p in (run / "contamination").iterdir())
+    assert names == [
+        "quiz-canonical_order.json",
+        "quiz-membership.json",
+        "quiz-option_shuffle.json",
+    ]
+    shuffle = json.loads((run / "contamination" / "quiz-option_shuffle.json").read_text())
+    assert shuffle["n"] == 4 and shuffle["verdict"]["fired"] is False
+    config = json.loads((run / "eval_config.json").read_text())
+    assert len(config["model_sha256"]) == 64
+    for markdown in ((run / "summary.md").read_text(), summary_file.read_text()):
+        assert "**Contamination probes**:" in markdown
+        assert "- ✅ **no sign of contamination**: quiz option_shuffle:" in markdown
+        assert "contamination probes only" in markdown
+    junit = (pytester.path / "junit.xml").read_text()
+    assert '<property name="probe" value="quiz option_shuffle" />' in junit
+    assert '<property name="probe_outcome" value="no sign of contamination" />' in junit
+    assert "llmeval_probe" not in junit  # the whole report is not a property
+
+
 def test_a_verdict_that_fires_on_clean_items_or_was_never_measured_there_is_not_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
