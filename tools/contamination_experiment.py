@@ -50,7 +50,13 @@ from pytest_llmeval.contamination._membership import (
     item_text,
     membership_records,
 )
-from pytest_llmeval.contamination._probes import OrderTestReport, canonical_order_test
+from pytest_llmeval.contamination._probes import (
+    OrderTestReport,
+    PairedReport,
+    canonical_order_test,
+    entity_rewrite_probe,
+    number_rewrite_probe,
+)
 from pytest_llmeval.contamination._rewrite import (
     final_answer,
     gold_index,
@@ -185,7 +191,12 @@ def plant(setup: Setup, model_out: Path) -> dict[str, Any]:
     return record
 
 
-MEASURES = ("order", "answers", "circular", "guessing", "membership")
+MEASURES = ("order", "answers", "circular", "guessing", "membership", "numbers", "entities")
+# The paired right/wrong probes of generative tasks: measure name, probe, null.
+REWRITE_MEASURES = {
+    "numbers": ("number_rewrite", "the same items with new numbers"),
+    "entities": ("entity_rewrite", "the same items with other names and places"),
+}
 
 
 def measure_items(
@@ -203,8 +214,11 @@ def measure_items(
     and the gold option's probability as published and in one gold-moving order;
     ``circular``, ``guessing``: CircularEval and TS-Guessing. Every task, ``membership``:
     Min-K%, Min-K%++ and the mean log-probability of the item text as published and for up
-    to ``perturbations`` rewrites (:func:`~._membership.rewritten_docs`). ``measures``
-    picks some of them (the scaling runs measure the cheap ones on thousands of items)."""
+    to ``perturbations`` rewrites (:func:`~._membership.rewritten_docs`). Worked-solution
+    tasks, ``numbers`` and ``entities``: right/wrong as published and with new numbers or
+    other names (the number- and entity-rewrite probes, generation; None for an item
+    without a rewrite). ``measures`` picks some of them (the scaling runs measure the cheap
+    ones on thousands of items)."""
     unknown = set(measures) - set(MEASURES)
     if unknown:
         raise ValueError(f"unknown measures {sorted(unknown)}; known: {', '.join(MEASURES)}")
@@ -261,6 +275,16 @@ def measure_items(
                 if g is not None
                 else None
             )
+    if probes.question and "numbers" in measures:
+        if not probes.solution:
+            raise SpecError(runner.spec.source, "contamination", "numbers: names no solution")
+        _paired_measure(
+            records, "numbers", number_rewrite_probe(runner, items, backend, seed=setup.seed)
+        )
+    if probes.question and "entities" in measures:
+        _paired_measure(
+            records, "entities", entity_rewrite_probe(runner, items, backend, seed=setup.seed)
+        )
     if "membership" in measures:
         memberships = membership_records(
             runner, items, backend, perturbations=setup.perturbations, seed=setup.seed
@@ -269,6 +293,21 @@ def measure_items(
             data = m.to_dict()
             rec["membership"] = {"published": data["published"], "perturbed": data["perturbed"]}
     return records
+
+
+def _paired_measure(records: Sequence[dict[str, Any]], key: str, report: PairedReport) -> None:
+    """Each record's right/wrong as published and rewritten (None: no rewrite)."""
+    by_id = {p.item_id: p for p in report.items}
+    for rec in records:
+        pair = by_id.get(rec["id"])
+        rec[key] = (
+            {
+                "published": bool(pair.canonical_correct),
+                "rewritten": bool(pair.rewritten_correct[0]),
+            }
+            if pair is not None
+            else None
+        )
 
 
 def round_robin(items: Sequence[Item]) -> list[Item]:
@@ -483,28 +522,35 @@ def verdicts(
         # record holds None), and a draw that starts with one still has a verdict.
         return any(r.get(key) is not None for r in records)
 
-    if measured("answer"):
-        b = sum(
-            1
-            for r in records
-            if r["answer"]["published"]["correct"] and not r["answer"]["shuffled"]["correct"]
-        )
-        c = sum(
-            1
-            for r in records
-            if r["answer"]["shuffled"]["correct"] and not r["answer"]["published"]["correct"]
-        )
-        out["option_shuffle"] = ContaminationVerdict(
-            probe="option_shuffle",
+    def mcnemar(probe: str, null: str, pairs: Sequence[tuple[bool, bool]]) -> None:
+        b = sum(1 for published, rewritten in pairs if published and not rewritten)
+        c = sum(1 for published, rewritten in pairs if rewritten and not published)
+        out[probe] = ContaminationVerdict(
+            probe=probe,
             task=task,
-            null="the same items with their options moved",
+            null=null,
             test="one-sided exact McNemar",
-            n=len(records),
+            n=len(pairs),
             p_value=mcnemar_one_sided(b, c),
             alpha=alpha,
-            summary=f"b={b} right only as published, c={c} right only shuffled",
-            validated_as="option_shuffle",
+            summary=f"b={b} right only as published, c={c} right only rewritten",
+            detail={"b": b, "c": c},
+            validated_as=probe,
         )
+
+    if measured("answer"):
+        mcnemar(
+            "option_shuffle",
+            "the same items with their options moved",
+            [
+                (r["answer"]["published"]["correct"], r["answer"]["shuffled"]["correct"])
+                for r in records
+            ],
+        )
+    for key, (probe, null) in REWRITE_MEASURES.items():
+        if measured(key):
+            pairs = [(r[key]["published"], r[key]["rewritten"]) for r in records if r.get(key)]
+            mcnemar(probe, null, pairs)
     if measured("order"):
         report = order_report(task, records)
         options = {r["id"]: r["options"] for r in records}
@@ -959,6 +1005,16 @@ def carry_over(results: dict[str, Any], earlier: Mapping[str, Any]) -> None:
     results["sizes"] = sorted(set(results["sizes"]) | set(earlier["sizes"]))
 
 
+def _discordant_pairs(verdict: Mapping[str, Any]) -> int | None:
+    """The number of discordant pairs of a McNemar verdict's whole-pool run (None for the
+    other tests)."""
+    detail = verdict.get("detail") or {}
+    for b, c in (("b", "c"), ("mcnemar_b", "mcnemar_c")):
+        if isinstance(detail.get(b), int) and isinstance(detail.get(c), int):
+            return int(detail[b]) + int(detail[c])
+    return None
+
+
 def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
     """Per verdict: the sizes and pools its false-alarm rate was measured on, the largest
     rate at any size, and whether it holds its level everywhere: no size whose rate is
@@ -967,8 +1023,19 @@ def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
     that a null at its level gives with probability alpha)."""
     alpha = results["alpha"]
     summary: dict[str, Any] = {}
+    uninformative: dict[str, list[str]] = {}
     for stem, pool in results["pools"].items():
         for name, by_size in pool["rates"].items():
+            discordant = _discordant_pairs(pool["whole"].get(name, {}))
+            if discordant is not None and mcnemar_one_sided(discordant, 0) >= alpha:
+                # A McNemar test with too few discordant pairs cannot fire at any n (a
+                # model that answers nearly every item wrong both ways, or reproduces no
+                # masked option either way): 0% false alarms there say nothing.
+                uninformative.setdefault(name, []).append(
+                    f"{pool['model_name']} / {pool['task']}: {discordant} discordant pairs "
+                    f"in {pool['clean_items']} items"
+                )
+                continue
             entry = summary.setdefault(
                 name,
                 {
@@ -1006,6 +1073,10 @@ def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
             )
     for entry in summary.values():
         entry["holds"] = not entry["above_alpha"] and not entry["fired_on_whole_pool"]
+    for name, pools in uninformative.items():
+        # Not validated where it cannot fire: a verdict with no other pool has no entry in
+        # validation.json, and the plugin gives none.
+        summary.setdefault(name, {"pools": [], "holds": False})["cannot_fire_on"] = pools
     return summary
 
 
@@ -1014,6 +1085,8 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
     (``pytest_llmeval/contamination/validation.json``, :mod:`~._validation`)."""
     verdicts_out = {}
     for name, entry in sorted(results["validation"].items()):
+        if not entry["pools"]:
+            continue  # measured only where it cannot fire: never validated
         worst = max(entry["pools"], key=lambda p: p["max_rate"])
         verdicts_out[name] = {
             "n_min": min(entry["sizes"]),
@@ -1113,6 +1186,12 @@ def scaling_markdown(results: Mapping[str, Any]) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for name, entry in sorted(results["validation"].items()):
+        if not entry["pools"]:
+            lines.append(
+                f"| {name} | - | measured only where it cannot fire: "
+                f"{'; '.join(entry['cannot_fire_on'])} | - | not validated |"
+            )
+            continue
         pools = "; ".join(
             f"{p['model']} / {p['task']} ({p['role']}): {100 * p['max_rate']:.1f}% at n={p['at']}"
             for p in entry["pools"]

@@ -146,7 +146,10 @@ def test_scaling_finds_a_null_that_only_fails_at_large_n(tmp_path: Path) -> None
     base = [i % 10 < 3 for i in range(n)]
     _raw(raw / "untouched-quiz.json", "base", base)
     planted = {f"quiz-{i:04d}" for i in range(0, 400, 4)}  # 100 items
-    tuned = [f or f"quiz-{i:04d}" in planted for i, f in enumerate(base)]
+    # The fine-tune changes its preference on clean items too, as often one way as the
+    # other (a test of a fine-tune identical to its base on them could not fire at all).
+    flips = {i for i in range(400, n) if i % 50 in (0, 5)}  # 32 published-first, 32 not
+    tuned = [(f != (i in flips)) or f"quiz-{i:04d}" in planted for i, f in enumerate(base)]
     _raw(raw / "tuned-quiz.json", "tuned", tuned)
     (models / "tuned").mkdir(parents=True)
     (models / "tuned" / "planted.json").write_text(
@@ -162,7 +165,8 @@ def test_scaling_finds_a_null_that_only_fails_at_large_n(tmp_path: Path) -> None
     tuned_pool = results["pools"]["tuned-quiz"]
     assert tuned_pool["clean_items"] == n - 100 and "in-domain" in tuned_pool["role"]
     paired = tuned_pool["rates"]["canonical_order_vs_reference"]
-    assert all(r["rate"] == 0.0 for r in paired.values())
+    assert all(r["rate"] <= 0.05 for r in paired.values())
+    assert not tuned_pool["whole"]["canonical_order_vs_reference"]["fired"]
     power = results["power"]["tuned-quiz"]["rates"]["canonical_order_vs_reference"]
     assert set(power) == {"50", "500"} and power["500"]["rate"] == 1.0
     summary = results["validation"]
@@ -367,3 +371,47 @@ def test_number_rewrites_keep_gsm8k_numbers_as_round_as_published(
     published = roundness["numbers published"]
     assert published["other"] < sum(published.values()) / 2  # most are round
     assert "| numbers rewritten |" in capsys.readouterr().out
+
+
+def test_a_rewrite_probe_measured_only_where_it_cannot_fire_is_not_validated(
+    tmp_path: Path,
+) -> None:
+    """Number and entity rewrites on a model that answers almost nothing right either way:
+    McNemar has too few discordant pairs to fire at any n, so its 0% false alarms say
+    nothing and the verdict gets no entry in validation.json (the plugin gives none). On
+    a model that solves the task, balanced discordant pairs validate it; one that answers
+    rewrites worse (rounder published numbers) fires at large n."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+
+    def write(name: str, pairs: list[tuple[bool, bool] | None]) -> None:
+        items = [
+            {
+                "id": f"sums-{i:04d}",
+                "subset": None,
+                "numbers": None if p is None else {"published": p[0], "rewritten": p[1]},
+                "entities": None if p is None else {"published": p[0], "rewritten": p[0]},
+            }
+            for i, p in enumerate(pairs)
+        ]
+        (raw / f"{name}-sums.json").write_text(
+            json.dumps({"task": "sums", "model": name, "items": items})
+        )
+
+    # 2 right either way on 600 items, a quarter without a rewrite.
+    write("weak", [None if i % 4 == 0 else (i in (5, 9), i == 5) for i in range(600)])
+    results = scaling(raw, None, sizes=(50, 200), draws=20, seed=1)
+    assert results["pools"]["weak-sums"]["whole"]["number_rewrite"]["n"] == 450
+    entry = results["validation"]["number_rewrite"]
+    assert entry["pools"] == [] and "1 discordant pairs" in entry["cannot_fire_on"][0]
+    assert "number_rewrite" not in validation_file(results)["verdicts"]
+    assert "number_rewrite | - | measured only where it cannot fire" in scaling_markdown(results)
+    # A model that solves half, its rewrites as well as published ones: validated, holds.
+    write("strong", [(i % 2 == 0, i % 4 in (0, 1)) for i in range(600)])
+    results = scaling(raw, None, sizes=(50, 200), draws=20, seed=1)
+    assert validation_file(results)["verdicts"]["number_rewrite"]["holds"] is True
+    # Rewrites harder for it (60% right as published, 50% rewritten): fires on the pool.
+    write("strong", [(i % 10 < 6, i % 10 < 5) for i in range(600)])
+    results = scaling(raw, None, sizes=(50, 200), draws=20, seed=1)
+    assert results["pools"]["strong-sums"]["whole"]["number_rewrite"]["fired"]
+    assert validation_file(results)["verdicts"]["number_rewrite"]["holds"] is False
