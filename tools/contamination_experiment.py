@@ -1086,7 +1086,17 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
     verdicts_out = {}
     for name, entry in sorted(results["validation"].items()):
         if not entry["pools"]:
-            continue  # measured only where it cannot fire: never validated
+            # Measured only where it cannot fire: not validated, and the plugin says so.
+            verdicts_out[name] = {
+                "n_min": 0,
+                "n_max": 0,
+                "pools": [],
+                "max_rate": 0.0,
+                "worst": "",
+                "holds": False,
+                "cannot_fire_on": entry["cannot_fire_on"],
+            }
+            continue
         worst = max(entry["pools"], key=lambda p: p["max_rate"])
         verdicts_out[name] = {
             "n_min": min(entry["sizes"]),

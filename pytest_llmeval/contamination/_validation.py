@@ -38,6 +38,9 @@ class Validation:
     holds: bool
     alpha: float
     conditions: tuple[str, ...] = ()  # the prompts and dtype of its pools
+    # Pools where it was measured but cannot fire (a McNemar test with too few discordant
+    # pairs): when these are all there is, it is not validated.
+    cannot_fire_on: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(
@@ -56,11 +59,23 @@ class Validation:
             holds=bool(data["holds"]),
             alpha=alpha,
             conditions=(own,) if isinstance(own, str) else tuple(str(c) for c in own),
+            cannot_fire_on=tuple(str(p) for p in data.get("cannot_fire_on", ())),
         )
+
+    @property
+    def vacuous(self) -> bool:
+        """Measured only on pools where it cannot fire: its 0% says nothing."""
+        return not self.pools and bool(self.cannot_fire_on)
 
     def describe(self, n: int, conditions: str = "") -> str:
         """The validated range in words, and whether ``n`` (and the run's ``conditions``,
         :func:`conditions_text`, when given) lies in it."""
+        if self.vacuous:
+            return (
+                "false alarms on clean items measured only where the test cannot fire ("
+                + "; ".join(self.cannot_fire_on)
+                + f"): not validated ({TABLES})"
+            )
         text = (
             f"false alarms on clean items measured at n={self.n_min}..{self.n_max} on "
             f"{'; '.join(self.pools)}"

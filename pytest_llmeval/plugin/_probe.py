@@ -37,8 +37,8 @@ PROBES = (
 
 def _why_not_given(verdict: ContaminationVerdict) -> str | None:
     """Why the plugin does not give ``verdict`` (None when it does): its false-alarm rate on
-    known-clean items was never measured (``validation.json`` has no entry for it), or it
-    was and is above its level at some measured n."""
+    known-clean items was never measured (``validation.json`` has no entry for it), or only
+    where it cannot fire, or it is above its level at some measured n."""
     from pytest_llmeval.contamination import validation
 
     found = validation(verdict.validated_as)
@@ -46,6 +46,12 @@ def _why_not_given(verdict: ContaminationVerdict) -> str | None:
         return (
             "its false-alarm rate on known-clean items has never been measured, so a firing "
             "could not be told from what a clean model does"
+        )
+    if found.vacuous:
+        return (
+            "its false alarms on known-clean items were measured only where it cannot fire "
+            f"({'; '.join(found.cannot_fire_on)}), so a firing could not be told from what a "
+            "clean model does"
         )
     if not found.holds:
         return (

@@ -626,6 +626,15 @@ def test_a_verdict_that_fires_on_clean_items_or_was_never_measured_there_is_not_
             for name, rate in (("fails", 0.85), ("holds", 0.005))
         },
     }
+    table["verdicts"]["vacuous"] = {
+        "n_min": 0,
+        "n_max": 0,
+        "pools": [],
+        "max_rate": 0.0,
+        "worst": "",
+        "holds": False,
+        "cannot_fire_on": ["m / gsm8k: 0 discordant pairs in 250 items"],
+    }
     path = tmp_path / "validation.json"
     path.write_text(json.dumps(table))
     monkeypatch.setattr(_validation, "VALIDATION_FILE", path)
@@ -646,6 +655,11 @@ def test_a_verdict_that_fires_on_clean_items_or_was_never_measured_there_is_not_
     assert never.verdict is None and never.no_verdict is not None
     assert "its false-alarm rate on known-clean items has never been measured" in (never.no_verdict)
     assert "b=9 c=1 (p=0.001)" in never.no_verdict
+    vacuous = _only_if_validated(outcome("vacuous"))
+    assert vacuous.verdict is None and vacuous.no_verdict is not None
+    assert "measured only where it cannot fire (m / gsm8k: 0 discordant pairs" in (
+        vacuous.no_verdict
+    )
 
 
 WORKED_SPEC = """\
