@@ -13,7 +13,9 @@
 # PROBE_ITEMS (default 600) MMLU items for CircularEval, TS-Guessing and the membership
 # scores (3.0 s an item per model on 2 CPU cores: membership 1.75, CircularEval 0.93,
 # TS-Guessing 0.31), and GSM8K_ITEMS (default 1000) GSM8K items for the membership scores
-# with the untouched model and a GSM8K fine-tune (0.5 s an item); 0 is all.
+# with the untouched model and a GSM8K fine-tune (0.5 s an item); 0 is all. CIRCULAR_ITEMS
+# (default 300): CircularEval on C-Eval (SmolLM2) and on MMLU with Gemma. GEN_MODEL and
+# GEN_ITEMS (default all): number and entity rewrites answered by a model that solves GSM8K.
 # CARRY: an earlier scaling.json whose pools are kept when their raw files are not in OUT.
 # Needs the hf extra. Hours on two CPU cores; see docs/CONTAMINATION.md for the times.
 set -euo pipefail
@@ -23,6 +25,8 @@ GEMMA_MMLU_ITEMS=${GEMMA_MMLU_ITEMS:-$MMLU_ITEMS}
 CEVAL_ITEMS=${CEVAL_ITEMS:-500}
 PROBE_ITEMS=${PROBE_ITEMS:-600}
 GSM8K_ITEMS=${GSM8K_ITEMS:-1000}
+CIRCULAR_ITEMS=${CIRCULAR_ITEMS:-300}
+GEN_ITEMS=${GEN_ITEMS:-0}
 PY=${PYTHON:-python}
 E="$PY -m tools.contamination_experiment"
 M="--measures order,answers --chunk 100 --batch-size 16"
@@ -59,6 +63,19 @@ fi
 W="--task benchmarks/gsm8k.yaml --items $GSM8K_ITEMS --measures membership --chunk 25 --batch-size 16"
 $E measure $W --out "$OUT/raw/untouched-gsm8k.probes.json"
 $E measure $W --model "$OUT/models/gsm8k_planted" --out "$OUT/raw/gsm8k_planted-gsm8k.probes.json"
+# CircularEval without a reference on a second benchmark and a second family.
+$E measure --task benchmarks/ceval.yaml --items "$CIRCULAR_ITEMS" --measures circular --chunk 50 \
+  --batch-size 16 --out "$OUT/raw/untouched-ceval.probes.json"
+$E measure --task benchmarks/mmlu.yaml --items "$CIRCULAR_ITEMS" --measures circular --chunk 50 \
+  --batch-size 4 --model gemma3-270m --out "$OUT/raw/gemma3-mmlu.probes.json"
+# Number and entity rewrites (generation): GEN_MODEL names a model that solves GSM8K (the
+# two here solve about 2%: their McNemar test cannot fire, and validates nothing). Its
+# power needs a planted fine-tune of it (plant --model "$GEN_MODEL"; the training runs on
+# the CPU), measured the same way.
+if [ -n "${GEN_MODEL:-}" ]; then
+  $E measure --task benchmarks/gsm8k.yaml --items "$GEN_ITEMS" --measures numbers,entities \
+    --chunk 50 --batch-size 16 --model "$GEN_MODEL" --out "$OUT/raw/$(basename "$GEN_MODEL")-gsm8k.gen.json"
+fi
 $E scaling --raw "$OUT/raw" --models "$OUT/models" --draws 200 ${CARRY:+--carry "$CARRY"} \
   --out docs/contamination-experiment \
   --validation-out pytest_llmeval/contamination/validation.json
