@@ -73,9 +73,14 @@ def _only_if_validated(outcome: ProbeOutcome) -> ProbeOutcome:
     why = _why_not_given(verdict) if verdict is not None else None
     if verdict is None or why is None:
         return outcome
+    from pytest_llmeval.contamination import validation
+
+    # The validated range and conditions, where there is one to state (a verdict never
+    # measured has only the reason above).
+    measured = f"; {verdict.validation}" if validation(verdict.validated_as) else ""
     reason = (
         f"{outcome.task} {outcome.probe}: no verdict: {why}; for inspection: "
-        f"{verdict.summary} (p={verdict.p_value:.2g}); {verdict.validation}"
+        f"{verdict.summary} (p={verdict.p_value:.2g}){measured}"
     )
     return replace(outcome, verdict=None, no_verdict=reason)
 

@@ -98,10 +98,14 @@ def test_contamination_probes_on_the_default_model(run_benchmarks: RunBenchmarks
     text = result.stdout.str()
     outcomes = result.parseoutcomes()
     # Without --llm-reference-model the canonical-order test, TS-Guessing, CircularEval and
-    # the membership flags have no null that holds at every n (docs/CONTAMINATION.md):
-    # skipped with their numbers, reports written.
-    assert outcomes.get("skipped", 0) == 7, text
-    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 3, text
+    # the membership flags have no null that holds at every n (docs/CONTAMINATION.md), and
+    # number and entity rewrites were never measured on known-clean items: skipped with
+    # their numbers, reports written. Option shuffling gives its verdict.
+    assert outcomes.get("skipped", 0) == 9, text
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1, text
+    result.stdout.fnmatch_lines(
+        ["*gsm8k number_rewrite: no verdict: its false-alarm rate on known-clean items has*"]
+    )
     assert "error" not in outcomes, text
     for line in result.stdout.lines:
         if line.startswith("FAILED"):
