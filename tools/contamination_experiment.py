@@ -1106,6 +1106,7 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
                 for p in entry["pools"]
             ],
             "conditions": entry["conditions"],
+            "tasks": sorted({p["task"] for p in entry["pools"]}),
             "max_rate": entry["max_rate"],
             "worst": f"{100 * worst['max_rate']:.1f}% of random draws of {worst['at']} items, "
             f"{worst['model']} / {worst['task']}"

@@ -41,6 +41,7 @@ class Validation:
     # Pools where it was measured but cannot fire (a McNemar test with too few discordant
     # pairs): when these are all there is, it is not validated.
     cannot_fire_on: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()  # the benchmarks of its pools (empty in an older file)
 
     @classmethod
     def from_dict(
@@ -60,6 +61,7 @@ class Validation:
             alpha=alpha,
             conditions=(own,) if isinstance(own, str) else tuple(str(c) for c in own),
             cannot_fire_on=tuple(str(p) for p in data.get("cannot_fire_on", ())),
+            tasks=tuple(str(t) for t in data.get("tasks", ())),
         )
 
     @property
@@ -67,9 +69,9 @@ class Validation:
         """Measured only on pools where it cannot fire: its 0% says nothing."""
         return not self.pools and bool(self.cannot_fire_on)
 
-    def describe(self, n: int, conditions: str = "") -> str:
+    def describe(self, n: int, conditions: str = "", task: str = "") -> str:
         """The validated range in words, and whether ``n`` (and the run's ``conditions``,
-        :func:`conditions_text`, when given) lies in it."""
+        :func:`conditions_text`, and ``task``, when given) lies in it."""
         if self.vacuous:
             return (
                 "false alarms on clean items measured only where the test cannot fire ("
@@ -93,6 +95,11 @@ class Validation:
             text += f"; this run has n={n}, below the validated range"
         if conditions and self.conditions and conditions not in self.conditions:
             text += f"; this run has {conditions}: its false-alarm rate under those is not measured"
+        if task and self.tasks and task not in self.tasks:
+            text += (
+                f"; {task} is not among the benchmarks it was measured on: its false-alarm "
+                "rate on this task's items is not measured"
+            )
         return f"{text} ({TABLES})"
 
 
@@ -117,16 +124,18 @@ def validation(verdict: str, *, path: Path | None = None) -> Validation | None:
     return Validation.from_dict(verdict, data, alpha, str(data.get("conditions", conditions)))
 
 
-def validation_note(verdict: str, n: int, *, conditions: str = "", path: Path | None = None) -> str:
-    """What the message of ``verdict`` on ``n`` items (run under ``conditions``, when
-    known) says about its validation."""
+def validation_note(
+    verdict: str, n: int, *, conditions: str = "", task: str = "", path: Path | None = None
+) -> str:
+    """What the message of ``verdict`` on ``n`` items of ``task`` (run under
+    ``conditions``, when known) says about its validation."""
     found = validation(verdict, path=path)
     if found is None:
         return (
             "not validated: its false-alarm rate on known-clean items has not been measured "
             f"at any n ({TABLES})"
         )
-    return found.describe(n, conditions)
+    return found.describe(n, conditions, task)
 
 
 def conditions_text(shots: int, chat_template: bool, dtype: str | None) -> str:

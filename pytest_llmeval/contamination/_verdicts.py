@@ -128,7 +128,9 @@ class ContaminationVerdict:
         this verdict's n lies in it (:func:`~._validation.validation_note`)."""
         if not self.validated_as:
             return ""
-        return validation_note(self.validated_as, self.n, conditions=self.conditions)
+        return validation_note(
+            self.validated_as, self.n, conditions=self.conditions, task=self.task
+        )
 
     def message(self) -> str:
         verdict = "possible contamination" if self.fired else "no sign of contamination"

@@ -223,6 +223,7 @@ def test_every_verdict_states_where_it_was_validated(tmp_path: Path) -> None:
                 "fired_on_whole_pool": [],
                 "holds": True,
                 "conditions": ["zero-shot prompts without a chat template, float32"],
+                "tasks": ["mmlu"],
             }
         },
     }
@@ -244,6 +245,11 @@ def test_every_verdict_states_where_it_was_validated(tmp_path: Path) -> None:
         "this run has 5-shot prompts through the chat template, bfloat16: its false-alarm "
         "rate under those is not measured (docs/contamination-experiment/scaling.md)"
     )
+    # A task none of its pools came from: the message says its rate there is not measured.
+    assert "arc_challenge is not among the benchmarks it was measured on" in found.describe(
+        200, same, "arc_challenge"
+    )
+    assert "not among the benchmarks" not in found.describe(200, same, "mmlu")
     # A verdict nobody measured says so, at every n.
     assert "not validated" in _validation.validation_note("no_such_verdict", 50, path=path)
     # The message of a verdict carries its note, and its record too.
@@ -270,6 +276,11 @@ def test_the_shipped_validation_file_matches_the_experiment_tables() -> None:
     assert set(shipped["verdicts"]) == set(scaling["validation"])
     for name, entry in scaling["validation"].items():
         mine = shipped["verdicts"][name]
+        if not entry["pools"]:  # measured only where it cannot fire: not validated
+            assert mine["pools"] == [] and mine["holds"] is False
+            assert mine["cannot_fire_on"] == entry["cannot_fire_on"]
+            continue
+        assert mine["tasks"] == sorted({p["task"] for p in entry["pools"]})
         assert (mine["n_min"], mine["n_max"]) == (min(entry["sizes"]), max(entry["sizes"]))
         assert mine["max_rate"] == entry["max_rate"] and mine["holds"] == entry["holds"]
         assert mine["conditions"] == entry["conditions"]
