@@ -688,12 +688,14 @@ def test_membership(llm_probe):
 """
 
 
-def test_membership_on_worked_solutions_gives_no_verdict_even_with_a_reference(
+def test_membership_on_worked_solutions_gives_its_verdict_with_a_reference_only(
     pytester: pytest.Pytester, tiny_model_dir: Path
 ) -> None:
-    """Measured (docs/CONTAMINATION.md): against a reference, the membership test on number
-    rewrites fires on a model fine-tuned on other GSM8K items at every n. With the shipped
-    validation.json the probe is skipped with that rate and its numbers, report written."""
+    """Measured (docs/CONTAMINATION.md#number-rewrites-keep-the-numbers-kind): with number
+    rewrites of the same kind, the membership test against a reference holds its level on
+    a model fine-tuned on other GSM8K items (with uniformly drawn numbers it fired at every
+    n). With the shipped validation.json it gives its verdict against a reference, naming
+    the benchmark it was validated on; without one it is skipped with its numbers."""
     rows = [
         {
             "question": f"Sam has {3 + i} apples and buys {5 + 2 * i} more. How many now?",
@@ -705,21 +707,20 @@ def test_membership_on_worked_solutions_gives_no_verdict_even_with_a_reference(
     (pytester.path / "sums.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (pytester.path / "sums.yaml").write_text(WORKED_SPEC)
     (pytester.path / "test_llm_membership_numbers.py").write_text(MEMBERSHIP_TEST)
+    common = ("-m", "contamination", "-rs")
     result = pytester.runpytest(
         *_args(
-            tiny_model_dir,
-            "-m",
-            "contamination",
-            "--llm-output=out",
-            f"--llm-reference-model={tiny_model_dir}",
-            "-rs",
+            tiny_model_dir, *common, "--llm-output=ref", f"--llm-reference-model={tiny_model_dir}"
         )
     )
-    result.assert_outcomes(skipped=1, deselected=6)  # the six items of the task
-    result.stdout.fnmatch_lines(
-        ["*sums membership: no verdict: this test fires above its level on known-clean items*"]
-    )
-    run = next((pytester.path / "out").iterdir())
+    result.assert_outcomes(passed=1, deselected=6)  # the reference is the model itself
+    run = next((pytester.path / "ref").iterdir())
     report = json.loads((run / "contamination" / "sums-membership.json").read_text())
     assert report["rewrites"] == "numbers" and report["mode"] == "reference"
-    assert "verdict" not in report and "fires above its level" in report["no_verdict"]
+    verdict = report["verdict"]
+    assert not verdict["fired"] and "no_verdict" not in report
+    assert "gsm8k_planted fine-tuned on 50 gsm8k items" in verdict["validation"]
+    assert "sums is not among the benchmarks it was measured on" in verdict["validation"]
+    alone = pytester.runpytest(*_args(tiny_model_dir, *common, "--llm-output=alone"))
+    alone.assert_outcomes(skipped=1, deselected=6)
+    alone.stdout.fnmatch_lines(["*sums membership: no verdict without --llm-reference-model*"])
