@@ -398,17 +398,22 @@ def test_unknown_task_is_skipped(llm_probe):
 """
 
 
-def test_contamination_probes_run_as_tests_and_are_recorded(
-    pytester: pytest.Pytester, tiny_model_dir: Path
-) -> None:
+def _probe_project(pytester: pytest.Pytester, module: str) -> None:
+    """Six 3-option quiz items with a probed spec, and PROBE_TEST as ``module``."""
     rows = [
         {"question": f"Q{i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
         for i in range(6)
     ]
     (pytester.path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (pytester.path / "quiz.yaml").write_text(PROBED_SPEC)
+    (pytester.path / module).write_text(PROBE_TEST)
+
+
+def test_contamination_probes_run_as_tests_and_are_recorded(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
     # A basename no other test module has (in-process runs share sys.modules).
-    (pytester.path / "test_llm_probe_project.py").write_text(PROBE_TEST)
+    _probe_project(pytester, "test_llm_probe_project.py")
     result = pytester.runpytest(
         *_args(
             tiny_model_dir,
@@ -556,13 +561,7 @@ def test_contamination_probes_under_xdist_reach_every_report(
     """Under ``-n 2`` the probes run in workers: their reports, the terminal's probe
     section, the Markdown (CI step) summary, the JUnit XML properties and the model's
     digest in the record all come from the controller, as without xdist (they were lost)."""
-    rows = [
-        {"question": f"Q{i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
-        for i in range(6)
-    ]
-    (pytester.path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (pytester.path / "quiz.yaml").write_text(PROBED_SPEC)
-    (pytester.path / "test_llm_probe_xdist.py").write_text(PROBE_TEST)
+    _probe_project(pytester, "test_llm_probe_xdist.py")
     summary_file = pytester.path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
     result = pytester.runpytest_subprocess(
