@@ -1,6 +1,8 @@
 """pytest-html integration (the optional ``html`` extra): with ``pytest --html=FILE``, the
-llmeval summary table goes into the report's summary and each benchmark item gets its
-prompt, output (or per-choice log-likelihoods), extracted answer and target as an extra.
+llmeval summary table and the contamination probes' outcomes go into the report's summary,
+each benchmark item gets its prompt, output (or per-choice log-likelihoods), extracted
+answer and target as an extra, and each probe test its verdict with its null (or why it has
+none), in one process or from xdist workers alike.
 
 Registered by the plugin only when pytest-html is active and ``--html`` was given, so
 nothing here runs (or is imported) otherwise. All record text is escaped.
@@ -72,15 +74,43 @@ _NUMERIC = {"items", "score", "95% CI", "floor", "time"}
 _COLUMNS = ("task", "items", "metric", "score", "95% CI", "floor", "verdict", "time")
 
 
+_PROBE_COLOURS = {"possible contamination": "#b00", "no sign of contamination": "#060"}
+
+
+def probe_html(summary: dict[str, Any]) -> str:
+    """One probe's outcome (``ProbeOutcome.summary``): what it concluded, its message with
+    its null, p and validated range (or why there is no verdict), and the membership
+    scores and handling when it fired or flagged items."""
+    outcome = str(summary.get("outcome", ""))
+    colour = _PROBE_COLOURS.get(outcome, "#850")
+    details = "".join(f"<li>{escape(str(d))}</li>" for d in summary.get("details") or ())
+    return (
+        f'<div class="llmeval-probe"><strong style="color:{colour}">{escape(outcome)}</strong>'
+        f" {escape(str(summary.get('text', '')))}"
+        + (f"<ul>{details}</ul>" if details else "")
+        + "</div>"
+    )
+
+
+def _probes_html(session: LlmEvalSession) -> str:
+    if not session.probe_summaries:
+        return ""
+    items = "".join(f"<li>{probe_html(s)}</li>" for s in session.probe_summaries)
+    head = "<h2>llmeval contamination probes</h2>"
+    return f'<div class="llmeval-probes">{head}<ul>{items}</ul></div>'
+
+
 def _cell(tag: str, column: str, text: str) -> str:
     align = "right" if column in _NUMERIC else "left"
     return f'<{tag} style="{_CELL};text-align:{align}">{escape(text)}</{tag}>'
 
 
 def summary_html(session: LlmEvalSession) -> str:
-    """The llmeval summary table (the terminal's) as escaped HTML, with the run report."""
+    """The llmeval summary table (the terminal's) as escaped HTML, with the run report,
+    and the contamination probes' outcomes (a probes-only run has no table, only those)."""
+    probes = _probes_html(session)
     if not session.verdicts:
-        return ""
+        return probes + _run_link(session) if probes else ""
     head = "".join(_cell("th", c, c) for c in _COLUMNS)
     rows = []
     for v in session.verdicts:
@@ -106,16 +136,21 @@ def summary_html(session: LlmEvalSession) -> str:
         '<table style="border-collapse:collapse;margin:4px 0 12px">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>",
     ]
+    parts.append(_run_link(session))
+    parts.append("</div>")
+    return "".join(parts) + probes
+
+
+def _run_link(session: LlmEvalSession) -> str:
     if session.report_path is not None:
         uri = escape(session.report_path.resolve().as_uri(), quote=True)
-        parts.append(
+        return (
             f'<p>Run report with plots and the item browser: <a href="{uri}">'
             f"{escape(str(session.report_path))}</a></p>"
         )
-    elif session.run is not None:
-        parts.append(f"<p>Run record: {escape(str(session.run.path))}</p>")
-    parts.append("</div>")
-    return "".join(parts)
+    if session.run is not None:
+        return f"<p>Run record: {escape(str(session.run.path))}</p>"
+    return ""
 
 
 class HtmlExtras:
@@ -132,12 +167,19 @@ class HtmlExtras:
         report = outcome.get_result()
         if report.when != "call":
             return
-        result = next((v for k, v in reversed(item.user_properties) if k == "llmeval_result"), None)
-        if not isinstance(result, dict):
+        from ._session import PROBE_PROPERTY
+
+        found = {k: v for k, v in item.user_properties if k in ("llmeval_result", PROBE_PROPERTY)}
+        result, probe = found.get("llmeval_result"), found.get(PROBE_PROPERTY)
+        if isinstance(result, dict):
+            html = item_html(result)
+        elif isinstance(probe, dict) and isinstance(probe.get("summary"), dict):
+            html = probe_html(probe["summary"])
+        else:
             return
         from pytest_html import extras
 
-        report.extras = [*getattr(report, "extras", []), extras.html(item_html(result))]
+        report.extras = [*getattr(report, "extras", []), extras.html(html)]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(

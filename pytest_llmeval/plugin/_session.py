@@ -1156,6 +1156,7 @@ class LlmEvalSession:
             notes=self.limit_warnings,
             not_run=[n.to_dict() for n in self.not_run],
             probes=self.probe_summaries,
+            interrupted=self.interrupted,
         )
         (self.run.path / MARKDOWN).write_text(markdown, encoding="utf-8")
         append_github_step_summary(markdown, os.environ)

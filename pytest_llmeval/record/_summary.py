@@ -376,8 +376,10 @@ def markdown_summary(
     notes: Sequence[str] = (),
     not_run: Sequence[Mapping[str, Any]] = (),
     probes: Sequence[Mapping[str, Any]] = (),
+    interrupted: str | None = None,
 ) -> str:
-    """The run as Markdown: verdict table, partial note, the tasks that did not run
+    """The run as Markdown: whether it was interrupted (``interrupted``: why), verdict
+    table, partial note, the tasks that did not run
     (``not_run``: ``task, state, reason, fix``, see :func:`not_run_section`), how prompts
     were presented (from ``task_configs``, see :func:`prompt_lines`), the contamination
     probes (``probes``: see :func:`probes_section`), environment line and the comparison.
@@ -386,6 +388,13 @@ def markdown_summary(
     seconds`` (scores and floor as proportions; floats may be NaN).
     """
     lines = [f"## {title}", ""]
+    if interrupted:
+        # Read in a CI step summary, a cancelled job's tables look complete otherwise.
+        lines += [
+            f"> ⚠️ This run was {_cell(interrupted)}: what is below covers the items and "
+            "probes that finished before it stopped.",
+            "",
+        ]
     if verdict_rows:
         lines += _verdict_table(verdict_rows)
         lines += _floors_section(verdict_rows)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import html
+import importlib.util
 import json
 import re
 import subprocess
@@ -560,7 +562,9 @@ def test_contamination_probes_under_xdist_reach_every_report(
 ) -> None:
     """Under ``-n 2`` the probes run in workers: their reports, the terminal's probe
     section, the Markdown (CI step) summary, the JUnit XML properties and the model's
-    digest in the record all come from the controller, as without xdist (they were lost)."""
+    digest in the record all come from the controller, as without xdist (they were lost);
+    pytest-html shows each probe's verdict on its test and all of them in its summary
+    (it showed three bare "Passed" rows)."""
     _probe_project(pytester, "test_llm_probe_xdist.py")
     summary_file = pytester.path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
@@ -575,6 +579,7 @@ def test_contamination_probes_under_xdist_reach_every_report(
             "-n",
             "2",
             "--junitxml=junit.xml",
+            "--html=pytest.html",
         )
     )
     result.assert_outcomes(passed=3, skipped=1)
@@ -600,6 +605,63 @@ def test_contamination_probes_under_xdist_reach_every_report(
     assert '<property name="probe" value="quiz option_shuffle" />' in junit
     assert '<property name="probe_outcome" value="no sign of contamination" />' in junit
     assert "llmeval_probe" not in junit  # the whole report is not a property
+    if importlib.util.find_spec("pytest_html") is None:
+        return
+    page = (pytester.path / "pytest.html").read_text()
+    blob = json.loads(html.unescape(re.search(r'data-jsonblob="([^"]*)"', page).group(1)))
+    extras = {
+        nodeid.rpartition("::")[2]: " ".join(e["content"] for r in rows for e in r["extras"])
+        for nodeid, rows in blob["tests"].items()
+    }
+    shuffle_extra = html.unescape(extras["test_probe"])
+    assert "no sign of contamination" in shuffle_extra
+    assert "one-sided exact McNemar" in shuffle_extra
+    assert "against reference model" in html.unescape(
+        extras["test_probe_against_the_reference[canonical_order]"]
+    )
+    assert "llmeval contamination probes" in page
+    assert "quiz option_shuffle: no sign of contamination" in html.unescape(page)
+
+
+# Ctrl-C on the controller after two probe tests have reported.
+PROBE_INTERRUPT_CONFTEST = """
+seen = []
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        seen.append(report.nodeid)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+"""
+
+
+def test_probes_that_finished_before_ctrl_c_under_xdist_are_kept(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    """Interrupted in the middle of an xdist probe run, the probes that reported keep their
+    reports and terminal lines, and summary.md says the run was interrupted."""
+    _probe_project(pytester, "test_llm_probe_ctrlc.py")
+    pytester.makeconftest(PROBE_INTERRUPT_CONFTEST)
+    result = pytester.runpytest_subprocess(
+        *_args(
+            tiny_model_dir,
+            "-m",
+            "contamination",
+            "--llm-probe-items=4",
+            "--llm-output=out",
+            f"--llm-reference-model={tiny_model_dir}",
+            "-n",
+            "2",
+        )
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    run = next((pytester.path / "out").iterdir())
+    reports = sorted((run / "contamination").glob("*.json"))
+    assert len(reports) >= 1, result.stdout.str()
+    result.stdout.fnmatch_lines(["*llmeval contamination probes*"])
+    summary = (run / "summary.md").read_text()
+    assert "> ⚠️ This run was interrupted" in summary
+    assert "**Contamination probes**:" in summary
+    assert "run interrupted" in (run / "eval.log").read_text()
 
 
 def test_a_verdict_that_fires_on_clean_items_or_was_never_measured_there_is_not_given(

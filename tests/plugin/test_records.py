@@ -226,6 +226,7 @@ def test_results_computed_ahead_are_kept_when_a_run_is_interrupted(
     log = (interrupted / "eval.log").read_text()
     assert "arith: kept 3 result(s) computed ahead of items that did not run" in log
     assert json.loads((interrupted / "eval_config.json").read_text())["tasks"]["arith"]
+    assert "> ⚠️ This run was interrupted" in (interrupted / "summary.md").read_text()
 
     monkeypatch.delenv("INTERRUPT_AFTER")
     resumed = pytester.runpytest_subprocess(*args)

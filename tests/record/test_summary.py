@@ -218,3 +218,11 @@ def test_environment_headline_from_an_environment_record() -> None:
     del environment["libraries"]
     assert environment_headline(environment).startswith("model `smol` (sha256 `fedcba98fedc`)")
     assert "torch 2.5.0" in environment_headline(environment)
+
+
+def test_an_interrupted_run_says_so_above_its_tables() -> None:
+    """A cancelled CI job's step summary must not read as a complete run."""
+    md = markdown_summary("run", ROWS, None, None, interrupted="interrupted (KeyboardInterrupt)")
+    first = md.splitlines()[2]
+    assert first.startswith("> ⚠️ This run was interrupted (KeyboardInterrupt)")
+    assert "This run was" not in markdown_summary("run", ROWS, None, None)
