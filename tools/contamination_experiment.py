@@ -910,14 +910,16 @@ def scaling(
     out["power"] = {}
     for stem, result in data.items():
         # <model>-<task>.json, or <model>-<task>.<label>.json for another set of measures
-        # of the same pair; a fine-tune's reference is the untouched model's file of the
-        # same task and label.
-        base, dot, label = stem.partition(".")
+        # of the same pair; a fine-tune's reference is the file of the untouched model it
+        # was fine-tuned from, of the same task and label.
+        base, _, label = stem.partition(".")
         model, task = base.split("-", 1)
         records = result["items"]
         plant_record = plants.get(model)
         ref_result = (
-            data.get(f"{REFERENCE}-{task}{dot}{label}") if plant_record is not None else None
+            data.get(_reference_stem(data, plants, plant_record, task, label) or "")
+            if plant_record is not None
+            else None
         )
         ref_by_id = {r["id"]: r for r in ref_result["items"]} if ref_result else None
         if ref_by_id is not None:
@@ -943,8 +945,9 @@ def scaling(
             "model_name": named,
             "task": task,
             "role": (
-                f"fine-tuned on {len(planted)} {plant_record['task']} items, probed on the "
-                "others (in-domain, never saw them)"
+                f"fine-tuned from {plant_record.get('setup', {}).get('model', REFERENCE)} "
+                f"on {len(planted)} {plant_record['task']} items, probed on the others "
+                "(in-domain, never saw them)"
                 if plant_record
                 else "untouched"
             ),
@@ -973,6 +976,37 @@ def scaling(
         carry_over(out, carry)
     out["validation"] = validation_summary(out)
     return out
+
+
+def _reference_stem(
+    data: Mapping[str, Mapping[str, Any]],
+    plants: Mapping[str, Any],
+    plant_record: Mapping[str, Any],
+    task: str,
+    label: str,
+) -> str | None:
+    """The raw file a fine-tune is paired with: the untouched model it was fine-tuned from
+    (``setup.model`` of its ``planted.json``), measured on the same task with the same
+    label; a Gemma fine-tune is compared with Gemma, never with another family. None when
+    that model was not measured there (no reference-paired verdicts then)."""
+    base = str(plant_record.get("setup", {}).get("model", ""))
+    found = []
+    for stem, result in data.items():
+        head, _, other_label = stem.partition(".")
+        model, other_task = head.split("-", 1)
+        if (other_task, other_label) != (task, label) or model in plants:
+            continue
+        if base in (str(result.get("model")), Path(str(result.get("model"))).name):
+            found.append(stem)
+    if len(found) > 1:
+        raise ValueError(
+            f"{', '.join(sorted(found))}: two raw files of {base} on {task} with label "
+            f"{label!r}; keep one as the fine-tune's reference"
+        )
+    if not found and not base:
+        # planted.json without its setup (written before it was recorded): the default model
+        return f"{REFERENCE}-{task}{'.' if label else ''}{label}"
+    return found[0] if found else None
 
 
 def carry_over(results: dict[str, Any], earlier: Mapping[str, Any]) -> None:

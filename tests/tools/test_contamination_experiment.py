@@ -180,6 +180,47 @@ def test_scaling_finds_a_null_that_only_fails_at_large_n(tmp_path: Path) -> None
     assert "## Power: tuned-quiz" in text and "**FIRES**" in text
 
 
+def test_a_fine_tune_is_compared_with_the_model_it_was_fine_tuned_from(tmp_path: Path) -> None:
+    """With two families in the raw files, a fine-tune of the second is paired with its own
+    base (``setup.model`` of its planted.json), never with the default model; a fine-tune
+    whose base was not measured gets no reference-paired verdict."""
+    raw, models = tmp_path / "raw", tmp_path / "models"
+    raw.mkdir()
+    n = 300
+    smol = [i % 4 == 0 for i in range(n)]
+    gemma = [i % 3 == 0 for i in range(n)]  # another family: other preferences
+    planted = {f"quiz-{i:04d}" for i in range(0, 100, 2)}
+    _raw(raw / "untouched-quiz.json", "smollm2-135m", smol)
+    _raw(raw / "gemma-quiz.json", "gemma3-270m", gemma)
+    _raw(raw / "gtuned-quiz.json", str(models / "gtuned"), gemma)
+    _raw(raw / "orphan-quiz.json", str(models / "orphan"), gemma)
+    for name, base in (("gtuned", "gemma3-270m"), ("orphan", "llama-1b")):
+        (models / name).mkdir(parents=True)
+        (models / name / "planted.json").write_text(
+            json.dumps(
+                {
+                    "task": "quiz",
+                    "planted": sorted(planted),
+                    "items": [],
+                    "training": {},
+                    "setup": {"model": base},
+                }
+            )
+        )
+    results = scaling(raw, models, sizes=(50,), draws=20, seed=1)
+    tuned = results["pools"]["gtuned-quiz"]
+    # Identical to its base on every clean item: against Gemma, b = c = 0; against
+    # SmolLM2 it would differ on most items.
+    whole = tuned["whole"]["canonical_order_vs_reference"]
+    assert "b=0 only under the model, c=0 only under the reference" in whole["summary"], whole
+    assert "fine-tuned from gemma3-270m" in tuned["role"]
+    assert "canonical_order_vs_reference" not in results["pools"]["orphan-quiz"]["rates"]
+    _raw(raw / "gemma-quiz.again.json", "gemma3-270m", gemma)
+    _raw(raw / "gemma2-quiz.json", "gemma3-270m", gemma)
+    with pytest.raises(ValueError, match="two raw files of gemma3-270m on quiz"):
+        scaling(raw, models, sizes=(50,), draws=20, seed=1)
+
+
 def test_a_chunked_measurement_goes_round_robin_over_subsets() -> None:
     """A measurement stopped half-way must hold a sample of every subject, not the first
     few subjects whole."""
