@@ -14,7 +14,9 @@
 # scores (3.0 s an item per model on 2 CPU cores: membership 1.75, CircularEval 0.93,
 # TS-Guessing 0.31), and GSM8K_ITEMS (default 1000) GSM8K items for the membership scores
 # with the untouched model and a GSM8K fine-tune (0.5 s an item); 0 is all. CIRCULAR_ITEMS
-# (default 300): CircularEval on C-Eval (SmolLM2) and on MMLU with Gemma. GEN_MODEL and
+# (default 300): CircularEval on C-Eval (SmolLM2) and on MMLU with Gemma. PAIR_ITEMS
+# (default 300): MMLU items for Gemma's fine-tune and its base (the second family's
+# reference pair: order, option shuffling, CircularEval, membership). GEN_MODEL and
 # GEN_ITEMS (default all): number and entity rewrites answered by a model that solves GSM8K.
 # CARRY: an earlier scaling.json whose pools are kept when their raw files are not in OUT.
 # Needs the hf extra. Hours on two CPU cores; see docs/CONTAMINATION.md for the times.
@@ -26,6 +28,7 @@ CEVAL_ITEMS=${CEVAL_ITEMS:-500}
 PROBE_ITEMS=${PROBE_ITEMS:-600}
 GSM8K_ITEMS=${GSM8K_ITEMS:-1000}
 CIRCULAR_ITEMS=${CIRCULAR_ITEMS:-300}
+PAIR_ITEMS=${PAIR_ITEMS:-300}
 GEN_ITEMS=${GEN_ITEMS:-0}
 PY=${PYTHON:-python}
 E="$PY -m tools.contamination_experiment"
@@ -68,6 +71,19 @@ $E measure --task benchmarks/ceval.yaml --items "$CIRCULAR_ITEMS" --measures cir
   --batch-size 16 --out "$OUT/raw/untouched-ceval.probes.json"
 $E measure --task benchmarks/mmlu.yaml --items "$CIRCULAR_ITEMS" --measures circular --chunk 50 \
   --batch-size 4 --model gemma3-270m --out "$OUT/raw/gemma3-mmlu.probes.json"
+# The reference-paired verdicts on a second family: Gemma fine-tuned on the same planted
+# half of the first 100 MMLU items, probed on PAIR_ITEMS items with its untouched base as
+# the reference (a fine-tune is paired with the model it was fine-tuned from). The label
+# fam2 keeps these pools apart from Gemma's larger order and CircularEval pools above.
+if [ ! -f "$OUT/models/gemma3_planted/planted.json" ]; then
+  mkdir -p "$OUT/models/gemma3_planted"
+  $E plant --task benchmarks/mmlu.yaml --items 100 --model gemma3-270m \
+    --model-out "$OUT/models/gemma3_planted"
+fi
+F="--task benchmarks/mmlu.yaml --items $PAIR_ITEMS --measures order,answers,circular,membership"
+F="$F --chunk 25 --batch-size 4"
+$E measure $F --model "$OUT/models/gemma3_planted" --out "$OUT/raw/gemma3_planted-mmlu.fam2.json"
+$E measure $F --model gemma3-270m --out "$OUT/raw/gemma3-mmlu.fam2.json"
 # Number and entity rewrites (generation): GEN_MODEL names a model that solves GSM8K (the
 # two here solve about 2%: their McNemar test cannot fire, and validates nothing). Its
 # power needs a planted fine-tune of it (plant --model "$GEN_MODEL"; the training runs on
