@@ -38,7 +38,12 @@ from pytest_llmeval.contamination._membership import ItemMembership
 from pytest_llmeval.contamination._probes import OrderTestReport
 from pytest_llmeval.contamination._reference import ReferenceComparison
 from pytest_llmeval.contamination._validation import validation_note
-from pytest_llmeval.scorer import binomial_upper_tail, mcnemar_one_sided, wilson_interval
+from pytest_llmeval.scorer import (
+    binomial_upper_tail,
+    mcnemar_one_sided,
+    signed_rank_upper_tail,
+    wilson_interval,
+)
 
 # --------------------------------------------------------------------------- exchangeability
 
@@ -350,7 +355,9 @@ class FlagReport:
     the null predicts); ``controls``: the same score of known-clean controls (rewrites,
     which no model saw in that form), whose ``1 - fpr`` quantile is the ``threshold``.
     ``control_fpr``: the share of controls above it (the estimated false-positive rate).
-    The task-level test: the sign test of items against their own control, one-sided."""
+    The task-level test, one-sided, of items against their own control: against a
+    reference the Wilcoxon signed-rank test of ``differences`` (item minus control), which
+    weighs how far each item leans; against rewrites alone the sign test."""
 
     task: str
     score: str
@@ -366,6 +373,14 @@ class FlagReport:
     # (worked-solution tasks). Validated apart: an in-domain fine-tune learns a benchmark's
     # numbers in general, which number rewrites do not share.
     rewrites: str = "options"
+    # Per item, its value minus its control (the signed-rank test's data).
+    differences: tuple[float, ...] = ()
+
+    @property
+    def test(self) -> str:
+        if self.mode == "reference":
+            return "one-sided Wilcoxon signed-rank test, item against its own control"
+        return "one-sided exact sign test, item against its own control"
 
     @property
     def flagged(self) -> list[str]:
@@ -379,6 +394,11 @@ class FlagReport:
 
     @property
     def p_value(self) -> float:
+        if self.mode == "reference":
+            # Measured (docs/CONTAMINATION.md, "A paired test that weighs how far items
+            # lean"): against a reference the sign test's power at a tenth planted was
+            # 18% at 500 MMLU items, the signed-rank test's 90%, at the same false alarms.
+            return signed_rank_upper_tail(self.differences)
         return (
             binomial_upper_tail(self.paired_positive, self.paired_n, Fraction(1, 2))
             if self.paired_n
@@ -394,7 +414,7 @@ class FlagReport:
             probe=f"membership_{self.score}",
             task=self.task,
             null=self.null,
-            test="one-sided exact sign test, item against its own control",
+            test=self.test,
             n=self.paired_n,
             p_value=self.p_value,
             alpha=alpha,
@@ -430,6 +450,7 @@ class FlagReport:
             "controls": list(self.controls),
             "paired_positive": self.paired_positive,
             "paired_n": self.paired_n,
+            "test": self.test,
             "p_value": self.p_value,
             "flagged": self.flagged,
             "values": dict(self.values),
@@ -467,6 +488,7 @@ def membership_flags(
         raise ValueError(f"unknown score {score!r}; known: {', '.join(MEMBERSHIP_SCORES)}")
     values: dict[str, float] = {}
     controls: list[float] = []
+    differences: list[float] = []
     positive = total = 0
     ref = {r.item_id: r for r in reference} if reference is not None else None
 
@@ -497,6 +519,7 @@ def membership_flags(
         if value != control:
             total += 1
             positive += value > control
+            differences.append(value - control)
     null = (
         f"{reference_name} on the same texts"
         if ref is not None
@@ -514,6 +537,7 @@ def membership_flags(
         paired_positive=positive,
         paired_n=total,
         rewrites=rewrites,
+        differences=tuple(differences),
     )
 
 

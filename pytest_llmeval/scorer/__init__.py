@@ -24,6 +24,7 @@ from pytest_llmeval.scorer._metrics import (
     mcnemar_exact,
     mcnemar_one_sided,
     paired_difference,
+    signed_rank_upper_tail,
     wilson_interval,
 )
 from pytest_llmeval.scorer._named import score_metric
@@ -53,6 +54,7 @@ __all__ = [
     "paired_difference",
     "parse_number",
     "score_metric",
+    "signed_rank_upper_tail",
     "strip_thinking",
     "thinking_opened",
     "token_f1",

@@ -121,6 +121,56 @@ def mcnemar_one_sided(b: int, c: int) -> float:
     return max(float(Fraction(tail, 1 << n)), math.ulp(0.0))
 
 
+EXACT_SIGNED_RANK_MAX = 50  # above this many non-zero differences: the normal approximation
+
+
+def signed_rank_upper_tail(differences: Sequence[float]) -> float:
+    """One-sided Wilcoxon signed-rank p-value for the alternative that ``differences`` lean
+    positive: ``P(W+ >= observed)`` when each difference's sign is a fair coin given its
+    absolute value (a distribution symmetric about 0). Zeros are dropped; tied absolute
+    values share their mean rank. Exact (over every sign pattern of the ranks) up to
+    :data:`EXACT_SIGNED_RANK_MAX` differences, else the normal approximation with the tie
+    and continuity corrections. 1.0 without a non-zero difference.
+
+    Unlike the sign test it weighs each item by how far it leans, so a tenth of items
+    that lean far (items a model memorised) is not drowned by a mass of items that lean
+    a little either way."""
+    nonzero = [d for d in differences if d != 0 and not math.isnan(d)]
+    n = len(nonzero)
+    if n == 0:
+        return 1.0
+    ordered = sorted(range(n), key=lambda i: abs(nonzero[i]))
+    doubled = [0] * n  # twice each rank, so that mean ranks of ties stay integers
+    ties: list[int] = []
+    i = 0
+    while i < n:
+        j = i
+        while j < n and abs(nonzero[ordered[j]]) == abs(nonzero[ordered[i]]):
+            j += 1
+        for k in range(i, j):
+            doubled[ordered[k]] = i + 1 + j  # (i+1 + j) / 2, doubled
+        ties.append(j - i)
+        i = j
+    observed = sum(r for r, d in zip(doubled, nonzero, strict=True) if d > 0)
+    if n <= EXACT_SIGNED_RANK_MAX:
+        counts = [0] * (sum(doubled) + 1)  # sign patterns per doubled W+
+        counts[0] = 1
+        reach = 0
+        for r in doubled:
+            for total in range(reach, -1, -1):
+                if counts[total]:
+                    counts[total + r] += counts[total]
+            reach += r
+        tail = sum(counts[observed:])
+        return max(float(Fraction(tail, 1 << n)), math.ulp(0.0))
+    mean = n * (n + 1) / 4
+    var = n * (n + 1) * (2 * n + 1) / 24 - sum(t**3 - t for t in ties) / 48
+    if var <= 0:
+        return 1.0
+    z = (observed / 2 - mean - 0.5) / math.sqrt(var)
+    return min(1.0, max(0.5 * math.erfc(z / math.sqrt(2)), math.ulp(0.0)))
+
+
 def binomial_upper_tail(k: int, n: int, p: Fraction) -> float:
     """``P(X >= k)`` for X ~ Binomial(n, p), exactly (a one-sided binomial test's p-value)."""
     if not 0 <= k <= n + 1 or n < 0:

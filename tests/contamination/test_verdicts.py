@@ -146,6 +146,29 @@ def test_membership_flags_against_a_reference() -> None:
     assert numbers.to_dict()["rewrites"] == "numbers"
 
 
+def test_against_a_reference_a_tenth_of_far_leaning_items_is_not_drowned() -> None:
+    """The realistic case: a model fine-tuned in-domain leans a little either way on every
+    item against its reference, and leans far on the tenth it memorised. The sign test
+    counts the tenth as 40 items among 400 coin flips; the signed-rank test weighs how far
+    each leans, and fires. On the clean items alone it does not."""
+    clean = [
+        _mem(f"c{i}", (1 if i % 2 else -1) * (0.1 + 0.001 * (i // 2)), [0.0, 0.0])
+        for i in range(360)
+    ]
+    seen = [_mem(f"s{i}", 3.0 + 0.01 * i, [0.0, 0.0]) for i in range(40)]
+    ref = [_mem(m.item_id, 0.0, [0.0, 0.0]) for m in clean + seen]
+    flags = membership_flags("t", clean + seen, reference=ref)
+    verdict = flags.verdict(0.01)
+    assert verdict.test == "one-sided Wilcoxon signed-rank test, item against its own control"
+    assert verdict.fired and verdict.p_value < 0.001
+    sign = binomial_upper_tail(flags.paired_positive, flags.paired_n, Fraction(1, 2))
+    assert sign > 0.01  # 220 of 400 positive: the sign test would not fire
+    quiet = membership_flags("t", clean, reference=ref[:360]).verdict(0.01)
+    assert not quiet.fired
+    # Against rewrites alone the test stays the sign test.
+    assert "sign test" in membership_flags("t", clean + seen).verdict(0.01).test
+
+
 def test_handling_policy_and_subset_scores() -> None:
     correct = {f"i{i}": i < 60 for i in range(200)}
     few = handling("mmlu", correct, ["i0"], verdict_fired=True, successor="mmlu_pro")

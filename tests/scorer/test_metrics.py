@@ -7,7 +7,7 @@ import random
 from fractions import Fraction
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_llmeval.scorer import (
@@ -17,6 +17,7 @@ from pytest_llmeval.scorer import (
     mcnemar_exact,
     mcnemar_one_sided,
     paired_difference,
+    signed_rank_upper_tail,
     wilson_interval,
 )
 from pytest_llmeval.scorer._metrics import Z95
@@ -201,3 +202,42 @@ def test_mcnemar_one_sided_is_exact_far_in_the_tail() -> None:
     assert mcnemar_one_sided(1000, 0) == pytest.approx(2.0**-1000, rel=1e-12)
     with pytest.raises(ValueError, match="discordant"):
         mcnemar_one_sided(-1, 2)
+
+
+@pytest.mark.parametrize(
+    ("differences", "p"),
+    [
+        ([], 1.0),
+        ([0.0, 0.0], 1.0),
+        ([1.0], 0.5),
+        ([1.0, 2.0, 3.0], 1 / 8),  # W+ = 6: only the all-positive pattern of 8
+        ([-1.0, 2.0, 3.0], 2 / 8),  # W+ = 5: {2, 3} and {1, 2, 3}
+        ([1.0, -2.0, -3.0], 7 / 8),  # W+ = 1: every pattern but the empty one
+        ([1.0, -1.0], 3 / 4),  # tied ranks 1.5 each: W+ >= 1.5 in 3 of 4 patterns
+        ([0.0, 1.0, 2.0, 3.0], 1 / 8),  # zeros are dropped
+    ],
+)
+def test_signed_rank_upper_tail_known_values(differences: list[float], p: float) -> None:
+    assert signed_rank_upper_tail(differences) == pytest.approx(p, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-5, 5, allow_nan=False).map(lambda x: round(x, 1)), min_size=1, max_size=120)
+)
+def test_signed_rank_upper_tail_is_scipys(differences: list[float]) -> None:
+    """The same p as scipy's Wilcoxon test (exact up to 50 untied differences, else the
+    normal approximation with tie and continuity corrections)."""
+    stats = pytest.importorskip("scipy.stats")
+    nonzero = [d for d in differences if d != 0]
+    if not nonzero:
+        assert signed_rank_upper_tail(differences) == 1.0
+        return
+    untied = len({abs(d) for d in nonzero}) == len(nonzero)
+    exact = untied and len(nonzero) <= 50
+    if not exact and len(nonzero) <= 50:
+        return  # scipy has no exact test with ties; ours counts the tied patterns exactly
+    expected = stats.wilcoxon(
+        nonzero, alternative="greater", method="exact" if exact else "approx", correction=True
+    ).pvalue
+    assert signed_rank_upper_tail(differences) == pytest.approx(expected, rel=1e-9, abs=1e-15)
