@@ -386,12 +386,20 @@ def test_probe(llm_probe):
     llm_probe.check(outcome)
 
 
-@pytest.mark.parametrize("probe", ["canonical_order", "membership"])
-def test_probe_against_the_reference(llm_probe, probe):
-    outcome = llm_probe.run("quiz", probe)
-    # The reference is the model itself: nothing can differ, no verdict.
+def test_probe_against_the_reference(llm_probe):
+    outcome = llm_probe.run("quiz", "canonical_order")
+    # The reference is the model itself: nothing can differ, it does not fire.
     assert outcome.verdict is not None and not outcome.verdict.fired
     assert outcome.verdict.null.startswith("reference model")
+    llm_probe.check(outcome)
+
+
+def test_membership_against_the_reference(llm_probe):
+    outcome = llm_probe.run("quiz", "membership")
+    # Against option rewrites it fired above its level on an in-domain fine-tune of the
+    # second family (validation.json): no verdict; the report is written, the test skipped.
+    assert outcome.verdict is None and outcome.report.mode == "reference"
+    assert "fires above its level on known-clean items" in outcome.no_verdict
     llm_probe.check(outcome)
 
 
@@ -426,7 +434,7 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
             f"--llm-reference-model={tiny_model_dir}",
         )
     )
-    result.assert_outcomes(passed=3, skipped=1, deselected=6)
+    result.assert_outcomes(passed=2, skipped=2, deselected=6)
     result.stdout.fnmatch_lines(
         ["*llmeval contamination probes*", "*quiz canonical_order: no sign*"]
     )
@@ -582,7 +590,7 @@ def test_contamination_probes_under_xdist_reach_every_report(
             "--html=pytest.html",
         )
     )
-    result.assert_outcomes(passed=3, skipped=1)
+    result.assert_outcomes(passed=2, skipped=2)
     result.stdout.fnmatch_lines(
         ["*llmeval contamination probes*", "*quiz option_shuffle: no sign of contamination*"]
     )
@@ -616,9 +624,10 @@ def test_contamination_probes_under_xdist_reach_every_report(
     shuffle_extra = html.unescape(extras["test_probe"])
     assert "no sign of contamination" in shuffle_extra
     assert "one-sided exact McNemar" in shuffle_extra
-    assert "against reference model" in html.unescape(
-        extras["test_probe_against_the_reference[canonical_order]"]
-    )
+    assert "against reference model" in html.unescape(extras["test_probe_against_the_reference"])
+    # A probe without a verdict (skipped) shows why, on its test too.
+    skipped_extra = html.unescape(extras["test_membership_against_the_reference"])
+    assert "no verdict" in skipped_extra and "above its level" in skipped_extra
     assert "llmeval contamination probes" in page
     assert "quiz option_shuffle: no sign of contamination" in html.unescape(page)
 
@@ -780,7 +789,7 @@ def test_membership_on_worked_solutions_gives_its_verdict_with_a_reference_only(
     assert report["rewrites"] == "numbers" and report["mode"] == "reference"
     verdict = report["verdict"]
     assert not verdict["fired"] and "no_verdict" not in report
-    assert "gsm8k_planted fine-tuned on 50 gsm8k items" in verdict["validation"]
+    assert "gsm8k_planted fine-tuned from smollm2-135m on 50 gsm8k items" in verdict["validation"]
     assert "sums is not among the benchmarks it was measured on" in verdict["validation"]
     alone = pytester.runpytest(*_args(tiny_model_dir, *common, "--llm-output=alone"))
     alone.assert_outcomes(skipped=1, deselected=6)
