@@ -429,6 +429,23 @@ class ProbeRunner:
             return ProbeOutcome(
                 runner.spec.name, "membership", flags, None, plan, no_verdict=reason
             )
+        why = _why_not_given(verdict)
+        if why is not None and flags.rewrites == "options":
+            # Measured (docs/CONTAMINATION.md, "The reference-paired verdicts on a second
+            # family"): an in-domain fine-tune learns the natural orders options are
+            # published in, so against option-order rewrites it finds items it never saw
+            # more familiar than their controls, and the reference cannot cancel that.
+            reason = (
+                f"{runner.spec.name} membership: no verdict: {why}; against option-order "
+                "rewrites a model fine-tuned on text like the benchmark's finds items it "
+                "never saw more familiar in their published (natural) option order, so "
+                "the test cannot tell a memorised item from a learned option-order style; "
+                f"for inspection: {verdict.summary} (p={verdict.p_value:.2g}); "
+                f"{verdict.validation}"
+            )
+            return ProbeOutcome(
+                runner.spec.name, "membership", flags, None, plan, no_verdict=reason
+            )
         return ProbeOutcome(runner.spec.name, "membership", flags, verdict, plan)
 
     def _ts_guessing(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
