@@ -104,3 +104,13 @@ multiple_choice:
   gold: "{{ answer }}"
 contamination: {options: choices, gold: answer}
 """
+
+# Ctrl-C (a KeyboardInterrupt on the controller) after two tests have reported.
+INTERRUPT_CONFTEST = """
+seen = []
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        seen.append(report.nodeid)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+"""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiny_projects import KILL_CONFTEST
+from tiny_projects import INTERRUPT_CONFTEST, KILL_CONFTEST
 
 from pytest_llmeval.record._rundir import RunLease, run_state, strip_timing
 
@@ -642,16 +642,6 @@ def test_a_live_run_is_never_reused_nor_superseded(
     # The killed first process is named (it died while running), whatever the pids' order.
     state, reason = run_state(first)
     assert state == "interrupted" and reason is not None and reason.endswith(" died")
-
-
-INTERRUPT_CONFTEST = """
-seen = []
-def pytest_runtest_logreport(report):
-    if report.when == "call":
-        seen.append(report.nodeid)
-        if len(seen) == 2:
-            raise KeyboardInterrupt
-"""
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "-x", "--maxfail"])

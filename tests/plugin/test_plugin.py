@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiny_projects import PROBED_SPEC
+from tiny_projects import INTERRUPT_CONFTEST, PROBED_SPEC
 
 pytest.importorskip("torch")
 
@@ -420,21 +420,25 @@ def _probe_project(pytester: pytest.Pytester, module: str) -> None:
     (pytester.path / module).write_text(PROBE_TEST)
 
 
+def _probe_args(model: Path, *extra: str) -> list[str]:
+    """The probe project's run: its probes on 4 items, the model as its own reference."""
+    return _args(
+        model,
+        "-m",
+        "contamination",
+        "--llm-probe-items=4",
+        "--llm-output=out",
+        f"--llm-reference-model={model}",
+        *extra,
+    )
+
+
 def test_contamination_probes_run_as_tests_and_are_recorded(
     pytester: pytest.Pytester, tiny_model_dir: Path
 ) -> None:
     # A basename no other test module has (in-process runs share sys.modules).
     _probe_project(pytester, "test_llm_probe_project.py")
-    result = pytester.runpytest(
-        *_args(
-            tiny_model_dir,
-            "-m",
-            "contamination",
-            "--llm-probe-items=4",
-            "--llm-output=out",
-            f"--llm-reference-model={tiny_model_dir}",
-        )
-    )
+    result = pytester.runpytest(*_probe_args(tiny_model_dir))
     result.assert_outcomes(passed=2, skipped=2, deselected=6)
     result.stdout.fnmatch_lines(
         ["*llmeval contamination probes*", "*quiz canonical_order: no sign*"]
@@ -578,18 +582,7 @@ def test_contamination_probes_under_xdist_reach_every_report(
     summary_file = pytester.path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
     result = pytester.runpytest_subprocess(
-        *_args(
-            tiny_model_dir,
-            "-m",
-            "contamination",
-            "--llm-probe-items=4",
-            "--llm-output=out",
-            f"--llm-reference-model={tiny_model_dir}",
-            "-n",
-            "2",
-            "--junitxml=junit.xml",
-            "--html=pytest.html",
-        )
+        *_probe_args(tiny_model_dir, "-n", "2", "--junitxml=junit.xml", "--html=pytest.html")
     )
     result.assert_outcomes(passed=2, skipped=2)
     result.stdout.fnmatch_lines(
@@ -633,36 +626,14 @@ def test_contamination_probes_under_xdist_reach_every_report(
     assert "quiz option_shuffle: no sign of contamination" in html.unescape(page)
 
 
-# Ctrl-C on the controller after two probe tests have reported.
-PROBE_INTERRUPT_CONFTEST = """
-seen = []
-def pytest_runtest_logreport(report):
-    if report.when == "call":
-        seen.append(report.nodeid)
-        if len(seen) == 2:
-            raise KeyboardInterrupt
-"""
-
-
 def test_probes_that_finished_before_ctrl_c_under_xdist_are_kept(
     pytester: pytest.Pytester, tiny_model_dir: Path
 ) -> None:
     """Interrupted in the middle of an xdist probe run, the probes that reported keep their
     reports and terminal lines, and summary.md says the run was interrupted."""
     _probe_project(pytester, "test_llm_probe_ctrlc.py")
-    pytester.makeconftest(PROBE_INTERRUPT_CONFTEST)
-    result = pytester.runpytest_subprocess(
-        *_args(
-            tiny_model_dir,
-            "-m",
-            "contamination",
-            "--llm-probe-items=4",
-            "--llm-output=out",
-            f"--llm-reference-model={tiny_model_dir}",
-            "-n",
-            "2",
-        )
-    )
+    pytester.makeconftest(INTERRUPT_CONFTEST)
+    result = pytester.runpytest_subprocess(*_probe_args(tiny_model_dir, "-n", "2"))
     assert result.ret == pytest.ExitCode.INTERRUPTED
     run = next((pytester.path / "out").iterdir())
     reports = sorted((run / "contamination").glob("*.json"))
