@@ -12,7 +12,10 @@ and do they stay silent on models that were not?
    (:func:`measure_items`: canonical-order log-likelihoods, answers as published and
    shuffled, CircularEval, TS-Guessing, membership scores as published and rewritten),
    written as ``<model>-<task>.json``; zero-shot prompts without a chat template by
-   default (``--fewshot``, ``--chat on`` for the prompts the shipped probes use).
+   default (``--fewshot``, ``--chat on`` for the prompts the shipped probes use). With
+   ``--chunk``, a stopped run resumes when started again; a larger ``--items`` extends a
+   finished file with the items it lacks; each restart's commit is kept beside the first
+   one's; a file of another measurement is refused, never written over.
 3. ``analyse``: every verdict of :mod:`pytest_llmeval.contamination._verdicts` on each half
    of each planted model, with the untouched model as reference; the item-level AUROCs and
    the flags' precision and recall; each verdict's power on draws of planted items and its
@@ -330,6 +333,7 @@ def measure(
     batch_size: int = 8,
     measures: Sequence[str] = MEASURES,
     chunk: int = 0,
+    replace: bool = False,
 ) -> dict[str, Any]:
     """Measure the first ``setup.items`` items of the task (all of them when 0) with
     ``model``; write ``out``.
@@ -337,7 +341,9 @@ def measure(
     With ``chunk``, items are measured ``chunk`` at a time, round-robin over subsets
     (:func:`round_robin`), and ``out`` is rewritten after each chunk; a run stopped
     half-way picks up where it stopped when started again with the same setup, model and
-    measures (the ids already in ``out`` are kept)."""
+    measures (the ids already in ``out`` are kept), and a larger ``--items`` extends a
+    finished file (:func:`_continues`). An ``out`` holding another measurement is refused,
+    unless ``replace``."""
     unknown = set(measures) - set(MEASURES)
     if unknown:  # before the model loads
         raise ValueError(f"--measures: unknown {sorted(unknown)}; known: {', '.join(MEASURES)}")
@@ -348,15 +354,20 @@ def measure(
         done: list[dict[str, Any]] = []
         seconds = 0.0
         measured = _provenance()
-        if chunk and out.is_file():
+        resumed: list[dict[str, Any]] = []
+        if out.is_file():
             previous = json.loads(out.read_text())
-            if (
-                previous.get("setup") == described
-                and previous.get("model") == model
-                and previous.get("measures") == list(measures)
-            ):
+            if _continues(previous, described, model, measures):
                 done, seconds = previous["items"], float(previous["seconds"])
                 measured = previous.get("measured") or measured  # when it started
+                resumed = list(previous.get("resumed") or [])
+            elif not replace:  # before the model loads; hours of measurement are not lost
+                why = _differs(previous, described, model, measures)
+                raise ValueError(
+                    f"--out {out} holds another measurement ({why}): "
+                    "it is neither resumed nor extended by this one; name another --out, or "
+                    "remove it to measure again"
+                )
         backend = load_backend(ModelSettings(model=model, batch_size=batch_size, seed=setup.seed))
         runner.bind(backend)  # the chat template, if any, is taken (or refused) now
         result = {
@@ -374,6 +385,12 @@ def measure(
         }
         finished = {r["id"] for r in done}
         todo = round_robin([i for i in items if i.id not in finished])
+        if done and todo:
+            # Every restart is recorded: the code measuring the rest may not be the code
+            # that measured the first items, and the tables name both.
+            resumed.append({**_provenance(), "from_item": len(done)})
+        if resumed:
+            result["resumed"] = resumed
         step = chunk or len(todo) or 1
         for start in range(0, len(todo), step):
             began = time.perf_counter()
@@ -386,6 +403,40 @@ def measure(
         if not todo:
             _write(out, result)
         return result
+
+
+def _continues(
+    previous: Mapping[str, Any], described: Mapping[str, str], model: str, measures: Sequence[str]
+) -> bool:
+    """Whether the raw file ``previous`` is this measurement stopped half-way, or the same
+    measurement over fewer first items: :func:`first_n` takes the first N of one fixed
+    round-robin order, so a larger ``--items`` measures the same items and more, and a file
+    is extended instead of measured again."""
+    if previous.get("model") != model or previous.get("measures") != list(measures):
+        return False
+    before = dict(previous.get("setup") or {})
+    if before == described:
+        return True
+    had, wants = before.pop("items", "0"), described.get("items", "0")
+    same_otherwise = before == {k: v for k, v in described.items() if k != "items"}
+    # "0" is all items: nothing extends it, and it extends anything.
+    return same_otherwise and had != "0" and (wants == "0" or int(wants) > int(had))
+
+
+def _differs(
+    previous: Mapping[str, Any], described: Mapping[str, str], model: str, measures: Sequence[str]
+) -> str:
+    """What sets the raw file ``previous`` apart from this measurement, in words."""
+    before = previous.get("setup") or {}
+    changed = [
+        f"{k} {before.get(k)!r}, not {v!r}" for k, v in described.items() if before.get(k) != v
+    ]
+    measured_with = f"model {previous.get('model')!r}, not {model!r}"
+    if previous.get("model") != model and measured_with not in changed:
+        changed.append(measured_with)
+    if previous.get("measures") != list(measures):
+        changed.append(f"measures {previous.get('measures')}, not {list(measures)}")
+    return "; ".join(changed) or "another measurement"
 
 
 @contextlib.contextmanager
@@ -745,6 +796,7 @@ def analyse(raw: Path, models: Path, *, draws: int = 500, seed: int = 1234) -> d
         clean = [r for r in records if r["id"] not in planted]
         out["pools"][stem] = {
             "measured": result.get("measured"),
+            "resumed": result.get("resumed", []),
             "conditions": conditions(result),
             "model": model,
             "task": task,
@@ -940,6 +992,7 @@ def scaling(
         named = Path(str(result["model"])).name
         out["pools"][stem] = {
             "measured": result.get("measured"),
+            "resumed": result.get("resumed", []),
             "conditions": conditions(result),
             "model": model,
             "model_name": named,
@@ -1252,8 +1305,15 @@ def _when(pool: Mapping[str, Any]) -> str:
     measured = pool.get("measured") or {}
     if not measured.get("commit"):
         return ""
-    dirty = " with uncommitted changes" if measured.get("dirty") else ""
-    return f" at commit {measured['commit']}{dirty}, {measured['date']}"
+
+    def at(m: Mapping[str, Any]) -> str:
+        dirty = " with uncommitted changes" if m.get("dirty") else ""
+        return f"at commit {m['commit']}{dirty}, {m['date']}"
+
+    text = f" {at(measured)}"
+    for again in pool.get("resumed") or []:
+        text += f"; from item {again['from_item']} on, {at(again)}"
+    return text
 
 
 def _fmt_p(v: Mapping[str, Any]) -> str:
@@ -1351,8 +1411,17 @@ def run(setup: Setup, out: Path, *, batch_size: int = 8, draws: int = 200) -> di
     plant_dir.mkdir(parents=True, exist_ok=True)
     record = plant(setup, plant_dir)
     task = record["task"]
-    measure(setup, setup.model, out / "raw" / f"{REFERENCE}-{task}.json", batch_size=batch_size)
-    measure(setup, str(plant_dir), out / "raw" / f"contaminated-{task}.json", batch_size=batch_size)
+    raw = out / "raw"
+    measure(
+        setup, setup.model, raw / f"{REFERENCE}-{task}.json", batch_size=batch_size, replace=True
+    )
+    measure(
+        setup,
+        str(plant_dir),
+        raw / f"contaminated-{task}.json",
+        batch_size=batch_size,
+        replace=True,
+    )
     results = analyse(out / "raw", out / "models", draws=draws, seed=setup.seed)
     (out / "results.json").write_text(strict_json.dumps(results, indent=1))
     (out / "results.md").write_text(markdown(results))

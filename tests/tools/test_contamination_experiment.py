@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from tools.contamination_experiment import (
     EARLIER_CONDITIONS,
     Setup,
     _claim,
+    _when,
     conditions,
     main,
     measure,
@@ -325,6 +327,58 @@ def test_two_measurements_never_write_the_same_file(tmp_path: Path) -> None:
         assert lock.read_text() == str(os.getpid())
 
 
+def test_a_measurement_with_more_items_extends_the_file_and_records_each_restart(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """``--items`` larger than a raw file's measures only the items it lacks (the first N
+    are a prefix of the first M), a stopped run picks up where it stopped, and each
+    restart's commit is recorded beside the first one's: the tables name both. A file of
+    another measurement is refused, not written over."""
+    rows = [
+        {"question": f"q {i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
+        for i in range(8)
+    ]
+    (tmp_path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
+    out = tmp_path / "raw" / "untouched-quiz.json"
+
+    def run_with(items: int, seed: int = 3) -> dict[str, Any]:
+        setup = Setup(
+            task=tmp_path / "quiz.yaml",
+            data_dirs=(tmp_path,),
+            model=str(tiny_model_dir),
+            items=items,
+            epochs=1,
+            lr=1e-3,
+            seed=seed,
+            order_k=2,
+        )
+        return measure(setup, str(tiny_model_dir), out, batch_size=4, measures=["answers"], chunk=2)
+
+    first = run_with(4)
+    assert len(first["items"]) == 4 and "resumed" not in first
+    kept = {r["id"]: r for r in first["items"]}
+    more = run_with(6)
+    assert [r["id"] for r in more["items"][:4]] == list(kept)
+    assert more["items"][:4] == list(kept.values())
+    assert {r["id"] for r in more["items"]} == {f"quiz-{i:04d}" for i in range(6)}
+    assert more["setup"]["items"] == "6"
+    (again,) = more["resumed"]
+    assert again["from_item"] == 4 and again["commit"] == more["measured"]["commit"]
+    assert run_with(6)["resumed"] == more["resumed"]  # finished: nothing to resume
+    everything = run_with(0)
+    assert len(everything["items"]) == 8 and len(everything["resumed"]) == 2
+    pool = {"measured": everything["measured"], "resumed": everything["resumed"]}
+    assert _when(pool).count("at commit") == 3 and "from item 6 on" in _when(pool)
+    # Fewer items, or another seed: another measurement, refused before the model loads
+    # rather than written over the one in the file.
+    with pytest.raises(ValueError, match=r"holds another measurement \(items '0', not '4'\)"):
+        run_with(4)
+    with pytest.raises(ValueError, match="items '0', not '6'; seed '3', not '4'"):
+        run_with(6, seed=4)
+    assert len(json.loads(out.read_text())["items"]) == 8
+
+
 def test_the_shipped_probes_prompts_through_the_chat_template(
     tmp_path: Path, chat_model_dirs: dict[str, Path], tiny_model_dir: Path
 ) -> None:
@@ -341,7 +395,7 @@ def test_the_shipped_probes_prompts_through_the_chat_template(
     (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
     model = str(chat_model_dirs["chatml"])
 
-    def run_with(chat: str, model: str = model) -> dict[str, object]:
+    def run_with(chat: str, model: str = model, name: str = "") -> dict[str, object]:
         setup = Setup(
             task=tmp_path / "quiz.yaml",
             data_dirs=(tmp_path,),
@@ -353,7 +407,8 @@ def test_the_shipped_probes_prompts_through_the_chat_template(
             order_k=2,
             chat=chat,
         )
-        return measure(setup, model, tmp_path / f"{chat}.json", batch_size=4, measures=["answers"])
+        out = tmp_path / f"{name or chat}.json"
+        return measure(setup, model, out, batch_size=4, measures=["answers"])
 
     on, off = run_with("on"), run_with("off")
     template = on["chat_template"]
@@ -364,7 +419,7 @@ def test_the_shipped_probes_prompts_through_the_chat_template(
     gold = [r["answer"]["published"]["gold_prob"] for r in on["items"]]  # type: ignore[index]
     assert gold != [r["answer"]["published"]["gold_prob"] for r in off["items"]]  # type: ignore[index]
     with pytest.raises(ModelError, match="has no chat template"):
-        run_with("on", str(tiny_model_dir))
+        run_with("on", str(tiny_model_dir), "untemplated")
 
 
 def test_a_draw_that_starts_with_an_item_ts_guessing_cannot_mask_still_has_its_verdict() -> None:
