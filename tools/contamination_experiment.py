@@ -405,6 +405,10 @@ def measure(
         return result
 
 
+# The prompts of every raw file written before --fewshot and --chat: zero-shot raw text.
+SETUP_BEFORE_ITS_OPTION = {"fewshot": "0", "chat": "off"}
+
+
 def _continues(
     previous: Mapping[str, Any], described: Mapping[str, str], model: str, measures: Sequence[str]
 ) -> bool:
@@ -414,7 +418,8 @@ def _continues(
     is extended instead of measured again."""
     if previous.get("model") != model or previous.get("measures") != list(measures):
         return False
-    before = dict(previous.get("setup") or {})
+    # A setting a file written before it existed lacks had the only value there was then.
+    before = {**SETUP_BEFORE_ITS_OPTION, **(previous.get("setup") or {})}
     if before == described:
         return True
     had, wants = before.pop("items", "0"), described.get("items", "0")
@@ -427,7 +432,7 @@ def _differs(
     previous: Mapping[str, Any], described: Mapping[str, str], model: str, measures: Sequence[str]
 ) -> str:
     """What sets the raw file ``previous`` apart from this measurement, in words."""
-    before = previous.get("setup") or {}
+    before = {**SETUP_BEFORE_ITS_OPTION, **(previous.get("setup") or {})}
     changed = [
         f"{k} {before.get(k)!r}, not {v!r}" for k, v in described.items() if before.get(k) != v
     ]
