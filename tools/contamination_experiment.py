@@ -518,6 +518,7 @@ def _is_json_scalar(value: Any) -> bool:
 # --------------------------------------------------------------------------- analysis
 
 REFERENCE = "untouched"  # the raw files of the model every other model is compared with
+DEFAULT_MODEL = "smollm2-135m"  # the model planted and measured when --model is not given
 ALPHA = 0.01  # the probes' default level (--llm-probe-alpha)
 FLAG_FPR = 0.05  # the membership flags' target false-positive rate
 AUROC_SCORES = ("min_k", "min_k_plus_plus", "mean_logprob")
@@ -1003,7 +1004,7 @@ def scaling(
             "model_name": named,
             "task": task,
             "role": (
-                f"fine-tuned from {plant_record.get('setup', {}).get('model', REFERENCE)} "
+                f"fine-tuned from {plant_record.get('setup', {}).get('model', DEFAULT_MODEL)} "
                 f"on {len(planted)} {plant_record['task']} items, probed on the others "
                 "(in-domain, never saw them)"
                 if plant_record
@@ -1536,7 +1537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--task", type=Path, default=Path("benchmarks/mmlu.yaml"))
     common.add_argument("--data-dir", type=Path, action="append", default=None)
-    common.add_argument("--model", default="smollm2-135m")
+    common.add_argument("--model", default=DEFAULT_MODEL)
     common.add_argument("--items", type=int, default=100, help="first N items; 0: all")
     common.add_argument("--epochs", type=int, default=3)
     common.add_argument("--lr", type=float, default=1e-4)

@@ -266,6 +266,10 @@ def test_another_set_of_measures_is_its_own_pool_and_earlier_pools_carry_over(
     }
     assert results["pools"]["untouched-quiz"] == earlier["pools"]["untouched-quiz"]
     assert "canonical_order_vs_reference" in results["pools"]["tuned-quiz.probes"]["rates"]
+    # A planted.json written before it recorded its setup: planted on the default model.
+    assert results["pools"]["tuned-quiz.probes"]["role"].startswith(
+        "fine-tuned from smollm2-135m on 50 quiz items"
+    )
     assert set(results["power"]) == {"tuned-quiz.probes"}
     pools = {p["pool"] for p in results["validation"]["canonical_order"]["pools"]}
     assert pools == set(results["pools"])
