@@ -31,6 +31,7 @@ GSM8K_ITEMS=${GSM8K_ITEMS:-1000}
 CEVAL_CIRCULAR_ITEMS=${CEVAL_CIRCULAR_ITEMS:-0}
 CIRCULAR_ITEMS=${CIRCULAR_ITEMS:-300}
 PAIR_ITEMS=${PAIR_ITEMS:-600}
+SHIPPED_ITEMS=${SHIPPED_ITEMS:-300}
 GEN_ITEMS=${GEN_ITEMS:-0}
 PY=${PYTHON:-python}
 E="$PY -m tools.contamination_experiment"
@@ -73,6 +74,12 @@ $E measure --task benchmarks/ceval.yaml --items "$CEVAL_CIRCULAR_ITEMS" --measur
   --batch-size 16 --out "$OUT/raw/untouched-ceval.probes.json"
 $E measure --task benchmarks/mmlu.yaml --items "$CIRCULAR_ITEMS" --measures circular --chunk 50 \
   --batch-size 4 --model gemma3-270m --out "$OUT/raw/gemma3-mmlu.probes.json"
+# Option shuffling and CircularEval under the prompts the shipped probes use (MMLU's 5
+# shots, through the chat template): SHIPPED_ITEMS (default 300; about 5 s an item for
+# answers and 10 s for CircularEval on 2 cores).
+S="--task benchmarks/mmlu.yaml --items $SHIPPED_ITEMS --fewshot 5 --chat on --chunk 25 --batch-size 8"
+$E measure $S --measures answers --out "$OUT/raw/untouched-mmlu.shipped.json"
+$E measure $S --measures circular --out "$OUT/raw/untouched-mmlu.shipped-circular.json"
 # The reference-paired verdicts on a second family: Gemma fine-tuned on the same planted
 # half of the first 100 MMLU items, probed on PAIR_ITEMS items with its untouched base as
 # the reference (a fine-tune is paired with the model it was fine-tuned from). The label
