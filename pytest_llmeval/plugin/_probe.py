@@ -431,10 +431,11 @@ class ProbeRunner:
             )
         why = _why_not_given(verdict)
         if why is not None and flags.rewrites == "options":
-            # Measured (docs/CONTAMINATION.md, "The reference-paired verdicts on a second
-            # family"): an in-domain fine-tune learns the natural orders options are
-            # published in, so against option-order rewrites it finds items it never saw
-            # more familiar than their controls, and the reference cannot cancel that.
+            # Measured on both families' in-domain fine-tunes (docs/CONTAMINATION.md, "The
+            # reference-paired verdicts on a second family" and "Longer pools"): a
+            # fine-tune learns the natural orders options are published in, so against
+            # option-order rewrites it finds items it never saw more familiar than their
+            # controls, and the reference cannot cancel that.
             reason = (
                 f"{runner.spec.name} membership: no verdict: {why}; against option-order "
                 "rewrites a model fine-tuned on text like the benchmark's finds items it "
