@@ -342,8 +342,9 @@ def measure(
     (:func:`round_robin`), and ``out`` is rewritten after each chunk; a run stopped
     half-way picks up where it stopped when started again with the same setup, model and
     measures (the ids already in ``out`` are kept), and a larger ``--items`` extends a
-    finished file (:func:`_continues`). An ``out`` holding another measurement is refused,
-    unless ``replace``."""
+    finished file (:func:`_continues`). An ``out`` holding another measurement is refused;
+    with ``replace``, whatever ``out`` holds is measured again from the start (``run``:
+    its planted model is trained again)."""
     unknown = set(measures) - set(MEASURES)
     if unknown:  # before the model loads
         raise ValueError(f"--measures: unknown {sorted(unknown)}; known: {', '.join(MEASURES)}")
@@ -355,13 +356,13 @@ def measure(
         seconds = 0.0
         measured = _provenance()
         resumed: list[dict[str, Any]] = []
-        if out.is_file():
+        if out.is_file() and not replace:
             previous = json.loads(out.read_text())
             if _continues(previous, described, model, measures):
                 done, seconds = previous["items"], float(previous["seconds"])
                 measured = previous.get("measured") or measured  # when it started
                 resumed = list(previous.get("resumed") or [])
-            elif not replace:  # before the model loads; hours of measurement are not lost
+            else:  # before the model loads; hours of measurement are not lost
                 why = _differs(previous, described, model, measures)
                 raise ValueError(
                     f"--out {out} holds another measurement ({why}): "
