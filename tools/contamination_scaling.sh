@@ -16,8 +16,9 @@
 # with the untouched model and a GSM8K fine-tune (0.5 s an item); 0 is all.
 # CEVAL_CIRCULAR_ITEMS (default 0, all 1,346 validation items): CircularEval on C-Eval
 # (SmolLM2); CIRCULAR_ITEMS (default 300): CircularEval on MMLU with Gemma. PAIR_ITEMS
-# (default 500; about 6.6 s an item per model): MMLU items for Gemma's fine-tune and its base (the second family's
-# reference pair: order, option shuffling, CircularEval, membership). GEN_MODEL and
+# (default 500; about 6.6 s an item per model): MMLU items for Gemma's fine-tune and its
+# base (the second family's reference pair: order, option shuffling, CircularEval,
+# membership). GEN_MODEL and
 # GEN_ITEMS (default all): number and entity rewrites answered by a model that solves GSM8K.
 # CARRY: an earlier scaling.json whose pools are kept when their raw files are not in OUT.
 # Needs the hf extra. Hours on two CPU cores; see docs/CONTAMINATION.md for the times.
