@@ -10,6 +10,7 @@ benchmark's n-grams (``llmeval-contamination scan``, see ``docs/CONTAMINATION.md
 - verdicts (``_verdicts``): every task-level test against a null that fits (a reference
   model, exchangeable items, the items' own rewrites), calibrated item flags, handling;
 - behavioural cues (``_cues``): recall cues in generations, guided completion;
+- resume (``_resume``): a probe's model calls in fixed chunks, each kept as computed;
 - TS-Guessing (``_guessing``): fill in a masked wrong option, generation only;
 - CircularEval (``_circular``): every cyclic rotation of the options, the published order
   tested against chance or against a reference model (``_reference``);
@@ -98,6 +99,14 @@ from pytest_llmeval.contamination._probes import (
     option_shuffle_probe,
 )
 from pytest_llmeval.contamination._reference import ReferenceComparison, compare_indicator
+from pytest_llmeval.contamination._resume import (
+    CHUNK_REQUESTS,
+    ChunkCounts,
+    ChunkedBackend,
+    ChunkStore,
+    NoStore,
+    chunk_digest,
+)
 from pytest_llmeval.contamination._rewrite import (
     CITIES,
     FIRST_NAMES,
@@ -139,6 +148,7 @@ from pytest_llmeval.contamination._verdicts import (
 
 __all__ = [
     "BENCHMARK_NAMES",
+    "CHUNK_REQUESTS",
     "CITIES",
     "DEFAULT_N",
     "DEFAULT_THRESHOLD",
@@ -147,6 +157,9 @@ __all__ = [
     "MEMBERSHIP_SCORES",
     "BenchmarkIndex",
     "CalculationError",
+    "ChunkCounts",
+    "ChunkStore",
+    "ChunkedBackend",
     "CircularItem",
     "CircularReport",
     "ContaminationVerdict",
@@ -168,6 +181,7 @@ __all__ = [
     "Location",
     "MembershipReport",
     "MembershipScore",
+    "NoStore",
     "NumberRewrite",
     "OrderTestReport",
     "PairedItem",
@@ -182,6 +196,7 @@ __all__ = [
     "behavioural_cues",
     "calculations",
     "canonical_order_test",
+    "chunk_digest",
     "circular_probe",
     "circular_verdict",
     "circular_vs_reference",

@@ -173,6 +173,10 @@ class ProbeRunner:
         self._reference: Any = None
         self._reference_record: dict[str, Any] | None = None
         self._correct: dict[str, dict[str, bool]] = {}  # task -> item id -> right as published
+        # The running probe's models, their calls kept chunk by chunk (_chunked).
+        self._running: tuple[TaskRunner, str] | None = None
+        self._wrapped: dict[str, Any] = {}
+        self._resumed: dict[str, list[str]] = {}
 
     # ------------------------------------------------------------------ reference model
 
@@ -250,10 +254,87 @@ class ProbeRunner:
         chosen = first_n(items, n or opts.probe_items)
         if not chosen:  # never a verdict on nothing
             pytest.skip(f"{task} {probe}: no item to probe (the data has none after --llm-exclude)")
+        self._running, self._wrapped, self._resumed = (runner, probe), {}, {}
         outcome: ProbeOutcome = getattr(self, f"_{probe}")(runner, chosen, k)
         outcome = _only_if_validated(outcome)
+        outcome.extra["requests"] = self._chunk_counts()
         self.session.add_probe(self._payload(outcome, opts.probe_alpha))
         return outcome
+
+    # ------------------------------------------------------------------ resume
+
+    def _model(self) -> Any:
+        """The session's model for the running probe, its calls kept chunk by chunk."""
+        return self._chunked("model", self.backend)
+
+    def _ref(self) -> Any | None:
+        """The reference model for the running probe (None without one), likewise."""
+        ref = self.reference()
+        return None if ref is None else self._chunked("reference", ref)
+
+    def _chunked(self, role: str, backend: Any) -> Any:
+        """``backend`` with the running probe's calls cut into fixed chunks
+        (``contamination._resume``), each appended to
+        ``contamination/requests/<task>-<probe>[-reference].jsonl`` in the run directory
+        as it is computed and, unless ``--llm-no-resume``, taken from an interrupted run's
+        file of the same key instead of computed again."""
+        if role not in self._wrapped:
+            from pytest_llmeval.contamination import ChunkedBackend, NoStore
+
+            wrapped = ChunkedBackend(backend, NoStore())
+            wrapped.store = self._store(role, wrapped.chunk)
+            self._wrapped[role] = wrapped
+        return self._wrapped[role]
+
+    def _store(self, role: str, chunk: int) -> Any:
+        from pytest_llmeval.contamination import NoStore
+        from pytest_llmeval.record import RequestChunks, resumable_chunks, stable_hash
+
+        assert self._running is not None
+        runner, probe = self._running
+        session, opts = self.session, self.session.options
+        model: object = "the model under evaluation"
+        if role == "reference":
+            model = (self._reference_record or {}).get("sha256")
+        if session.is_worker or model is None:
+            # An xdist worker writes no run directory; a served reference has no weights
+            # digest to key its results by. Chunked all the same: the same numbers.
+            return NoStore()
+        key = stable_hash(
+            {
+                # The task's resume key: spec, model digest, dtype, device, batch size,
+                # seed, library versions, this package's code and the project's commit.
+                "resume_key": session.evaluator.state(runner).resume_key,
+                "role": role,
+                "model": model,
+                "chunk": chunk,
+            },
+            length=16,
+        )
+        name = f"{runner.spec.name}-{probe}" + ("-reference" if role == "reference" else "")
+        found, sources = resumable_chunks(opts.output, name, key) if opts.resume else ({}, [])
+        run = session.run_dir()
+        self._resumed[role] = [str(s.resolve()) for s in sources]
+        # Marked superseded when this session ends (it holds their chunks now).
+        session.resumed_from.update(str(s) for s in sources)
+        return RequestChunks(run.path, name, key, found)
+
+    def _chunk_counts(self) -> dict[str, Any]:
+        """What the running probe computed and reused, per model (the report's
+        ``requests``; reuse also goes to eval.log)."""
+        assert self._running is not None
+        runner, probe = self._running
+        counts: dict[str, Any] = {}
+        for role, wrapped in self._wrapped.items():
+            counts[role] = {**wrapped.counts.to_dict(), "reused_from": self._resumed.get(role, [])}
+            if wrapped.counts.reused and not self.session.is_worker:
+                self.session.run_dir().log(
+                    f"contamination {runner.spec.name} {probe} ({role}): "
+                    f"{wrapped.counts.reused} requests reused from "
+                    f"{', '.join(self._resumed.get(role, []))}, "
+                    f"{wrapped.counts.computed} computed"
+                )
+        return counts
 
     def _payload(self, outcome: ProbeOutcome, alpha: float) -> dict[str, Any]:
         """The outcome as plain data (it may travel from an xdist worker): the report to
@@ -299,7 +380,7 @@ class ProbeRunner:
         known = self._correct.setdefault(runner.spec.name, {})
         missing = [i for i in items if i.id not in known]
         if missing:
-            for r in runner.run(missing, self.backend):
+            for r in runner.run(missing, self._model()):
                 known[r.item_id] = bool(r.correct)
         return {i.id: known[i.id] for i in items}
 
@@ -307,7 +388,7 @@ class ProbeRunner:
         from pytest_llmeval.contamination import option_shuffle_probe
 
         report = option_shuffle_probe(
-            runner, items, self.backend, k=k or 1, seed=self.session.options.seed
+            runner, items, self._model(), k=k or 1, seed=self.session.options.seed
         )
         self._correct.setdefault(runner.spec.name, {}).update(
             {i.item_id: i.canonical_correct for i in report.items}
@@ -326,8 +407,8 @@ class ProbeRunner:
         )
 
         seed = self.session.options.seed
-        report = canonical_order_test(runner, items, self.backend, k=k or 3, seed=seed)
-        ref_backend = self.reference()
+        report = canonical_order_test(runner, items, self._model(), k=k or 3, seed=seed)
+        ref_backend = self._ref()
         ref_report = (
             canonical_order_test(runner, items, ref_backend, k=k or 3, seed=seed)
             if ref_backend is not None
@@ -367,7 +448,7 @@ class ProbeRunner:
     def _number_rewrite(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
         from pytest_llmeval.contamination import number_rewrite_probe
 
-        report = number_rewrite_probe(runner, items, self.backend, seed=self.session.options.seed)
+        report = number_rewrite_probe(runner, items, self._model(), seed=self.session.options.seed)
         self._correct.setdefault(runner.spec.name, {}).update(
             {i.item_id: i.canonical_correct for i in report.items}
         )
@@ -377,7 +458,7 @@ class ProbeRunner:
     def _entity_rewrite(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
         from pytest_llmeval.contamination import entity_rewrite_probe
 
-        report = entity_rewrite_probe(runner, items, self.backend, seed=self.session.options.seed)
+        report = entity_rewrite_probe(runner, items, self._model(), seed=self.session.options.seed)
         verdict = self._stamp(runner, paired_verdict(report, self.session.options.probe_alpha))
         return ProbeOutcome(runner.spec.name, "entity_rewrite", report, verdict)
 
@@ -390,8 +471,9 @@ class ProbeRunner:
         )
 
         opts = self.session.options
-        mine = membership_records(runner, items, self.backend, perturbations=k or 3, seed=opts.seed)
-        ref_backend = self.reference()
+        model = self._model()
+        mine = membership_records(runner, items, model, perturbations=k or 3, seed=opts.seed)
+        ref_backend = self._ref()
         ref = (
             membership_records(runner, items, ref_backend, perturbations=k or 3, seed=opts.seed)
             if ref_backend is not None
@@ -453,8 +535,8 @@ class ProbeRunner:
         from pytest_llmeval.contamination import guessing_verdict, ts_guessing_probe
 
         seed = self.session.options.seed
-        report = ts_guessing_probe(runner, items, self.backend, seed=seed)
-        ref_backend = self.reference()
+        report = ts_guessing_probe(runner, items, self._model(), seed=seed)
+        ref_backend = self._ref()
         if ref_backend is None:
             reason = (
                 f"{runner.spec.name} ts_guessing: exact-match rate "
@@ -480,8 +562,8 @@ class ProbeRunner:
             option_texts,
         )
 
-        report = circular_probe(runner, items, self.backend)
-        ref_backend = self.reference()
+        report = circular_probe(runner, items, self._model())
+        ref_backend = self._ref()
         ref = circular_probe(runner, items, ref_backend) if ref_backend is not None else None
         fields, _ = option_fields(runner)
         verdict = self._stamp(

@@ -9,6 +9,8 @@
   metrics_summary.json      per task: n, score, stderr, CI, floor, verdict (written at the end)
   summary.md                the Markdown summary
   eval.log                  what happened, with times (computed vs reused items, ...)
+  contamination/            probe reports, flagged items, and each probe's model calls
+                            chunk by chunk (requests/, offered to resume)
 ```
 
 Each process that writes a run directory holds a lease on it, ``processes/<host>-<pid>``:
@@ -306,17 +308,9 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def iter_item_lines(path: Path) -> Iterator[dict[str, Any]]:
     """Item records of one jsonl file; a torn last line (a crash mid-write) is skipped."""
-    try:
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(record, dict) and "item_id" in record:
-                    yield record
-    except OSError:
-        return
+    for record in _json_lines(path):
+        if "item_id" in record:
+            yield record
 
 
 def resumable_items(
@@ -345,6 +339,83 @@ def resumable_items(
         if len(found) > before:
             sources.append(run)
     return found, sources
+
+
+# A probe's model calls, chunk by chunk (contamination._resume): one file per probe and
+# model, ``contamination/requests/<task>-<probe>[-reference].jsonl``.
+REQUESTS_DIR = "contamination/requests"
+
+
+def resumable_chunks(
+    output: Path, name: str, key: str
+) -> tuple[dict[str, list[dict[str, Any]]], list[Path]]:
+    """A probe's computed chunks (digest -> results) with this key, from interrupted runs
+    under ``output`` (never from live, finished or superseded ones; newer runs win), and
+    the runs they came from. ``name``: the file's name without ``.jsonl``."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    sources: list[Path] = []
+    if not output.is_dir():
+        return found, sources
+    for run in sorted(p for p in output.iterdir() if p.is_dir()):
+        path = run / REQUESTS_DIR / f"{_slug(name)}.jsonl"
+        if not path.is_file() or run_state(run)[0] != "interrupted":
+            continue
+        before = len(found)
+        for line in _json_lines(path):
+            results = line.get("results")
+            if line.get("key") == key and isinstance(line.get("chunk"), str) and results:
+                found[line["chunk"]] = results
+        if len(found) > before:
+            sources.append(run)
+    return found, sources
+
+
+def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """The objects of a jsonl file; a torn last line (a crash mid-write) is skipped."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for text in fh:
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(value, dict):
+                    yield value
+    except OSError:
+        return
+
+
+class RequestChunks:
+    """A probe's chunk store (``contamination._resume.ChunkStore``) in a run directory:
+    every chunk is appended to ``contamination/requests/<name>.jsonl`` as it is computed
+    (or reused, so that a run that is interrupted again still holds all of them), and
+    looked up in ``found`` (:func:`resumable_chunks`) before it is computed."""
+
+    def __init__(
+        self, run: Path, name: str, key: str, found: Mapping[str, list[dict[str, Any]]]
+    ) -> None:
+        self.path = run / REQUESTS_DIR / f"{_slug(name)}.jsonl"
+        self.key = key
+        self.found = dict(found)
+        self._written: set[str] = set()
+
+    def get(self, digest: str) -> list[dict[str, Any]] | None:
+        return self.found.get(digest)
+
+    def put(self, digest: str, kind: str, results: list[dict[str, Any]]) -> None:
+        if digest in self._written:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Plain JSON (not the records' strict writer): a log-probability may be -inf.
+        line = json.dumps(
+            {"key": self.key, "chunk": digest, "kind": kind, "results": results},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+        self._written.add(digest)
 
 
 def strip_timing(record: Mapping[str, Any]) -> dict[str, Any]:

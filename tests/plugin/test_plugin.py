@@ -468,6 +468,95 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
 
 
+# Chunks of 4 requests (the default is 256) and, with STOP_AFTER set, Ctrl-C once that
+# many chunks were kept: a probe interrupted half-way. Patched for this in-process run only.
+CHUNKS_CONFTEST = """\
+import os
+import pytest_llmeval.contamination._resume as resume
+import pytest_llmeval.record._rundir as rundir
+
+_chunk, _put = resume.CHUNK_REQUESTS, rundir.RequestChunks.put
+
+
+def put(self, digest, kind, results):
+    _put(self, digest, kind, results)
+    if len(self._written) == int(os.environ.get("STOP_AFTER", "0")):
+        raise KeyboardInterrupt
+
+
+def pytest_configure(config):
+    resume.CHUNK_REQUESTS = 4
+    rundir.RequestChunks.put = put
+
+
+def pytest_unconfigure(config):
+    resume.CHUNK_REQUESTS, rundir.RequestChunks.put = _chunk, _put
+"""
+
+CIRCULAR_TEST = """\
+import pytest
+
+pytestmark = pytest.mark.contamination
+
+
+def test_circular(llm_probe):
+    llm_probe.check(llm_probe.run("quiz", "circular"))
+"""
+
+
+def test_an_interrupted_probe_resumes_where_it_stopped(
+    pytester: pytest.Pytester, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_llmeval.record import run_state
+
+    _probe_project(pytester, "test_llm_probe_chunks.py")
+    (pytester.path / "test_llm_probe_chunks.py").write_text(CIRCULAR_TEST)
+    pytester.makeconftest(CHUNKS_CONFTEST)
+    args = _args(tiny_model_dir, "-m", "contamination", "--llm-probe-items=6", "--llm-output=out")
+    monkeypatch.setenv("STOP_AFTER", "5")
+    stopped = pytester.runpytest(*args, no_reraise_ctrlc=True)
+    assert stopped.ret == pytest.ExitCode.INTERRUPTED
+    (first,) = (pytester.path / "out").iterdir()
+    assert run_state(first)[0] == "interrupted"
+    kept = first / "contamination" / "requests" / "quiz-circular.jsonl"
+    assert len(kept.read_text().splitlines()) == 5  # 20 of the 54 requests (6 items x 3 x 3)
+
+    monkeypatch.delenv("STOP_AFTER")
+    # another batch size batches the requests otherwise (another resume key): nothing reused
+    other = pytester.runpytest(*args, "--llm-batch-size=3")
+    assert other.ret == 0
+    run = max((pytester.path / "out").iterdir())
+    report = json.loads((run / "contamination" / "quiz-circular.json").read_text())
+    assert report["requests"]["model"]["reused"] == 0
+    assert run_state(first)[0] == "interrupted"
+    resumed = pytester.runpytest(*args)
+    assert resumed.ret == 0
+    second = max((pytester.path / "out").iterdir())
+    report = json.loads((second / "contamination" / "quiz-circular.json").read_text())
+    assert report["requests"]["model"] == {
+        "computed": 34,
+        "reused": 20,
+        "chunks_computed": 9,
+        "chunks_reused": 5,
+        "reused_from": [str(first.resolve())],
+    }
+    assert "contamination quiz circular (model): 20 requests reused from" in (
+        (second / "eval.log").read_text()
+    )
+    assert run_state(first)[0] == "superseded"  # its chunks are in the resumed run now
+    assert len((second / "contamination/requests/quiz-circular.jsonl").read_text().split()) == 14
+
+    fresh = pytester.runpytest(*args, "--llm-no-resume")
+    assert fresh.ret == 0
+    third = max((pytester.path / "out").iterdir())
+    again = json.loads((third / "contamination" / "quiz-circular.json").read_text())
+    assert again["requests"]["model"]["computed"] == 54
+    # the resumed probe computed exactly what an uninterrupted one does
+    assert {k: v for k, v in again.items() if k != "requests"} == {
+        k: v for k, v in report.items() if k != "requests"
+    }
+
+
 def _scripted_model_dir(pytester: pytest.Pytester) -> None:
     """``--llm-model=scripted`` must name a model directory (checked before collection);
     the scripted backend never reads it."""
