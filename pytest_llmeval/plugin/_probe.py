@@ -277,40 +277,35 @@ class ProbeRunner:
         (``contamination._resume``), each appended to
         ``contamination/requests/<task>-<probe>[-reference].jsonl`` in the run directory
         as it is computed and, unless ``--llm-no-resume``, taken from an interrupted run's
-        file of the same key instead of computed again."""
+        file of the same key (``record.model_call_key``: the model, its settings and the
+        backend code) instead of computed again."""
         if role not in self._wrapped:
             from pytest_llmeval.contamination import ChunkedBackend, NoStore
 
             wrapped = ChunkedBackend(backend, NoStore())
-            wrapped.store = self._store(role, wrapped.chunk)
+            wrapped.store = self._store(role, backend, wrapped.chunk)
             self._wrapped[role] = wrapped
         return self._wrapped[role]
 
-    def _store(self, role: str, chunk: int) -> Any:
+    def _store(self, role: str, backend: Any, chunk: int) -> Any:
         from pytest_llmeval.contamination import NoStore
-        from pytest_llmeval.record import RequestChunks, resumable_chunks, stable_hash
+        from pytest_llmeval.record import RequestChunks, model_call_key, resumable_chunks
 
         assert self._running is not None
         runner, probe = self._running
         session, opts = self.session, self.session.options
-        model: object = "the model under evaluation"
         if role == "reference":
-            model = (self._reference_record or {}).get("sha256")
-        if session.is_worker or model is None:
-            # An xdist worker writes no run directory; a served reference has no weights
-            # digest to key its results by. Chunked all the same: the same numbers.
+            sha256 = (self._reference_record or {}).get("sha256")
+            revision = None
+        else:
+            sha256 = session.evaluator.model_settings.get("model_sha256")
+            revision = opts.model_revision
+        if session.is_worker or (sha256 is None and revision is None):
+            # An xdist worker writes no run directory; a served model without a stated
+            # revision has nothing that tells a redeployed one apart. Chunked all the
+            # same: the same numbers.
             return NoStore()
-        key = stable_hash(
-            {
-                # The task's resume key: spec, model digest, dtype, device, batch size,
-                # seed, library versions, this package's code and the project's commit.
-                "resume_key": session.evaluator.state(runner).resume_key,
-                "role": role,
-                "model": model,
-                "chunk": chunk,
-            },
-            length=16,
-        )
+        key = model_call_key(backend.info(), sha256, revision, {"role": role, "chunk": chunk})
         name = f"{runner.spec.name}-{probe}" + ("-reference" if role == "reference" else "")
         found, sources = resumable_chunks(opts.output, name, key) if opts.resume else ({}, [])
         run = session.run_dir()

@@ -12,7 +12,9 @@ from pytest_llmeval.record._hash import HashCache, file_sha256, model_fingerprin
 from pytest_llmeval.record._junit import compact_properties, present_report, wrong_answer
 from pytest_llmeval.record._report import prepare_report, render_report, write_report
 from pytest_llmeval.record._resume import (
+    backend_code_digest,
     data_files,
+    model_call_key,
     resume_key,
     resume_settings,
     run_identity,
@@ -52,6 +54,7 @@ __all__ = [
     "RunDir",
     "RunRecord",
     "append_github_step_summary",
+    "backend_code_digest",
     "compact_properties",
     "compare_runs",
     "config_hash",
@@ -68,6 +71,7 @@ __all__ = [
     "load_run",
     "mark_superseded",
     "markdown_summary",
+    "model_call_key",
     "model_fingerprint",
     "new_run_dir",
     "output_file",

@@ -59,6 +59,51 @@ def package_identity() -> dict[str, Any]:
     }
 
 
+@lru_cache(maxsize=1)
+def backend_code_digest() -> str:
+    """SHA256 over the source files of this package's model backends (``model/``): the code
+    that turns requests into numbers."""
+    root = Path(__file__).resolve().parents[1] / "model"
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+# Fields of a backend's info() that change while a run goes on (the decode step that ran,
+# batch sizes found by width) or name where rather than what (the model's path and alias):
+# the model's digest stands for them.
+_PASSING_INFO = ("decode_step", "batch_size_by_width", "model_path", "model")
+
+
+def model_call_key(
+    info: Mapping[str, Any],
+    model_sha256: str | None,
+    model_revision: str | None,
+    extra: Mapping[str, Any],
+) -> str:
+    """The key of a model's answers to given requests (a contamination probe's chunks,
+    ``contamination._resume``): what decides the numbers beside the requests themselves,
+    which are digested whole: the model (its files' digest, or the revision stated for a
+    served model), the backend's settings and versions as its ``info()`` states them
+    (dtype, device, batch size, BOS policy, decoding, decode plan, engine, torch and
+    transformers), and the backend code (:func:`backend_code_digest`). Not the rest of the
+    package nor the project's commit: they decide what is asked, which the requests'
+    digest already holds, and a probe's statistics or messages do not change an answer."""
+    stable = {k: v for k, v in info.items() if k not in _PASSING_INFO}
+    return stable_hash(
+        {
+            "info": stable,
+            "model_sha256": model_sha256,
+            "model_revision": model_revision,
+            "backend_code": backend_code_digest(),
+            **extra,
+        },
+        length=16,
+    )
+
+
 def run_identity(code_dir: Path, repeat: int, check_determinism: int) -> dict[str, Any]:
     """What besides the task config decides an item's record: the package, the project's
     git commit (and dirty flag), and the run settings that shape item records."""

@@ -179,3 +179,25 @@ def test_a_real_model_reads_back_bit_for_bit(tiny_model_dir: Path) -> None:
     store.chunks = dict(zip(store.chunks, stored, strict=True))
     assert ChunkedBackend(backend, store, chunk=2).loglikelihood(requests) == computed
     assert computed[0].token_zscores and isinstance(computed[0].token_zscores, tuple)
+
+
+def test_the_key_holds_what_decides_the_numbers_and_nothing_that_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pytest_llmeval.record import _resume, model_call_key
+
+    info = {"backend": "hf", "dtype": "float32", "batch_size": 8, "bos": {"add": False}}
+    key = model_call_key(info, "abc", None, {"role": "model"})
+    # what changes while a run goes on, or names a path, does not count
+    moving = {**info, "decode_step": {"step": "fused"}, "model_path": "/elsewhere", "model": "m"}
+    assert model_call_key(moving, "abc", None, {"role": "model"}) == key
+    for other in (
+        model_call_key({**info, "batch_size": 4}, "abc", None, {"role": "model"}),
+        model_call_key({**info, "bos": {"add": True}}, "abc", None, {"role": "model"}),
+        model_call_key(info, "abd", None, {"role": "model"}),
+        model_call_key(info, "abc", "rev2", {"role": "model"}),
+        model_call_key(info, "abc", None, {"role": "reference"}),
+    ):
+        assert other != key
+    monkeypatch.setattr(_resume, "backend_code_digest", lambda: "edited backend")
+    assert model_call_key(info, "abc", None, {"role": "model"}) != key
