@@ -1086,6 +1086,10 @@ def carry_over(results: dict[str, Any], earlier: Mapping[str, Any]) -> None:
         if new is not None and new["measures"] == pool["measures"]:
             continue
         pools[stem] = {"conditions": EARLIER_CONDITIONS, **pool}
+        if str(pool.get("role", "")).startswith("fine-tuned on "):
+            # Written before roles named the model fine-tuned: the default one, then.
+            role = pool["role"].replace("fine-tuned on ", f"fine-tuned from {DEFAULT_MODEL} on ", 1)
+            pools[stem]["role"] = role
     kept = set(pools)
     for stem, pool in results["pools"].items():
         key = f"{stem}:{'+'.join(pool['measures'])}" if stem in pools else stem
@@ -1153,6 +1157,7 @@ def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
                     "model": pool["model_name"],
                     "task": pool["task"],
                     "role": pool["role"],
+                    "conditions": pool["conditions"],
                     "n_max": max(sizes),
                     "max_rate": worst["rate"],
                     "at": worst["size"],
@@ -1172,6 +1177,21 @@ def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
         # validation.json, and the plugin gives none.
         summary.setdefault(name, {"pools": [], "holds": False})["cannot_fire_on"] = pools
     return summary
+
+
+def _pool_labels(entry: Mapping[str, Any]) -> list[str]:
+    """A verdict's pools in words, once each: pools of the same model, role, benchmark and
+    conditions (measured in two sessions) as one, with the most items either had; the
+    conditions named per pool when the verdict was measured under more than one."""
+    several = len(entry["conditions"]) > 1
+    most: dict[tuple[str, str, str, str], int] = {}
+    for p in entry["pools"]:
+        key = (p["model"], p["role"], p["task"], p.get("conditions", "") if several else "")
+        most[key] = max(most.get(key, 0), int(p["n_max"]))
+    return [
+        f"{model} {role} ({task}, up to {n} items{f', {cond}' if cond else ''})"
+        for (model, role, task, cond), n in most.items()
+    ]
 
 
 def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -1195,10 +1215,7 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
         verdicts_out[name] = {
             "n_min": min(entry["sizes"]),
             "n_max": max(entry["sizes"]),
-            "pools": [
-                f"{p['model']} {p['role']} ({p['task']}, up to {p['n_max']} items)"
-                for p in entry["pools"]
-            ],
+            "pools": _pool_labels(entry),
             "conditions": entry["conditions"],
             "tasks": sorted({p["task"] for p in entry["pools"]}),
             "max_rate": entry["max_rate"],

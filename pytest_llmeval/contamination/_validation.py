@@ -81,7 +81,9 @@ class Validation:
         text = (
             f"false alarms on clean items measured at n={self.n_min}..{self.n_max} on "
             f"{'; '.join(self.pools)}"
-            + (f", with {' / '.join(self.conditions)}" if self.conditions else "")
+            # Under several conditions, each pool's label names its own (the experiment's
+            # validation file writes them so).
+            + (f", with {self.conditions[0]}" if len(self.conditions) == 1 else "")
             + f": at most {100 * self.max_rate:.1f}% ({self.worst})"
         )
         if not self.holds:

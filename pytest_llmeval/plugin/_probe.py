@@ -61,6 +61,12 @@ def _why_not_given(verdict: ContaminationVerdict) -> str | None:
     return None
 
 
+def _inspection(verdict: ContaminationVerdict) -> str:
+    """A verdict that is not given, in the words of one that is: its numbers, its test and
+    null, and its p-value (the skip message's "for inspection" part)."""
+    return f"{verdict.summary} ({verdict.test} against {verdict.null}, p={verdict.p_value:.2g})"
+
+
 def _only_if_validated(outcome: ProbeOutcome) -> ProbeOutcome:
     """No verdict from a test that fires above its level on known-clean items at some
     measured n (``validation.json``: an untouched model, or an in-domain fine-tune against
@@ -80,7 +86,7 @@ def _only_if_validated(outcome: ProbeOutcome) -> ProbeOutcome:
     measured = f"; {verdict.validation}" if validation(verdict.validated_as) else ""
     reason = (
         f"{outcome.task} {outcome.probe}: no verdict: {why}; for inspection: "
-        f"{verdict.summary} (p={verdict.p_value:.2g}){measured}"
+        f"{_inspection(verdict)}{measured}"
     )
     return replace(outcome, verdict=None, no_verdict=reason)
 
@@ -432,7 +438,7 @@ class ProbeRunner:
                 f"{runner.spec.name} canonical_order: no verdict without "
                 "--llm-reference-model: the test cannot tell a memorised option order from "
                 "a natural one (alphabetical, by length, chronological), which clean models "
-                f"prefer too; for inspection: {verdict.summary}; {verdict.validation}"
+                f"prefer too; for inspection: {_inspection(verdict)}; {verdict.validation}"
             )
             return ProbeOutcome(
                 runner.spec.name, "canonical_order", report, None, no_verdict=reason
@@ -501,7 +507,7 @@ class ProbeRunner:
             reason = (
                 f"{runner.spec.name} membership: no verdict without --llm-reference-model "
                 f"(against rewrites alone it fires on clean models above its level); for "
-                f"inspection: {verdict.summary}; {verdict.validation}"
+                f"inspection: {_inspection(verdict)}; {verdict.validation}"
             )
             return ProbeOutcome(
                 runner.spec.name, "membership", flags, None, plan, no_verdict=reason
@@ -518,8 +524,7 @@ class ProbeRunner:
                 "rewrites a model fine-tuned on text like the benchmark's finds items it "
                 "never saw more familiar in their published (natural) option order, so "
                 "the test cannot tell a memorised item from a learned option-order style; "
-                f"for inspection: {verdict.summary} (p={verdict.p_value:.2g}); "
-                f"{verdict.validation}"
+                f"for inspection: {_inspection(verdict)}; {verdict.validation}"
             )
             return ProbeOutcome(
                 runner.spec.name, "membership", flags, None, plan, no_verdict=reason
@@ -527,16 +532,24 @@ class ProbeRunner:
         return ProbeOutcome(runner.spec.name, "membership", flags, verdict, plan)
 
     def _ts_guessing(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
-        from pytest_llmeval.contamination import guessing_verdict, ts_guessing_probe
+        from pytest_llmeval.contamination import (
+            guessing_verdict,
+            ts_guessing_probe,
+            validation_note,
+        )
 
         seed = self.session.options.seed
         report = ts_guessing_probe(runner, items, self._model(), seed=seed)
         ref_backend = self._ref()
         if ref_backend is None:
+            # What the verdict it would have with a reference was validated on: a user
+            # deciding whether to find one should know it is not validated either.
+            with_ref = validation_note("ts_guessing_vs_reference", report.n, task=runner.spec.name)
             reason = (
                 f"{runner.spec.name} ts_guessing: exact-match rate "
                 f"{100 * report.exact_match_rate:.1f}% on {report.n} items; no verdict without "
-                "--llm-reference-model (free-text guessing has no honest chance level)"
+                "--llm-reference-model (free-text guessing has no honest chance level); "
+                f"against a reference (exact matches, paired McNemar): {with_ref}"
             )
             return ProbeOutcome(runner.spec.name, "ts_guessing", report, None, no_verdict=reason)
         ref = ts_guessing_probe(runner, items, ref_backend, seed=seed)

@@ -557,6 +557,38 @@ def test_an_interrupted_probe_resumes_where_it_stopped(
     }
 
 
+GUESSING_TEST = """\
+import pytest
+
+pytestmark = pytest.mark.contamination
+
+
+def test_guessing(llm_probe):
+    llm_probe.check(llm_probe.run("quiz", "ts_guessing"))
+"""
+
+
+def test_ts_guessing_without_a_reference_says_what_a_reference_would_give(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    _probe_project(pytester, "test_llm_probe_guessing.py")
+    (pytester.path / "test_llm_probe_guessing.py").write_text(GUESSING_TEST)
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, "-m", "contamination", "--llm-probe-items=6", "-rs")
+    )
+    result.assert_outcomes(skipped=1, deselected=6)
+    # the validation of the verdict a reference would give, which is none: TS-Guessing
+    # was measured only on models that guess no masked option exactly
+    result.stdout.fnmatch_lines(
+        [
+            "*quiz ts_guessing: exact-match rate *% on * items; no verdict without "
+            "--llm-reference-model (free-text guessing has no honest chance level); against a "
+            "reference (exact matches, paired McNemar): false alarms on clean items measured "
+            "only where the test cannot fire (*discordant pairs*): not validated*"
+        ]
+    )
+
+
 def _scripted_model_dir(pytester: pytest.Pytester) -> None:
     """``--llm-model=scripted`` must name a model directory (checked before collection);
     the scripted backend never reads it."""
@@ -780,12 +812,13 @@ def test_a_verdict_that_fires_on_clean_items_or_was_never_measured_there_is_not_
     assert skipped.verdict is None and skipped.no_verdict is not None
     assert skipped.no_verdict.startswith("gsm8k membership: no verdict: this test fires above")
     assert "85.0% of random draws of 200 items" in skipped.no_verdict
-    assert "b=9 c=1 (p=0.001)" in skipped.no_verdict
+    # its numbers, its test and null, as a verdict that is given says them
+    assert "b=9 c=1 (sign test against ref, p=0.001)" in skipped.no_verdict
     assert _only_if_validated(outcome("holds")).verdict is not None
     never = _only_if_validated(outcome("never_measured"))
     assert never.verdict is None and never.no_verdict is not None
     assert "its false-alarm rate on known-clean items has never been measured" in (never.no_verdict)
-    assert "b=9 c=1 (p=0.001)" in never.no_verdict
+    assert "b=9 c=1 (sign test against ref, p=0.001)" in never.no_verdict
     vacuous = _only_if_validated(outcome("vacuous"))
     assert vacuous.verdict is None and vacuous.no_verdict is not None
     assert "measured only where it cannot fire (m / gsm8k: 0 discordant pairs" in (
