@@ -88,6 +88,17 @@ def result_from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
     return cls(**values)
 
 
+def _read_back(cls: type[R], stored: Any, n: int) -> list[R] | None:
+    """A stored chunk's results, or None when there is none or it does not read as ``n``
+    results of ``cls`` (a file edited or damaged by hand: the chunk is computed again)."""
+    if not isinstance(stored, list) or len(stored) != n:
+        return None
+    try:
+        return [result_from_dict(cls, d) for d in stored]
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
 @dataclasses.dataclass
 class ChunkCounts:
     """What a wrapped backend computed and reused, in requests and chunks."""
@@ -155,10 +166,10 @@ class ChunkedBackend:
         for start in range(0, len(requests), self.chunk):
             part = list(requests[start : start + self.chunk])
             digest = chunk_digest(kind, part)
-            stored = self.store.get(digest)
-            if stored is not None and len(stored) == len(part):
-                out.extend(result_from_dict(cls, d) for d in stored)
-                self.store.put(digest, kind, stored)
+            reused = _read_back(cls, self.store.get(digest), len(part))
+            if reused is not None:
+                out.extend(reused)
+                self.store.put(digest, kind, [result_to_dict(r) for r in reused])
                 self.counts.reused += len(part)
                 self.counts.chunks_reused += 1
                 continue

@@ -201,3 +201,15 @@ def test_the_key_holds_what_decides_the_numbers_and_nothing_that_passes(
         assert other != key
     monkeypatch.setattr(_resume, "backend_code_digest", lambda: "edited backend")
     assert model_call_key(info, "abc", None, {"role": "model"}) != key
+
+
+def test_a_stored_chunk_that_does_not_read_back_is_computed_again() -> None:
+    store = Memory()
+    first = ChunkedBackend(Counting(), store, chunk=4).loglikelihood(_requests(8))
+    digests = list(store.chunks)
+    store.chunks[digests[0]] = [{"logprob": -1.0}] * 4  # fields missing
+    store.chunks[digests[1]] = store.chunks[digests[1]][:3]  # a result short
+    backend = Counting()
+    again = ChunkedBackend(backend, store, chunk=4)
+    assert again.loglikelihood(_requests(8)) == first
+    assert backend.calls == [4, 4] and again.counts.reused == 0
