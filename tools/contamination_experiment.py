@@ -1217,6 +1217,13 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
             "n_max": max(entry["sizes"]),
             "pools": _pool_labels(entry),
             "conditions": entry["conditions"],
+            # The most items measured under each condition: a run under one lies outside
+            # the validated range above that many, whatever other conditions reached.
+            "n_max_by_conditions": {
+                c: max(int(p["n_max"]) for p in entry["pools"] if p.get("conditions") == c)
+                for c in entry["conditions"]
+                if any(p.get("conditions") == c for p in entry["pools"])
+            },
             "tasks": sorted({p["task"] for p in entry["pools"]}),
             "max_rate": entry["max_rate"],
             "worst": f"{100 * worst['max_rate']:.1f}% of random draws of {worst['at']} items, "

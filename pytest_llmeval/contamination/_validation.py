@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,8 @@ class Validation:
     # pairs): when these are all there is, it is not validated.
     cannot_fire_on: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()  # the benchmarks of its pools (empty in an older file)
+    # The most items measured under each of its conditions (empty in an older file).
+    n_max_by_conditions: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_dict(
@@ -62,6 +64,9 @@ class Validation:
             conditions=(own,) if isinstance(own, str) else tuple(str(c) for c in own),
             cannot_fire_on=tuple(str(p) for p in data.get("cannot_fire_on", ())),
             tasks=tuple(str(t) for t in data.get("tasks", ())),
+            n_max_by_conditions={
+                str(c): int(n) for c, n in (data.get("n_max_by_conditions") or {}).items()
+            },
         )
 
     @property
@@ -97,6 +102,12 @@ class Validation:
             text += f"; this run has n={n}, below the validated range"
         if conditions and self.conditions and conditions not in self.conditions:
             text += f"; this run has {conditions}: its false-alarm rate under those is not measured"
+        elif n <= self.n_max and n > self.n_max_by_conditions.get(conditions, self.n_max):
+            text += (
+                f"; this run has n={n} with {conditions}, measured under those up to "
+                f"{self.n_max_by_conditions[conditions]} items: its false-alarm rate at this n "
+                "under these prompts is not measured"
+            )
         if task and self.tasks and task not in self.tasks:
             text += (
                 f"; {task} is not among the benchmarks it was measured on: its false-alarm "

@@ -287,6 +287,46 @@ def test_every_verdict_states_where_it_was_validated(tmp_path: Path) -> None:
     assert chat.to_dict()["conditions"] == "5-shot prompts through the chat template, float16"
 
 
+def test_a_run_past_what_its_prompts_were_measured_to_says_so(tmp_path: Path) -> None:
+    """Measured to 1,000 items under zero-shot prompts, to 300 under the shipped 5-shot
+    chat prompts: a 1,000-item run under the latter is outside its range."""
+    from pytest_llmeval.contamination import _validation
+
+    zero, chat = conditions_text(0, False, "float32"), conditions_text(5, True, "float32")
+    table = {
+        "alpha": 0.01,
+        "verdicts": {
+            "circular": {
+                "n_min": 50,
+                "n_max": 1000,
+                "pools": [
+                    f"m untouched (mmlu, up to 1000 items, {zero})",
+                    f"m untouched (mmlu, up to 300 items, {chat})",
+                ],
+                "max_rate": 0.01,
+                "worst": "1.0% of draws of 100 items, m / mmlu",
+                "holds": True,
+                "conditions": [zero, chat],
+                "n_max_by_conditions": {zero: 1000, chat: 300},
+                "tasks": ["mmlu"],
+            }
+        },
+    }
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps(table))
+    found = _validation.validation("circular", path=path)
+    assert found is not None
+    assert "not measured" not in found.describe(1000, zero)
+    assert "not measured" not in found.describe(300, chat)
+    assert (
+        "this run has n=1000 with 5-shot prompts through the chat template, float32, measured "
+        "under those up to 300 items: its false-alarm rate at this n under these prompts is "
+        "not measured"
+    ) in found.describe(1000, chat)
+    # the pools name their prompts: the message does not list the conditions again
+    assert ", with " not in found.describe(200, zero)
+
+
 def test_the_shipped_validation_file_matches_the_experiment_tables() -> None:
     """validation.json is written by the experiment from the same measurements as
     docs/contamination-experiment/scaling.json: the two must agree verdict by verdict."""
@@ -307,3 +347,5 @@ def test_the_shipped_validation_file_matches_the_experiment_tables() -> None:
         assert (mine["n_min"], mine["n_max"]) == (min(entry["sizes"]), max(entry["sizes"]))
         assert mine["max_rate"] == entry["max_rate"] and mine["holds"] == entry["holds"]
         assert mine["conditions"] == entry["conditions"]
+        for condition, most in mine["n_max_by_conditions"].items():
+            assert most == max(p["n_max"] for p in entry["pools"] if p["conditions"] == condition)
