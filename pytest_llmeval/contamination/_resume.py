@@ -3,7 +3,8 @@ interrupted probe resumes where it stopped.
 
 A probe hands the backend all its requests at once (every rotation, rewrite and choice of
 a thousand items: hours on a CPU). :class:`ChunkedBackend` passes them on in chunks of
-:data:`CHUNK_REQUESTS`, cut at fixed places of the probe's request list, and gives each
+:data:`CHUNK_REQUESTS`, cut at fixed places of the probe's request list (grouped by the
+prompt prefix they share, so that a subject's few-shot block is computed once), and gives each
 computed chunk to a :class:`ChunkStore` (the plugin's keeps them in the run directory,
 ``record.RequestChunks``). A chunk the store already holds (from an interrupted run, under
 the same key) is not computed again.
@@ -88,6 +89,13 @@ def result_from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
     return cls(**values)
 
 
+def _prefix(request: LoglikelihoodRequest | GenerateRequest) -> str:
+    """The part of a request's prompt it shares with others: its ``shared_prefix`` hint,
+    or its whole context when it gives none (the canonical-order test scores questions
+    after the few-shot block as their context)."""
+    return request.context[: request.shared_prefix] if request.shared_prefix else request.context
+
+
 def _read_back(cls: type[R], stored: Any, n: int) -> list[R] | None:
     """A stored chunk's results, or None when there is none or it does not read as ``n``
     results of ``cls`` (a file edited or damaged by hand: the chunk is computed again)."""
@@ -162,24 +170,32 @@ class ChunkedBackend:
         compute: Callable[[Sequence[Any]], list[R]],
         cls: type[R],
     ) -> list[R]:
-        out: list[R] = []
-        for start in range(0, len(requests), self.chunk):
-            part = list(requests[start : start + self.chunk])
+        # Requests that share a prompt prefix (a subject's few-shot block) go to the same
+        # chunks: a probe lists its items subject after subject in turn, and a chunk of
+        # every subject would compute every few-shot state again (the backend keeps only
+        # some across calls). A stable sort: the order is a function of the requests alone.
+        order = sorted(range(len(requests)), key=lambda i: (_prefix(requests[i]), i))
+        out: list[R | None] = [None] * len(requests)
+        for start in range(0, len(order), self.chunk):
+            where = order[start : start + self.chunk]
+            part = [requests[i] for i in where]
             digest = chunk_digest(kind, part)
             reused = _read_back(cls, self.store.get(digest), len(part))
             if reused is not None:
-                out.extend(reused)
-                self.store.put(digest, kind, [result_to_dict(r) for r in reused])
+                results = reused
                 self.counts.reused += len(part)
                 self.counts.chunks_reused += 1
-                continue
-            results = list(compute(part))
-            if len(results) != len(part):
-                raise RuntimeError(
-                    f"the backend returned {len(results)} results for {len(part)} requests"
-                )
+            else:
+                results = list(compute(part))
+                if len(results) != len(part):
+                    raise RuntimeError(
+                        f"the backend returned {len(results)} results for {len(part)} requests"
+                    )
+                self.counts.computed += len(part)
+                self.counts.chunks_computed += 1
             self.store.put(digest, kind, [result_to_dict(r) for r in results])
-            out.extend(results)
-            self.counts.computed += len(part)
-            self.counts.chunks_computed += 1
-        return out
+            for i, result in zip(where, results, strict=True):
+                out[i] = result
+        done = [r for r in out if r is not None]
+        assert len(done) == len(requests)
+        return done

@@ -213,3 +213,37 @@ def test_a_stored_chunk_that_does_not_read_back_is_computed_again() -> None:
     again = ChunkedBackend(backend, store, chunk=4)
     assert again.loglikelihood(_requests(8)) == first
     assert backend.calls == [4, 4] and again.counts.reused == 0
+
+
+def test_requests_of_one_prompt_prefix_share_chunks_and_results_keep_their_order() -> None:
+    """Items come subject after subject in turn; a chunk per subject's requests computes
+    each few-shot block once instead of in every chunk."""
+    calls: list[list[str]] = []
+
+    class Contexts(Counting):
+        def loglikelihood(self, requests: list[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+            calls.append([r.context for r in requests])
+            return super().loglikelihood(requests)
+
+    subjects = ["history", "physics", "law"]
+    requests = [
+        LoglikelihoodRequest(
+            context=f"{subjects[i % 3]} shots. Q{i}",
+            continuation="x" * (i + 1),
+            shared_prefix=len(subjects[i % 3]) + 7,
+        )
+        for i in range(12)
+    ]
+    results = ChunkedBackend(Contexts(), NoStore(), chunk=4).loglikelihood(requests)
+    # one subject per chunk (sorted by prefix), each in the order the probe gave them
+    assert calls == [
+        ["history shots. Q0", "history shots. Q3", "history shots. Q6", "history shots. Q9"],
+        ["law shots. Q2", "law shots. Q5", "law shots. Q8", "law shots. Q11"],
+        ["physics shots. Q1", "physics shots. Q4", "physics shots. Q7", "physics shots. Q10"],
+    ]
+    assert [r.logprob for r in results] == [-(i + 1) - 0.04 for i in range(12)]
+    # without a hint the whole context is the prefix (the canonical-order test's questions)
+    calls.clear()
+    plain = [LoglikelihoodRequest(context=f"c{i % 2}", continuation="y") for i in range(8)]
+    ChunkedBackend(Contexts(), NoStore(), chunk=4).loglikelihood(plain)
+    assert calls == [["c0"] * 4, ["c1"] * 4]
