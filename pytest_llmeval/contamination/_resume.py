@@ -171,9 +171,9 @@ class ChunkedBackend:
         cls: type[R],
     ) -> list[R]:
         # Requests that share a prompt prefix (a subject's few-shot block) go to the same
-        # chunks: a probe lists its items subject after subject in turn, and a chunk of
-        # every subject would compute every few-shot state again (the backend keeps only
-        # some across calls). A stable sort: the order is a function of the requests alone.
+        # chunks: where a data file interleaves subjects, a chunk of every subject would
+        # compute every few-shot state again (the backend keeps only some across calls).
+        # A stable sort: the order is a function of the requests alone.
         order = sorted(range(len(requests)), key=lambda i: (_prefix(requests[i]), i))
         out: list[R | None] = [None] * len(requests)
         for start in range(0, len(order), self.chunk):

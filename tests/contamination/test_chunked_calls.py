@@ -216,8 +216,8 @@ def test_a_stored_chunk_that_does_not_read_back_is_computed_again() -> None:
 
 
 def test_requests_of_one_prompt_prefix_share_chunks_and_results_keep_their_order() -> None:
-    """Items come subject after subject in turn; a chunk per subject's requests computes
-    each few-shot block once instead of in every chunk."""
+    """Where a data file interleaves subjects, chunks in the probe's order would each hold
+    every subject and compute every few-shot block again; grouped, each is computed once."""
     calls: list[list[str]] = []
 
     class Contexts(Counting):
