@@ -75,8 +75,10 @@ class Validation:
         return not self.pools and bool(self.cannot_fire_on)
 
     def describe(self, n: int, conditions: str = "", task: str = "") -> str:
-        """The validated range in words, and whether ``n`` (and the run's ``conditions``,
-        :func:`conditions_text`, and ``task``, when given) lies in it."""
+        """The validated range in words, and whether ``n``, the number of items probed (the
+        unit of the experiment's random draws, not a test's own count of usable items), and
+        the run's ``conditions`` (:func:`conditions_text`) and ``task``, when given, lie in
+        it."""
         if self.vacuous:
             return (
                 "false alarms on clean items measured only where the test cannot fire ("
@@ -84,7 +86,8 @@ class Validation:
                 + f"): not validated ({TABLES})"
             )
         text = (
-            f"false alarms on clean items measured at n={self.n_min}..{self.n_max} on "
+            "false alarms on clean items measured on draws of "
+            f"n={self.n_min}..{self.n_max} items from "
             f"{'; '.join(self.pools)}"
             # Under several conditions, each pool's label names its own (the experiment's
             # validation file writes them so).
@@ -95,16 +98,16 @@ class Validation:
             text += f": above its level alpha={self.alpha}"
         if n > self.n_max:
             text += (
-                f"; this run has n={n}, above the validated range: its false-alarm rate at "
+                f"; this run has n={n} items, above the validated range: its false-alarm rate at "
                 "this n is not measured"
             )
         elif n < self.n_min:
-            text += f"; this run has n={n}, below the validated range"
+            text += f"; this run has n={n} items, below the validated range"
         if conditions and self.conditions and conditions not in self.conditions:
             text += f"; this run has {conditions}: its false-alarm rate under those is not measured"
         elif n <= self.n_max and n > self.n_max_by_conditions.get(conditions, self.n_max):
             text += (
-                f"; this run has n={n} with {conditions}, measured under those up to "
+                f"; this run has n={n} items with {conditions}, measured under those up to "
                 f"{self.n_max_by_conditions[conditions]} items: its false-alarm rate at this n "
                 "under these prompts is not measured"
             )

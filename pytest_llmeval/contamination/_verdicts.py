@@ -122,6 +122,11 @@ class ContaminationVerdict:
     # The prompts and dtype this verdict was computed under (``conditions_text``; empty
     # when unknown): its message says when they are not among the validated ones.
     conditions: str = ""
+    # How many items were probed (the plugin stamps it; 0 when unknown): the unit of the
+    # validated range, which was measured on random draws of that many items. ``n`` is the
+    # test's own count (items with exchangeable options, right in exactly one rotation,
+    # with a rewrite), fewer.
+    items: int = 0
 
     @property
     def fired(self) -> bool:
@@ -134,7 +139,7 @@ class ContaminationVerdict:
         if not self.validated_as:
             return ""
         return validation_note(
-            self.validated_as, self.n, conditions=self.conditions, task=self.task
+            self.validated_as, self.items or self.n, conditions=self.conditions, task=self.task
         )
 
     def message(self) -> str:

@@ -183,6 +183,7 @@ class ProbeRunner:
         self._running: tuple[TaskRunner, str] | None = None
         self._wrapped: dict[str, Any] = {}
         self._resumed: dict[str, list[str]] = {}
+        self._probed = 0  # items the running probe was given
 
     # ------------------------------------------------------------------ reference model
 
@@ -261,6 +262,7 @@ class ProbeRunner:
         if not chosen:  # never a verdict on nothing
             pytest.skip(f"{task} {probe}: no item to probe (the data has none after --llm-exclude)")
         self._running, self._wrapped, self._resumed = (runner, probe), {}, {}
+        self._probed = len(chosen)
         outcome: ProbeOutcome = getattr(self, f"_{probe}")(runner, chosen, k)
         outcome = _only_if_validated(outcome)
         outcome.extra["requests"] = self._chunk_counts()
@@ -363,8 +365,9 @@ class ProbeRunner:
         }
 
     def _stamp(self, runner: TaskRunner, verdict: ContaminationVerdict) -> ContaminationVerdict:
-        """``verdict`` with the prompts and dtype it was computed under: its message says
-        when they are not among those its false-alarm rate was measured under."""
+        """``verdict`` with the prompts and dtype it was computed under and the number of
+        items probed: its message says when they are not among those its false-alarm rate
+        was measured under, or outside the numbers of items it was measured on."""
         from dataclasses import replace
 
         from pytest_llmeval.contamination import conditions_text
@@ -374,6 +377,7 @@ class ProbeRunner:
         return replace(
             verdict,
             conditions=conditions_text(shots, runner.template is not None, dtype and str(dtype)),
+            items=self._probed,
         )
 
     def _published_correct(self, runner: TaskRunner, items: list[Item]) -> dict[str, bool]:

@@ -257,7 +257,7 @@ def test_every_verdict_states_where_it_was_validated(tmp_path: Path) -> None:
     inside = found.describe(200)
     assert "n=50..950" in inside and "at most 0.5%" in inside and "not measured" not in inside
     outside = found.describe(5000)
-    assert "this run has n=5000, above the validated range" in outside
+    assert "this run has n=5000 items, above the validated range" in outside
     assert "below the validated range" in found.describe(20)
     # The conditions it was measured under are stated; a run under others says so.
     assert "with zero-shot prompts without a chat template, float32" in inside
@@ -319,9 +319,9 @@ def test_a_run_past_what_its_prompts_were_measured_to_says_so(tmp_path: Path) ->
     assert "not measured" not in found.describe(1000, zero)
     assert "not measured" not in found.describe(300, chat)
     assert (
-        "this run has n=1000 with 5-shot prompts through the chat template, float32, measured "
-        "under those up to 300 items: its false-alarm rate at this n under these prompts is "
-        "not measured"
+        "this run has n=1000 items with 5-shot prompts through the chat template, float32, "
+        "measured under those up to 300 items: its false-alarm rate at this n under these "
+        "prompts is not measured"
     ) in found.describe(1000, chat)
     # the pools name their prompts: the message does not list the conditions again
     assert ", with " not in found.describe(200, zero)
@@ -349,3 +349,31 @@ def test_the_shipped_validation_file_matches_the_experiment_tables() -> None:
         assert mine["conditions"] == entry["conditions"]
         for condition, most in mine["n_max_by_conditions"].items():
             assert most == max(p["n_max"] for p in entry["pools"] if p["conditions"] == condition)
+
+
+def test_the_validated_range_is_read_in_items_probed_not_in_the_tests_own_count() -> None:
+    """CircularEval's n is the items right in exactly one rotation (625 of 1,000 probed in
+    the shipped run); its range was measured on draws of items probed."""
+    from pytest_llmeval.contamination import ContaminationVerdict
+
+    def verdict(items: int) -> ContaminationVerdict:
+        return ContaminationVerdict(
+            "circular",
+            "mmlu",
+            "exchangeable",
+            "exact",
+            625,
+            0.6,
+            0.01,
+            "x",
+            {},
+            "circular",
+            conditions_text(0, False, "float32"),
+            items,
+        )
+
+    assert "above the validated range" in verdict(2000).validation
+    assert "this run has n=2000 items" in verdict(2000).validation
+    assert "range" not in verdict(1000).validation.split(": at most")[1]
+    # unknown (a verdict made outside the plugin): its own count stands in
+    assert verdict(0).validation == verdict(625).validation
