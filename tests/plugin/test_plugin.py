@@ -493,15 +493,17 @@ def pytest_unconfigure(config):
     resume.CHUNK_REQUESTS, rundir.RequestChunks.put = _chunk, _put
 """
 
-CIRCULAR_TEST = """\
-import pytest
 
-pytestmark = pytest.mark.contamination
+def _one_probe(task: str, probe: str) -> str:
+    """A test module that runs one probe on ``task`` and checks its verdict."""
+    return (
+        "import pytest\n\npytestmark = pytest.mark.contamination\n\n\n"
+        f"def test_{probe}(llm_probe):\n"
+        f"    llm_probe.check(llm_probe.run({task!r}, {probe!r}))\n"
+    )
 
 
-def test_circular(llm_probe):
-    llm_probe.check(llm_probe.run("quiz", "circular"))
-"""
+CIRCULAR_TEST = _one_probe("quiz", "circular")
 
 
 def test_an_interrupted_probe_resumes_where_it_stopped(
@@ -557,15 +559,7 @@ def test_an_interrupted_probe_resumes_where_it_stopped(
     }
 
 
-GUESSING_TEST = """\
-import pytest
-
-pytestmark = pytest.mark.contamination
-
-
-def test_guessing(llm_probe):
-    llm_probe.check(llm_probe.run("quiz", "ts_guessing"))
-"""
+GUESSING_TEST = _one_probe("quiz", "ts_guessing")
 
 
 def test_ts_guessing_without_a_reference_says_what_a_reference_would_give(
@@ -841,15 +835,7 @@ generate:
 contamination: {question: question, solution: answer}
 """
 
-MEMBERSHIP_TEST = """\
-import pytest
-
-pytestmark = pytest.mark.contamination
-
-
-def test_membership(llm_probe):
-    llm_probe.check(llm_probe.run("sums", "membership"))
-"""
+MEMBERSHIP_TEST = _one_probe("sums", "membership")
 
 
 def test_membership_on_worked_solutions_gives_its_verdict_with_a_reference_only(
