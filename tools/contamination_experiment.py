@@ -22,8 +22,10 @@ and do they stay silent on models that were not?
    false alarms on draws of clean items (:func:`fire_rates`); ``results.json`` and
    ``results.md``.
 
-``run`` does the three for one task. Needs torch and transformers (the ``hf`` extra);
-nothing here runs in the test process's default path.
+``from-run`` writes the raw file of ``measure --measures answers,circular`` from the probe
+records of a pytest run of the shipped suite instead of measuring again
+(:mod:`tools.contamination_from_run`). ``run`` does the three for one task. Needs torch and
+transformers (the ``hf`` extra); nothing here runs in the test process's default path.
 """
 
 from __future__ import annotations
@@ -419,6 +421,8 @@ def _continues(
     is extended instead of measured again."""
     if previous.get("model") != model or previous.get("measures") != list(measures):
         return False
+    if previous.get("from_run"):  # read from a pytest run (from-run): not measured here
+        return False
     # A setting a file written before it existed lacks had the only value there was then.
     before = {**SETUP_BEFORE_ITS_OPTION, **(previous.get("setup") or {})}
     if before == described:
@@ -442,6 +446,8 @@ def _differs(
         changed.append(measured_with)
     if previous.get("measures") != list(measures):
         changed.append(f"measures {previous.get('measures')}, not {list(measures)}")
+    if previous.get("from_run"):
+        changed.insert(0, f"read from the pytest run {previous['from_run'].get('run')} by from-run")
     return "; ".join(changed) or "another measurement"
 
 
@@ -804,6 +810,7 @@ def analyse(raw: Path, models: Path, *, draws: int = 500, seed: int = 1234) -> d
         out["pools"][stem] = {
             "measured": result.get("measured"),
             "resumed": result.get("resumed", []),
+            "from_run": result.get("from_run"),
             "conditions": conditions(result),
             "model": model,
             "task": task,
@@ -1000,6 +1007,7 @@ def scaling(
         out["pools"][stem] = {
             "measured": result.get("measured"),
             "resumed": result.get("resumed", []),
+            "from_run": result.get("from_run"),
             "conditions": conditions(result),
             "model": model,
             "model_name": named,
@@ -1334,16 +1342,25 @@ def scaling_markdown(results: Mapping[str, Any]) -> str:
 
 def _when(pool: Mapping[str, Any]) -> str:
     measured = pool.get("measured") or {}
-    if not measured.get("commit"):
-        return ""
 
     def at(m: Mapping[str, Any]) -> str:
         dirty = " with uncommitted changes" if m.get("dirty") else ""
         return f"at commit {m['commit']}{dirty}, {m['date']}"
 
-    text = f" {at(measured)}"
-    for again in pool.get("resumed") or []:
-        text += f"; from item {again['from_item']} on, {at(again)}"
+    parts = []
+    if measured.get("commit"):
+        parts.append(at(measured))
+        parts += [f"from item {a['from_item']} on, {at(a)}" for a in pool.get("resumed") or []]
+    text = f" {'; '.join(parts)}" if parts else ""
+    run = pool.get("from_run")
+    if run:
+        # A pool read back from the shipped suite's own probes (tools.contamination_from_run).
+        text += f"{',' if text else ''} read from the probe records of the pytest run {run['run']}"
+        for checked in run.get("checked") or []:
+            text += (
+                f" (the same outcomes as `measure` wrote in {checked['file']} on the "
+                f"{checked['items']} items both hold)"
+            )
     return text
 
 
@@ -1620,6 +1637,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rewrites", parents=[common], help="how round published and rewritten numbers are"
     )
     p_rewrites.add_argument("--out", type=Path, default=None, help="also write this JSON")
+    p_from_run = commands.add_parser(
+        "from-run",
+        parents=[common],
+        help="a raw file read from the probe records of a pytest run (answers, circular)",
+    )
+    p_from_run.add_argument(
+        "--run", type=Path, required=True, help="the run folder (under --llm-output)"
+    )
+    p_from_run.add_argument("--out", type=Path, required=True)
+    p_from_run.add_argument(
+        "--check",
+        type=Path,
+        action="append",
+        default=[],
+        help="a raw file `measure` wrote: the items both hold must agree (repeatable)",
+    )
     p_run = commands.add_parser("run", parents=[common], help="plant, measure and analyse")
     p_run.add_argument("--out", type=Path, required=True)
     p_run.add_argument("--batch-size", type=int, default=8)
@@ -1640,6 +1673,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             chunk=args.chunk,
         )
         print(f"{result['task']}: {len(result['items'])} items in {result['seconds']} s")
+    elif args.command == "from-run":
+        from tools.contamination_from_run import RunMismatch, from_run
+
+        with _claim(args.out):
+            if args.out.is_file():
+                raise ValueError(f"--out {args.out} exists: name another, or remove it")
+            try:
+                result = from_run(setup, args.run, check=args.check)
+            except RunMismatch as exc:  # a wrong setup or run, in words; nothing written
+                parser.exit(2, f"from-run: {exc}\n")
+            _write(args.out, result)
+        checked = "; ".join(
+            f"{c['outcomes_equal']} outcomes equal to {c['file']}"
+            for c in result["from_run"]["checked"]
+        )
+        print(
+            f"{result['task']}: {len(result['items'])} items, {'+'.join(result['measures'])} "
+            f"from {args.run.name}" + (f"; {checked}" if checked else "")
+        )
     elif args.command == "analyse":
         results = analyse(args.raw, args.models, draws=args.draws, seed=args.seed)
         args.out.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -522,3 +523,112 @@ def test_a_rewrite_probe_measured_only_where_it_cannot_fire_is_not_validated(
     results = scaling(raw, None, sizes=(50, 200), draws=20, seed=1)
     assert results["pools"]["strong-sums"]["whole"]["number_rewrite"]["fired"]
     assert validation_file(results)["verdicts"]["number_rewrite"]["holds"] is False
+
+
+FROM_RUN_TEST = """\
+import pytest
+
+pytestmark = pytest.mark.contamination
+
+
+@pytest.mark.parametrize("probe", ["option_shuffle", "circular"])
+def test_probe(llm_probe, probe):
+    llm_probe.run("quiz", probe)
+"""
+
+
+def test_a_pool_read_from_a_pytest_run_is_what_measure_writes(
+    pytester: pytest.Pytester, chat_model_dirs: dict[str, Path]
+) -> None:
+    """``from-run``: the shipped probes' per-item outcomes in a run folder, read back as the
+    raw file ``measure --measures answers,circular`` writes with the same setup (the same
+    model, items, seed and prompts); a setup the run does not match is refused, naming
+    what differs, and nothing is written."""
+    from tools.contamination_from_run import RunMismatch, from_run
+
+    rows = [
+        {"question": f"q {i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
+        for i in range(9)
+    ]
+    (pytester.path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (pytester.path / "quiz.yaml").write_text(QUIZ_SPEC)
+    (pytester.path / "test_from_run_probes.py").write_text(FROM_RUN_TEST)
+    model = str(chat_model_dirs["chatml"])
+    result = pytester.runpytest_subprocess(
+        f"--llm-model={model}",
+        "--llm-data-dir=.",
+        "-m",
+        "contamination",
+        "--llm-probe-items=6",
+        "--llm-output=out",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=2)
+    (run_dir,) = (pytester.path / "out").iterdir()
+
+    def setup(**change: Any) -> Setup:
+        base = Setup(
+            task=pytester.path / "quiz.yaml",
+            data_dirs=(pytester.path,),
+            model=model,
+            items=6,
+            epochs=1,
+            lr=1e-3,
+            seed=1234,
+            order_k=2,
+            chat="on",
+        )
+        return Setup(**{**base.__dict__, **change})
+
+    measured = measure(
+        setup(),
+        model,
+        pytester.path / "measured.json",
+        batch_size=8,
+        measures=["answers", "circular"],
+    )
+    read = from_run(setup(), run_dir, check=[pytester.path / "measured.json"])
+    assert read["measures"] == ["answers", "circular"]
+    assert read["from_run"]["checked"] == [
+        {"file": "measured.json", "items": 6, "outcomes_equal": 12}
+    ]
+    assert conditions(read) == conditions(measured)
+    by_id = {r["id"]: r for r in measured["items"]}
+    assert sorted(by_id) == sorted(r["id"] for r in read["items"])
+    for rec in read["items"]:
+        mine = by_id[rec["id"]]
+        assert rec["circular"] == mine["circular"]
+        assert rec["options"] == mine["options"] and rec["gold"] == mine["gold"]
+        assert {k: v["correct"] for k, v in rec["answer"].items()} == {
+            k: v["correct"] for k, v in mine["answer"].items()
+        }
+    assert "read from the probe records of the pytest run" in _when(
+        {"measured": read["measured"], "from_run": read["from_run"]}
+    )
+
+    for change, says in (
+        ({"seed": 5}, "seed 1234, --seed 5"),
+        ({"items": 5}, "probed 6 items, not the first 5"),
+        ({"chat": "off"}, "ran with 'zero-shot prompts through the chat template"),
+        ({"fewshot": 2}, "--fewshot 2 --chat on"),
+    ):
+        with pytest.raises(RunMismatch, match=re.escape(says)):
+            from_run(setup(**change), run_dir)
+    # a measurement that disagrees with the run on one item is refused, naming the item
+    other = json.loads((pytester.path / "measured.json").read_text())
+    first = other["items"][0]
+    first["circular"] = [not c for c in first["circular"]]
+    (pytester.path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(RunMismatch, match=f"item {first['id']} CircularEval"):
+        from_run(setup(), run_dir, check=[pytester.path / "other.json"])
+    # the CLI writes the file once, and `measure` never extends what it did not measure
+    args = ["from-run", "--task", str(pytester.path / "quiz.yaml"), "--items", "6"]
+    args += ["--data-dir", str(pytester.path), "--chat", "on", "--model", model]
+    out = pytester.path / "raw" / "untouched-quiz.json"
+    assert main([*args, "--run", str(run_dir), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["items"] == read["items"]
+    with pytest.raises(ValueError, match="exists"):
+        main([*args, "--run", str(run_dir), "--out", str(out)])
+    with pytest.raises(ValueError, match="read from the pytest run"):
+        measure(setup(items=9), model, out, measures=["answers", "circular"])
