@@ -1647,6 +1647,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p_from_run.add_argument("--out", type=Path, required=True)
     p_from_run.add_argument(
+        "--measures", default="answers,circular", help="answers, circular, or both (default)"
+    )
+    p_from_run.add_argument(
         "--check",
         type=Path,
         action="append",
@@ -1680,7 +1683,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.out.is_file():
                 raise ValueError(f"--out {args.out} exists: name another, or remove it")
             try:
-                result = from_run(setup, args.run, check=args.check)
+                measures = [m for m in args.measures.split(",") if m]
+                result = from_run(setup, args.run, measures=measures, check=args.check)
             except RunMismatch as exc:  # a wrong setup or run, in words; nothing written
                 parser.exit(2, f"from-run: {exc}\n")
             _write(args.out, result)

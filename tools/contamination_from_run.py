@@ -86,12 +86,22 @@ def _outcome(
 
 
 def from_run(
-    setup: Setup, run: Path, *, check: Sequence[Path] = (), runner: TaskRunner | None = None
+    setup: Setup,
+    run: Path,
+    *,
+    measures: Sequence[str] = tuple(RECORDS.values()),
+    check: Sequence[Path] = (),
+    runner: TaskRunner | None = None,
 ) -> dict[str, Any]:
-    """The raw file ``measure --measures answers,circular`` would write for ``setup``, read
-    from the probe records of the pytest run folder ``run``. ``setup`` is the experiment's
-    :class:`~tools.contamination_experiment.Setup`; ``runner`` its task runner (built from
-    it when not given). Raises :class:`RunMismatch` naming the file and what differs."""
+    """The raw file ``measure --measures <measures>`` would write for ``setup`` (``answers``,
+    ``circular`` or both), read from the probe records of the pytest run folder ``run``.
+    ``setup`` is the experiment's :class:`~tools.contamination_experiment.Setup`;
+    ``runner`` its task runner (built from it when not given). Raises :class:`RunMismatch`
+    naming the file and what differs."""
+    probe_of = {m: p for p, m in RECORDS.items()}
+    unknown = [m for m in measures if m not in probe_of]
+    if unknown or not measures:
+        raise RunMismatch(f"--measures {list(measures)}: from-run reads {', '.join(probe_of)}")
     from tools.contamination_experiment import _runner  # the experiment's own prompts
 
     config_path = run / "eval_config.json"
@@ -103,12 +113,15 @@ def from_run(
     probes = spec.probes
     if probes.options is None or probes.gold is None:
         raise RunMismatch(f"--task {setup.task}: not multiple choice (names no options/gold)")
-    records = {p: r for p in RECORDS if (r := _record(run, spec.name, p)) is not None}
-    if not records:
-        raise RunMismatch(
-            f"--run {run}: no {' or '.join(f'contamination/{spec.name}-{p}.json' for p in RECORDS)}"
-            " (the probes did not finish there, or ran on another task)"
-        )
+    records = {}
+    for measure in measures:
+        record = _record(run, spec.name, probe_of[measure])
+        if record is None:
+            raise RunMismatch(
+                f"--run {run}: no contamination/{spec.name}-{probe_of[measure]}.json for "
+                f"{measure} (the probe did not finish there, or ran on another task)"
+            )
+        records[probe_of[measure]] = record
     dtype = config.get("dtype")
     wanted = conditions_text(setup.fewshot, setup.chat == "on", dtype)
     for probe, record in records.items():
@@ -176,7 +189,7 @@ def from_run(
         },
         "chat_template": backend.get("chat_template") if setup.chat == "on" else None,
         "setup": {k: str(v) for k, v in setup.__dict__.items()},
-        "measures": [m for m in ("answers", "circular") if m in outcomes],
+        "measures": list(measures),
         "from_run": {
             "run": run.name,
             "model_sha256": config.get("model_sha256"),

@@ -628,6 +628,11 @@ def test_a_pool_read_from_a_pytest_run_is_what_measure_writes(
     out = pytester.path / "raw" / "untouched-quiz.json"
     assert main([*args, "--run", str(run_dir), "--out", str(out)]) == 0
     assert json.loads(out.read_text())["items"] == read["items"]
+    # one measure alone, as `measure --measures circular` writes it (a pool of its own)
+    alone = from_run(setup(), run_dir, measures=["circular"])
+    assert alone["measures"] == ["circular"] and "answer" not in alone["items"][0]
+    with pytest.raises(RunMismatch, match="from-run reads answers, circular"):
+        from_run(setup(), run_dir, measures=["order"])
     with pytest.raises(ValueError, match="exists"):
         main([*args, "--run", str(run_dir), "--out", str(out)])
     with pytest.raises(ValueError, match="read from the pytest run"):
