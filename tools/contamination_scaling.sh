@@ -20,6 +20,8 @@
 # base (the second family's reference pair: order, option shuffling, CircularEval,
 # membership). GEN_MODEL and
 # GEN_ITEMS (default all): number and entity rewrites answered by a model that solves GSM8K.
+# SHIPPED_ITEMS (default 300): MMLU items for option shuffling and CircularEval under the
+# shipped probes' prompts; SHIPPED_RUN: read them from a run of the shipped suite instead.
 # CARRY: an earlier scaling.json whose pools are kept when their raw files are not in OUT.
 # Needs the hf extra. Hours on two CPU cores; see docs/CONTAMINATION.md for the times.
 set -euo pipefail
@@ -77,10 +79,31 @@ $E measure --task benchmarks/mmlu.yaml --items "$CIRCULAR_ITEMS" --measures circ
   --batch-size 4 --model gemma3-270m --out "$OUT/raw/gemma3-mmlu.probes.json"
 # Option shuffling and CircularEval under the prompts the shipped probes use (MMLU's 5
 # shots, through the chat template): SHIPPED_ITEMS (default 300; about 5 s an item for
-# answers and 10 s for CircularEval on 2 cores).
-S="--task benchmarks/mmlu.yaml --items $SHIPPED_ITEMS --fewshot 5 --chat on --chunk 25 --batch-size 8"
-$E measure $S --measures answers --out "$OUT/raw/untouched-mmlu.shipped.json"
-$E measure $S --measures circular --out "$OUT/raw/untouched-mmlu.shipped-circular.json"
+# answers and 10 s for CircularEval on 2 cores). With SHIPPED_RUN, the run folder of
+# `pytest benchmarks/ -m contamination --llm-model=smollm2-135m --llm-probe-items
+# $SHIPPED_ITEMS --llm-output ...` (the shipped suite itself), both are read from its probe
+# records instead (from-run: the same per-item outcomes, refused if its seed, shuffles,
+# prompts or items differ); a file measure wrote before is moved to OUT/measured and
+# checked against the run item by item.
+S="--task benchmarks/mmlu.yaml --items $SHIPPED_ITEMS --fewshot 5 --chat on"
+for pair in answers:untouched-mmlu.shipped circular:untouched-mmlu.shipped-circular; do
+  m=${pair%%:*}
+  f="$OUT/raw/${pair#*:}.json"
+  if [ -z "${SHIPPED_RUN:-}" ]; then
+    $E measure $S --chunk 25 --batch-size 8 --measures "$m" --out "$f"
+    continue
+  fi
+  measured="$OUT/measured/${pair#*:}.json"
+  if [ -f "$f" ] && ! grep -q '"from_run"' "$f"; then
+    mkdir -p "$OUT/measured"
+    mv "$f" "$measured"
+  fi
+  check=()
+  if [ -f "$measured" ]; then check=(--check "$measured"); fi
+  if [ ! -f "$f" ]; then
+    $E from-run $S --measures "$m" --run "$SHIPPED_RUN" --out "$f" "${check[@]}"
+  fi
+done
 # The reference-paired verdicts on a second family: Gemma fine-tuned on the same planted
 # half of the first 100 MMLU items, probed on PAIR_ITEMS items with its untouched base as
 # the reference (a fine-tune is paired with the model it was fine-tuned from). The label
