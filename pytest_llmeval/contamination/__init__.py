@@ -128,6 +128,7 @@ from pytest_llmeval.contamination._scan import DEFAULT_THRESHOLD, load_benchmark
 from pytest_llmeval.contamination._validation import (
     Validation,
     conditions_text,
+    seen_conditions,
     validation,
     validation_note,
 )
@@ -246,6 +247,7 @@ __all__ = [
     "scan_output",
     "scan_shard",
     "scan_with_dask",
+    "seen_conditions",
     "shuffled_orders",
     "ts_guessing_probe",
     "validation",

@@ -85,13 +85,20 @@ class Validation:
                 + "; ".join(self.cannot_fire_on)
                 + f"): not validated ({TABLES})"
             )
+        # What of the conditions reaches the statistic (membership: the dtype alone).
+        measured = tuple(dict.fromkeys(seen_conditions(self.verdict, c) for c in self.conditions))
+        conditions = seen_conditions(self.verdict, conditions)
+        n_max_by_conditions: dict[str, int] = {}
+        for under, most in self.n_max_by_conditions.items():
+            under = seen_conditions(self.verdict, under)
+            n_max_by_conditions[under] = max(most, n_max_by_conditions.get(under, 0))
         text = (
             "false alarms on clean items measured on draws of "
             f"n={self.n_min}..{self.n_max} items from "
             f"{'; '.join(self.pools)}"
             # Under several conditions, each pool's label names its own (the experiment's
             # validation file writes them so).
-            + (f", with {self.conditions[0]}" if len(self.conditions) == 1 else "")
+            + (f", with {measured[0]}" if len(measured) == 1 else "")
             + f": at most {100 * self.max_rate:.1f}% ({self.worst})"
         )
         if not self.holds:
@@ -103,12 +110,12 @@ class Validation:
             )
         elif n < self.n_min:
             text += f"; this run has n={n} items, below the validated range"
-        if conditions and self.conditions and conditions not in self.conditions:
+        if conditions and measured and conditions not in measured:
             text += f"; this run has {conditions}: its false-alarm rate under those is not measured"
-        elif n <= self.n_max and n > self.n_max_by_conditions.get(conditions, self.n_max):
+        elif n <= self.n_max and n > n_max_by_conditions.get(conditions, self.n_max):
             text += (
                 f"; this run has n={n} items with {conditions}, measured under those up to "
-                f"{self.n_max_by_conditions[conditions]} items: its false-alarm rate at this n "
+                f"{n_max_by_conditions[conditions]} items: its false-alarm rate at this n "
                 "under these prompts is not measured"
             )
         if task and self.tasks and task not in self.tasks:
@@ -152,6 +159,22 @@ def validation_note(
             f"at any n ({TABLES})"
         )
     return found.describe(n, conditions, task)
+
+
+# Membership scores an item's own text with no context (``membership_scores``: an empty
+# prompt), so the few-shot block and chat template of a run or a pool never reach its
+# statistic; the dtype does. Its conditions are compared on that alone.
+PROMPT_FREE = ("membership",)  # verdict names (``validated_as``) starting so
+NO_PROMPT = "the item's text scored without a prompt"
+
+
+def seen_conditions(verdict: str, conditions: str) -> str:
+    """The part of ``conditions`` (:func:`conditions_text`) that reaches ``verdict``'s
+    statistic: all of it, but for a verdict scoring text without a prompt
+    (:data:`PROMPT_FREE`) its dtype alone."""
+    if not conditions or not verdict.startswith(PROMPT_FREE):
+        return conditions
+    return f"{NO_PROMPT}, {conditions.rsplit(', ', 1)[-1]}"
 
 
 def conditions_text(shots: int, chat_template: bool, dtype: str | None) -> str:

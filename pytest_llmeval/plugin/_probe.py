@@ -370,14 +370,13 @@ class ProbeRunner:
         was measured under, or outside the numbers of items it was measured on."""
         from dataclasses import replace
 
-        from pytest_llmeval.contamination import conditions_text
+        from pytest_llmeval.contamination import conditions_text, seen_conditions
 
         dtype = self.backend.info().get("dtype")
-        shots = runner.shots
+        ran = conditions_text(runner.shots, runner.template is not None, dtype and str(dtype))
+        # What reached the statistic: membership scores the item's text without a prompt.
         return replace(
-            verdict,
-            conditions=conditions_text(shots, runner.template is not None, dtype and str(dtype)),
-            items=self._probed,
+            verdict, conditions=seen_conditions(verdict.validated_as, ran), items=self._probed
         )
 
     def _published_correct(self, runner: TaskRunner, items: list[Item]) -> dict[str, bool]:

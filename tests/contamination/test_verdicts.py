@@ -327,6 +327,48 @@ def test_a_run_past_what_its_prompts_were_measured_to_says_so(tmp_path: Path) ->
     assert ", with " not in found.describe(200, zero)
 
 
+def test_membership_is_compared_on_its_dtype_alone_not_on_prompts_it_never_sees(
+    tmp_path: Path,
+) -> None:
+    """Membership scores an item's text with no prompt: a run with 8-shot chat prompts is
+    inside a range measured with zero-shot raw prompts (the same statistic); another dtype
+    is not. A verdict that does see the prompt still says so."""
+    from pytest_llmeval.contamination import _validation, seen_conditions
+
+    zero = conditions_text(0, False, "float32")
+    entry = {
+        "n_min": 50,
+        "n_max": 1000,
+        "pools": [f"m untouched (gsm8k, up to 1000 items, {zero})"],
+        "max_rate": 0.0,
+        "worst": "0.0% of draws of 50 items, m / gsm8k",
+        "holds": True,
+        "conditions": [zero],
+        "n_max_by_conditions": {zero: 1000},
+        "tasks": ["gsm8k"],
+    }
+    name = "membership_min_k_plus_plus_vs_reference_numbers"
+    table = {"alpha": 0.01, "verdicts": {name: entry, "number_rewrite": entry}}
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps(table))
+    membership = _validation.validation(name, path=path)
+    rewrite = _validation.validation("number_rewrite", path=path)
+    assert membership is not None and rewrite is not None
+    chat = conditions_text(8, True, "float32")
+    seen = seen_conditions(name, chat)
+    assert seen == "the item's text scored without a prompt, float32"
+    assert seen_conditions("number_rewrite", chat) == chat
+    for run in (chat, seen):  # as the run's prompts, or as the plugin stamps them
+        assert "not measured" not in membership.describe(1000, run, "gsm8k")
+    assert "with the item's text scored without a prompt, float32" in membership.describe(500)
+    other = membership.describe(1000, conditions_text(8, True, "bfloat16"), "gsm8k")
+    assert (
+        "this run has the item's text scored without a prompt, bfloat16: its false-alarm "
+        "rate under those is not measured"
+    ) in other
+    assert f"this run has {chat}: its false-alarm rate" in rewrite.describe(1000, chat, "gsm8k")
+
+
 def test_the_shipped_validation_file_matches_the_experiment_tables() -> None:
     """validation.json is written by the experiment from the same measurements as
     docs/contamination-experiment/scaling.json: the two must agree verdict by verdict."""
