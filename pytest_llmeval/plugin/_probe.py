@@ -88,7 +88,7 @@ def _only_if_validated(outcome: ProbeOutcome) -> ProbeOutcome:
         f"{outcome.task} {outcome.probe}: no verdict: {why}; for inspection: "
         f"{_inspection(verdict)}{measured}"
     )
-    return replace(outcome, verdict=None, no_verdict=reason)
+    return replace(outcome, verdict=None, inspection=verdict, no_verdict=reason)
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,10 @@ class ProbeOutcome:
     # Why there is no verdict (the probe has no null that fits without a reference model):
     # the test is skipped with this reason, the report is still written.
     no_verdict: str | None = None
+    # The verdict that is not given, for inspection: its numbers, test, null and p, which
+    # the reason quotes and the report's table shows (the report's own top-level numbers
+    # are those of the probe, e.g. the order test on all items, not on exchangeable ones).
+    inspection: ContaminationVerdict | None = None
 
     def to_dict(self, alpha: float) -> dict[str, Any]:
         data = dict(self.report.to_dict()) if hasattr(self.report, "to_dict") else {}
@@ -117,6 +121,8 @@ class ProbeOutcome:
             data["handling"] = self.handling.to_dict()
         if self.no_verdict is not None:
             data["no_verdict"] = self.no_verdict
+        if self.inspection is not None:
+            data["inspection"] = self.inspection.to_dict()
         return data
 
     def summary(self) -> dict[str, Any]:
@@ -444,7 +450,12 @@ class ProbeRunner:
                 f"prefer too; for inspection: {_inspection(verdict)}; {verdict.validation}"
             )
             return ProbeOutcome(
-                runner.spec.name, "canonical_order", report, None, no_verdict=reason
+                runner.spec.name,
+                "canonical_order",
+                report,
+                None,
+                no_verdict=reason,
+                inspection=verdict,
             )
         extra = {"reference_report": ref_report.to_dict()}
         return ProbeOutcome(runner.spec.name, "canonical_order", report, verdict, extra=extra)
@@ -513,7 +524,13 @@ class ProbeRunner:
                 f"inspection: {_inspection(verdict)}; {verdict.validation}"
             )
             return ProbeOutcome(
-                runner.spec.name, "membership", flags, None, plan, no_verdict=reason
+                runner.spec.name,
+                "membership",
+                flags,
+                None,
+                plan,
+                no_verdict=reason,
+                inspection=verdict,
             )
         why = _why_not_given(verdict)
         if why is not None and flags.rewrites == "options":
@@ -530,7 +547,13 @@ class ProbeRunner:
                 f"for inspection: {_inspection(verdict)}; {verdict.validation}"
             )
             return ProbeOutcome(
-                runner.spec.name, "membership", flags, None, plan, no_verdict=reason
+                runner.spec.name,
+                "membership",
+                flags,
+                None,
+                plan,
+                no_verdict=reason,
+                inspection=verdict,
             )
         return ProbeOutcome(runner.spec.name, "membership", flags, verdict, plan)
 

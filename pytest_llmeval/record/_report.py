@@ -187,10 +187,16 @@ class ProbeRow:
     policy: str = ""
     # Why the fixture gave no verdict (skipped: no null that fits without a reference).
     no_verdict: str = ""
+    # The order test's items in its verdict (exchangeable ones; 0: all ``n``).
+    order_n: int = 0
+    # A probe without a verdict and without a test to inspect (TS-Guessing without a
+    # reference): its own numbers in words.
+    result: str = ""
 
     @property
     def canonical_first_share(self) -> float:
-        return self.canonical_first / self.n if self.n else math.nan
+        n = self.order_n or self.n
+        return self.canonical_first / n if n else math.nan
 
     @property
     def chance_share(self) -> float:
@@ -704,10 +710,18 @@ def probe_rows(run_path: Path) -> list[ProbeRow]:
             flagged=probe_flagged(data, alpha),
         )
         row.no_verdict = str(data.get("no_verdict") or "")
-        verdict = data.get("verdict")
+        # The verdict, or the one not given that its reason quotes: their numbers, not the
+        # probe's top-level ones (the order test's on all items, not exchangeable ones).
+        verdict = data.get("verdict") or data.get("inspection")
         if isinstance(verdict, Mapping):
             row.summary = str(verdict.get("summary", ""))
             row.null = f"{verdict.get('test', '')} against {verdict.get('null', '')}"
+            row.p_value = _num(verdict.get("p_value"))
+        elif data.get("probe") == "ts_guessing" and "exact_match_rate" in data:
+            row.result = (
+                f"exact-match rate {100 * _num(data.get('exact_match_rate')):.1f}% on "
+                f"{row.n} items"
+            )
         plan = data.get("handling")
         if isinstance(plan, Mapping):
             row.policy = str(plan.get("policy", ""))
@@ -723,7 +737,13 @@ def probe_rows(run_path: Path) -> list[ProbeRow]:
             row.expected_by_chance = _num(data.get("expected_by_chance"))
             row.k = _int(data.get("k")) or 0
             row.mean_margin = _num(data.get("mean_margin_nats"))
-        else:
+            detail = verdict.get("detail") if isinstance(verdict, Mapping) else None
+            first = (detail or {}).get("first", (detail or {}).get("model_first"))
+            if first is not None and isinstance(verdict, Mapping):
+                # the share the verdict tested: of its items (exchangeable, or shared)
+                row.canonical_first = _int(first) or 0
+                row.order_n = _int(verdict.get("n")) or 0
+        elif "canonical_accuracy" in data:  # a paired probe (option shuffle, rewrites)
             row.canonical_accuracy = _num(data.get("canonical_accuracy"))
             row.rewritten_accuracy = _num(data.get("rewritten_accuracy"))
             row.b = _int(data.get("mcnemar_b")) or 0

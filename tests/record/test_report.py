@@ -498,6 +498,78 @@ def test_probe_reports_are_read_from_the_run(run: Path) -> None:
     assert ">no verdict</span>" in render_report(prepare_report(run))
 
 
+def test_a_probe_without_a_verdict_shows_the_numbers_its_reason_quotes(run: Path) -> None:
+    """The order test without a reference is skipped with the numbers of the verdict it
+    does not give (items with exchangeable options); the table shows those, not the
+    probe's own count over all items and its far smaller p. Membership and TS-Guessing
+    without a verdict show their own numbers, never a McNemar line they do not have; the
+    reason is on the page, not only in a tooltip."""
+    from pytest_llmeval.contamination import order_verdict
+    from pytest_llmeval.plugin._probe import ProbeOutcome
+
+    folder = run / "contamination"
+    folder.mkdir()
+    # 40 items, published order first on 30; 20 of them exchangeable, first on 10
+    report = OrderTestReport(
+        "mmlu",
+        1,
+        3,
+        (0.0,) * 30 + (-2.0,) * 10,
+        ((-1.0, -1.0, -1.0),) * 40,
+        tuple(f"i{k}" for k in range(40)),
+    )
+    options = {f"i{k}": ["1", "2", "3", "4"] for k in range(40)}  # numbers: ordered
+    options.update({f"i{k}": ["cat", "dog", "cow", "hen"] for k in range(20, 40)})
+    inspection = order_verdict(report, options, 0.01)
+    assert inspection.n == 20 and inspection.detail["first"] == 10
+    reason = "mmlu canonical_order: no verdict without --llm-reference-model: for inspection"
+    data = ProbeOutcome(
+        "mmlu", "canonical_order", report, None, no_verdict=reason, inspection=inspection
+    ).to_dict(0.01)
+    (folder / "mmlu-canonical_order.json").write_text(json.dumps(data))
+    (folder / "mmlu-membership.json").write_text(
+        json.dumps(
+            {
+                "probe": "membership",
+                "task": "mmlu",
+                "n": 40,
+                "p_value": 0.04,
+                "alpha": 0.01,
+                "no_verdict": "mmlu membership: no verdict without --llm-reference-model",
+                "inspection": {
+                    "summary": "21 of 40 items score higher than their control",
+                    "test": "one-sided sign test",
+                    "null": "items as likely as their rewrites",
+                    "n": 40,
+                    "p_value": 0.04,
+                },
+            }
+        )
+    )
+    (folder / "mmlu-ts_guessing.json").write_text(
+        json.dumps(
+            {
+                "probe": "ts_guessing",
+                "task": "mmlu",
+                "n": 30,
+                "exact_match_rate": 0.1,
+                "alpha": 0.01,
+                "no_verdict": "mmlu ts_guessing: exact-match rate 10.0% on 30 items; no verdict",
+            }
+        )
+    )
+    rows = {p.probe: p for p in prepare_report(run).probes}
+    order = rows["canonical_order"]
+    assert report.p_value < 1e-6 and order.p_value == inspection.p_value > 0.01
+    assert order.summary == inspection.summary and order.canonical_first_share == 0.5
+    assert rows["membership"].summary.startswith("21 of 40") and rows["membership"].p_value == 0.04
+    assert rows["ts_guessing"].result == "exact-match rate 10.0% on 30 items"
+    html = render_report(prepare_report(run))
+    assert "published n/a" not in html and "McNemar b=0" not in html
+    assert inspection.summary in html and reason in html
+    assert html.count('<details class="why">') == 3
+
+
 # ---------------------------------------------------------------------------- failures
 
 
