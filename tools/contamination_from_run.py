@@ -108,6 +108,13 @@ def from_run(
     if not config_path.is_file():
         raise RunMismatch(f"--run {run}: no eval_config.json (not a pytest-llmeval run folder)")
     config = json.loads(config_path.read_text())
+    if str(config.get("model")) != str(setup.model):
+        # The raw file's name and --model say whose pool it is; a run of another model
+        # would be filed under the wrong one.
+        raise RunMismatch(
+            f"--run {run}: the run's model is {config.get('model')!r} (eval_config.json), "
+            f"--model says {setup.model!r}: pass --model as the run names it"
+        )
     runner = runner or _runner(setup)
     spec = runner.spec
     probes = spec.probes

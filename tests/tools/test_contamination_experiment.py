@@ -612,6 +612,7 @@ def test_a_pool_read_from_a_pytest_run_is_what_measure_writes(
         ({"items": 5}, "probed 6 items, not the first 5"),
         ({"chat": "off"}, "ran with 'zero-shot prompts through the chat template"),
         ({"fewshot": 2}, "--fewshot 2 --chat on"),
+        ({"model": "smollm2-135m"}, "--model says 'smollm2-135m'"),
     ):
         with pytest.raises(RunMismatch, match=re.escape(says)):
             from_run(setup(**change), run_dir)
