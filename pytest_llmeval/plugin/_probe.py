@@ -123,6 +123,11 @@ class ProbeOutcome:
             data["no_verdict"] = self.no_verdict
         if self.inspection is not None:
             data["inspection"] = self.inspection.to_dict()
+            # As for a verdict: the p its reason quotes, not the probe's own (the order
+            # test's over all items); the probe's stays beside it.
+            if "p_value" in data and data["p_value"] != self.inspection.p_value:
+                data["probe_p_value"] = data["p_value"]
+            data["p_value"] = self.inspection.p_value
         return data
 
     def summary(self) -> dict[str, Any]:

@@ -526,6 +526,7 @@ def test_a_probe_without_a_verdict_shows_the_numbers_its_reason_quotes(run: Path
     data = ProbeOutcome(
         "mmlu", "canonical_order", report, None, no_verdict=reason, inspection=inspection
     ).to_dict(0.01)
+    assert data["p_value"] == inspection.p_value and data["probe_p_value"] == report.p_value
     (folder / "mmlu-canonical_order.json").write_text(json.dumps(data))
     (folder / "mmlu-membership.json").write_text(
         json.dumps(
