@@ -838,14 +838,15 @@ contamination: {question: question, solution: answer}
 MEMBERSHIP_TEST = _one_probe("sums", "membership")
 
 
-def test_membership_on_worked_solutions_gives_its_verdict_with_a_reference_only(
+def test_membership_on_worked_solutions_gives_no_verdict_even_with_a_reference(
     pytester: pytest.Pytester, tiny_model_dir: Path
 ) -> None:
-    """Measured (docs/CONTAMINATION.md#number-rewrites-keep-the-numbers-kind): with number
-    rewrites of the same kind, the membership test against a reference holds its level on
-    a model fine-tuned on other GSM8K items (with uniformly drawn numbers it fired at every
-    n). With the shipped validation.json it gives its verdict against a reference, naming
-    the benchmark it was validated on; without one it is skipped with its numbers."""
+    """Measured (docs/CONTAMINATION.md#membership-against-a-reference-on-all-of-gsm8k): on
+    the first 950 clean GSM8K items the membership test against a reference held its level
+    on a model fine-tuned on other GSM8K items; on all 1,269 it does not (the last 319
+    items lean: 5.0% of 50-item draws fire). With the shipped validation.json it is skipped
+    with its numbers against a reference too, the reason naming where it fired; its report
+    keeps the verdict not given; without a reference it is skipped as before."""
     rows = [
         {
             "question": f"Sam has {3 + i} apples and buys {5 + 2 * i} more. How many now?",
@@ -863,14 +864,19 @@ def test_membership_on_worked_solutions_gives_its_verdict_with_a_reference_only(
             tiny_model_dir, *common, "--llm-output=ref", f"--llm-reference-model={tiny_model_dir}"
         )
     )
-    result.assert_outcomes(passed=1, deselected=6)  # the reference is the model itself
+    result.assert_outcomes(skipped=1, deselected=6)
+    result.stdout.fnmatch_lines(
+        ["*sums membership: no verdict: this test fires above its level on known-clean items*"]
+    )
     run = next((pytester.path / "ref").iterdir())
     report = json.loads((run / "contamination" / "sums-membership.json").read_text())
     assert report["rewrites"] == "numbers" and report["mode"] == "reference"
-    verdict = report["verdict"]
-    assert not verdict["fired"] and "no_verdict" not in report
-    assert "gsm8k_planted fine-tuned from smollm2-135m on 50 gsm8k items" in verdict["validation"]
-    assert "sums is not among the benchmarks it was measured on" in verdict["validation"]
+    assert "verdict" not in report and "gsm8k_planted" in report["no_verdict"]
+    inspection = report["inspection"]
+    assert inspection["validation"] and "gsm8k_planted fine-tuned from smollm2-135m" in (
+        inspection["validation"]
+    )
+    assert report["p_value"] == inspection["p_value"]
     alone = pytester.runpytest(*_args(tiny_model_dir, *common, "--llm-output=alone"))
     alone.assert_outcomes(skipped=1, deselected=6)
     alone.stdout.fnmatch_lines(["*sums membership: no verdict without --llm-reference-model*"])
