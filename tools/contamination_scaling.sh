@@ -12,7 +12,7 @@
 # CEVAL_ITEMS (default 500) items per model for the order test and option shuffling;
 # PROBE_ITEMS (default 1000) MMLU items for CircularEval, TS-Guessing and the membership
 # scores (3.0 s an item per model on 2 CPU cores: membership 1.75, CircularEval 0.93,
-# TS-Guessing 0.31), and GSM8K_ITEMS (default 1000) GSM8K items for the membership scores
+# TS-Guessing 0.31), and GSM8K_ITEMS (default 0, all 1,319) GSM8K items for the membership scores
 # with the untouched model and a GSM8K fine-tune (0.5 s an item); 0 is all.
 # CEVAL_CIRCULAR_ITEMS (default 0, all 1,346 validation items): CircularEval on C-Eval
 # (SmolLM2); CIRCULAR_ITEMS (default 300): CircularEval on MMLU with Gemma. PAIR_ITEMS
@@ -30,7 +30,7 @@ MMLU_ITEMS=${MMLU_ITEMS:-1000}
 GEMMA_MMLU_ITEMS=${GEMMA_MMLU_ITEMS:-$MMLU_ITEMS}
 CEVAL_ITEMS=${CEVAL_ITEMS:-500}
 PROBE_ITEMS=${PROBE_ITEMS:-1000}
-GSM8K_ITEMS=${GSM8K_ITEMS:-1000}
+GSM8K_ITEMS=${GSM8K_ITEMS:-0}
 CEVAL_CIRCULAR_ITEMS=${CEVAL_CIRCULAR_ITEMS:-0}
 CIRCULAR_ITEMS=${CIRCULAR_ITEMS:-300}
 PAIR_ITEMS=${PAIR_ITEMS:-500}
