@@ -63,26 +63,42 @@ def _outcome(
     """Each probed item's raw measurement, by id; checked against what ``measure`` does."""
     path = f"contamination/{record.get('task')}-{probe}.json"
     out: dict[str, Any] = {}
-    for entry in record.get("items") or []:
-        item = items.get(entry["item_id"])
-        if item is None:
-            raise RunMismatch(f"{path}: item {entry['item_id']!r} is not in the task's data")
-        if probe == "option_shuffle":
-            orders = (entry.get("detail") or {}).get("orders") or []
-            options, gold = fields
-            expected = shuffled_orders(item.doc, options, gold, 1, seed=seed, item_id=item.id)[0]
-            if not orders or list(orders[0]) != list(expected):
-                raise RunMismatch(
-                    f"{path}: item {item.id} was shuffled to {orders[:1]}, `measure` would "
-                    f"take {list(expected)} (another --seed, or another shuffle)"
-                )
-            out[item.id] = {
-                "published": {"correct": bool(entry["canonical_correct"])},
-                "shuffled": {"correct": bool(entry["rewritten_correct"][0])},
-            }
-        else:
-            out[item.id] = [bool(c) for c in entry["correct"]]
+    for n, entry in enumerate(record.get("items") or []):
+        try:
+            item_id, measured = _one(probe, entry, items, fields, seed, path)
+        except (KeyError, IndexError, TypeError) as exc:  # an edited or damaged record
+            raise RunMismatch(f"{path}: items[{n}] lacks {exc} ({str(entry)[:120]})") from None
+        out[item_id] = measured
     return out
+
+
+def _one(
+    probe: str,
+    entry: Mapping[str, Any],
+    items: Mapping[str, Item],
+    fields: tuple[str | tuple[str, ...], str],
+    seed: int,
+    path: str,
+) -> tuple[str, Any]:
+    """One record entry as ``measure`` writes it: answers published and shuffled, or the
+    rotation vector."""
+    item = items.get(entry["item_id"])
+    if item is None:
+        raise RunMismatch(f"{path}: item {entry['item_id']!r} is not in the task's data")
+    if probe != "option_shuffle":
+        return item.id, [bool(c) for c in entry["correct"]]
+    orders = (entry.get("detail") or {}).get("orders") or []
+    options, gold = fields
+    expected = shuffled_orders(item.doc, options, gold, 1, seed=seed, item_id=item.id)[0]
+    if not orders or list(orders[0]) != list(expected):
+        raise RunMismatch(
+            f"{path}: item {item.id} was shuffled to {orders[:1]}, `measure` would "
+            f"take {list(expected)} (another --seed, or another shuffle)"
+        )
+    return item.id, {
+        "published": {"correct": bool(entry["canonical_correct"])},
+        "shuffled": {"correct": bool(entry["rewritten_correct"][0])},
+    }
 
 
 def from_run(

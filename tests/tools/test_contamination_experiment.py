@@ -623,6 +623,15 @@ def test_a_pool_read_from_a_pytest_run_is_what_measure_writes(
     (pytester.path / "other.json").write_text(json.dumps(other))
     with pytest.raises(RunMismatch, match=f"item {first['id']} CircularEval"):
         from_run(setup(), run_dir, check=[pytester.path / "other.json"])
+    # a damaged record is refused naming the file and the entry, not a traceback
+    record = run_dir / "contamination" / "quiz-circular.json"
+    intact = record.read_text()
+    damaged = json.loads(intact)
+    del damaged["items"][2]["correct"]
+    record.write_text(json.dumps(damaged))
+    with pytest.raises(RunMismatch, match=r"quiz-circular.json: items\[2\] lacks 'correct'"):
+        from_run(setup(), run_dir, measures=["circular"])
+    record.write_text(intact)
     # the CLI writes the file once, and `measure` never extends what it did not measure
     args = ["from-run", "--task", str(pytester.path / "quiz.yaml"), "--items", "6"]
     args += ["--data-dir", str(pytester.path), "--chat", "on", "--model", model]
