@@ -719,8 +719,7 @@ def probe_rows(run_path: Path) -> list[ProbeRow]:
             row.p_value = _num(verdict.get("p_value"))
         elif data.get("probe") == "ts_guessing" and "exact_match_rate" in data:
             row.result = (
-                f"exact-match rate {100 * _num(data.get('exact_match_rate')):.1f}% on "
-                f"{row.n} items"
+                f"exact-match rate {100 * _num(data.get('exact_match_rate')):.1f}% on {row.n} items"
             )
         plan = data.get("handling")
         if isinstance(plan, Mapping):
