@@ -122,7 +122,12 @@ class ProbeOutcome:
         if self.no_verdict is not None:
             data["no_verdict"] = self.no_verdict
         if self.inspection is not None:
-            data["inspection"] = self.inspection.to_dict()
+            # Its own message reads as an outcome ("no sign of contamination", "possible
+            # contamination"): whoever reads the JSON sees first that it was not given.
+            inspected = self.inspection.to_dict()
+            inspected["given"] = False
+            inspected["message"] = f"not given (see no_verdict); read alone: {inspected['message']}"
+            data["inspection"] = inspected
             # As for a verdict: the p its reason quotes, not the probe's own (the order
             # test's over all items); the probe's stays beside it.
             if "p_value" in data and data["p_value"] != self.inspection.p_value:

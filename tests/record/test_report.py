@@ -527,6 +527,10 @@ def test_a_probe_without_a_verdict_shows_the_numbers_its_reason_quotes(run: Path
         "mmlu", "canonical_order", report, None, no_verdict=reason, inspection=inspection
     ).to_dict(0.01)
     assert data["p_value"] == inspection.p_value and data["probe_p_value"] == report.p_value
+    # The inspected verdict's own message names an outcome: the JSON says it was not given.
+    assert data["inspection"]["given"] is False
+    assert data["inspection"]["message"].startswith("not given (see no_verdict); read alone: ")
+    assert data["inspection"]["message"].endswith(inspection.message())
     (folder / "mmlu-canonical_order.json").write_text(json.dumps(data))
     (folder / "mmlu-membership.json").write_text(
         json.dumps(
