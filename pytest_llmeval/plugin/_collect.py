@@ -303,7 +303,7 @@ class TaskFile(pytest.File):
         except LlmEvalError as exc:
             raise self.CollectError(str(exc)) from None
         if not chosen:
-            yield self._no_items(spec, "empty", _no_items_reason(session, spec, loaded))
+            yield self._no_items(spec, "empty", no_items_reason(session, spec, loaded))
             return
         meta = task_meta(spec, len(items), session.floor_sources.get(spec.name))
         if spec.dataset.subsets is not None:
@@ -475,8 +475,9 @@ def lmeval_option_items(session: pytest.Session) -> list[pytest.Item]:
     return items
 
 
-def _no_items_reason(session: LlmEvalSession, spec: TaskSpec, loaded: int) -> str:
-    """Why a task whose data is installed has no item to run."""
+def no_items_reason(session: LlmEvalSession, spec: TaskSpec, loaded: int) -> str:
+    """Why a task whose data is installed has no item to run (its tests, its probes):
+    ``loaded`` items before ``--llm-exclude``."""
     if loaded:
         return f"all {loaded} of its items are excluded by --llm-exclude {session.options.exclude}"
     return describe_no_rows(spec, session.options.data_dirs)

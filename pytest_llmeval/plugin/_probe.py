@@ -273,10 +273,17 @@ class ProbeRunner:
             )
         except LlmEvalError as exc:
             pytest.skip(str(exc))
+        loaded = len(items)
         items = [i for i in items if i.id not in self.session.excluded]
         chosen = first_n(items, n or opts.probe_items)
         if not chosen:  # never a verdict on nothing
-            pytest.skip(f"{task} {probe}: no item to probe (the data has none after --llm-exclude)")
+            if lmeval_items is not None and not loaded:
+                why = "its lm-eval task gave no documents"
+            else:  # an empty data file, or every item excluded: said as for its tests
+                from ._collect import no_items_reason
+
+                why = no_items_reason(self.session, runner.spec, loaded)
+            pytest.skip(f"{task} {probe}: no item to probe: {why}")
         self._running, self._wrapped, self._resumed = (runner, probe), {}, {}
         self._probed = len(chosen)
         outcome: ProbeOutcome = getattr(self, f"_{probe}")(runner, chosen, k)

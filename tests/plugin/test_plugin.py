@@ -583,6 +583,40 @@ def test_ts_guessing_without_a_reference_says_what_a_reference_would_give(
     )
 
 
+SHUFFLE_TEST = _one_probe("quiz", "option_shuffle")
+
+
+def test_a_probe_with_no_item_says_why_an_empty_file_or_an_exclusion(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    """A probe that has nothing to probe is skipped with the reason its task's tests give:
+    the data file and its row count, or the exclusion file, never one for the other."""
+    _probe_project(pytester, "test_llm_probe_nothing.py")
+    (pytester.path / "test_llm_probe_nothing.py").write_text(SHUFFLE_TEST)
+    exclude = pytester.path / "exclude.txt"
+    exclude.write_text("".join(f"quiz-{i:04d}\n" for i in range(6)))
+    excluded = pytester.runpytest(
+        *_args(tiny_model_dir, "-m", "contamination", f"--llm-exclude={exclude}", "-rs")
+    )
+    excluded.assert_outcomes(skipped=1, deselected=1)
+    excluded.stdout.fnmatch_lines(
+        [
+            "SKIPPED * quiz option_shuffle: no item to probe: all 6 of its items are excluded "
+            f"by --llm-exclude {exclude}"
+        ]
+    )
+    (pytester.path / "quiz.jsonl").write_text("")
+    empty = pytester.runpytest(*_args(tiny_model_dir, "-m", "contamination", "-rs"))
+    empty.assert_outcomes(skipped=1, deselected=1)
+    empty.stdout.fnmatch_lines(
+        [
+            "SKIPPED * quiz option_shuffle: no item to probe: its data has no rows: "
+            f"{pytester.path / 'quiz.jsonl'} (0 rows)"
+        ]
+    )
+    assert "--llm-exclude" not in empty.stdout.str()
+
+
 def _scripted_model_dir(pytester: pytest.Pytester) -> None:
     """``--llm-model=scripted`` must name a model directory (checked before collection);
     the scripted backend never reads it."""
