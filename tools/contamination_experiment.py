@@ -1040,10 +1040,66 @@ def scaling(
                     seed=seed,
                 ),
             }
+    out["pools"].update(position_only_pools(data, plants, sizes=sizes, draws=draws, seed=seed))
     if carry is not None:
         carry_over(out, carry)
     out["validation"] = validation_summary(out)
     return out
+
+
+def position_only_pools(
+    data: Mapping[str, Mapping[str, Any]],
+    plants: Mapping[str, Any],
+    *,
+    sizes: Sequence[int],
+    draws: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Option shuffling on models that always answer the same letter, on the largest
+    untouched ``answers`` pool of each task: they read nothing, so they are clean by
+    construction, and they are the limit of a real habit (the default model answers "A"
+    on 98.7% of MMLU items zero-shot). Computed from the pool's gold options and the
+    probe's seeded orders (:func:`tools.contamination_letter_bias.position_only_records`),
+    no model run. Where a benchmark's gold letters are not uniform, the published and
+    the moved golds sit at a letter in different shares, and the verdict fires on such a
+    model once n is large enough."""
+    from tools.contamination_letter_bias import position_only_records
+
+    largest: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for stem, result in data.items():
+        model, task = stem.partition(".")[0].split("-", 1)
+        items = [r for r in result["items"] if r.get("options") and "answer" in r]
+        if model in plants or not items:
+            continue
+        if task not in largest or len(items) > len(largest[task][1]["items"]):
+            largest[task] = (stem, {**result, "items": items})
+    pools: dict[str, Any] = {}
+    for task, (stem, result) in sorted(largest.items()):
+        items = result["items"]
+        setup_seed = int(result.get("setup", {}).get("seed", 1234))
+        for letter in range(max(len(r["options"]) for r in items)):
+            name = f"position_{'ABCDEFGHIJ'[letter]}"
+            records = position_only_records(items, letter, seed=setup_seed)
+            rates, whole = scaling_rates(task, records, None, sizes=sizes, draws=draws, seed=seed)
+            pools[f"{name}-{task}"] = {
+                "measured": result.get("measured"),
+                "resumed": [],
+                "from_run": None,
+                "conditions": "any prompts (the answer is chosen by its position alone)",
+                "model": name,
+                "model_name": name,
+                "task": task,
+                "role": (
+                    f"always answers {'ABCDEFGHIJ'[letter]}, whatever the item (reads "
+                    f"nothing: clean by construction); the gold options and seeded orders "
+                    f"of {stem}"
+                ),
+                "clean_items": len(items),
+                "measures": ["answers"],
+                "rates": rates,
+                "whole": whole,
+            }
+    return pools
 
 
 def _reference_stem(

@@ -148,7 +148,8 @@ def from_run(
     dtype = config.get("dtype")
     wanted = conditions_text(setup.fewshot, setup.chat == "on", dtype)
     for probe, record in records.items():
-        ran = (record.get("verdict") or {}).get("conditions")
+        # A probe without a verdict keeps the one it did not give under inspection.
+        ran = (record.get("verdict") or record.get("inspection") or {}).get("conditions")
         if ran != wanted:
             raise RunMismatch(
                 f"contamination/{spec.name}-{probe}.json ran with {ran!r}; --fewshot "

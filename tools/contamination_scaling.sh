@@ -58,6 +58,10 @@ $E measure --task benchmarks/mmlu.yaml --items "$MMLU_ITEMS" $M \
 $E measure --task benchmarks/mmlu.yaml --items "$GEMMA_MMLU_ITEMS" $G \
   --model gemma3-270m --out "$OUT/raw/gemma3-mmlu.json"
 $E measure --task benchmarks/ceval.yaml --items "$CEVAL_ITEMS" $M --out "$OUT/raw/untouched-ceval.json"
+# Option shuffling on all of MMLU (13,202 items, 0.28 s an item): scaling also scores, on
+# the largest such pool of each task, the models that always answer one letter.
+$E measure --task benchmarks/mmlu.yaml --items "${MMLU_ALL_ITEMS:-0}" --measures answers \
+  --chunk 200 --batch-size 16 --out "$OUT/raw/untouched-mmlu.all.json"
 $E measure --task benchmarks/ceval.yaml --items "$GEMMA_CEVAL_ITEMS" $G \
   --model gemma3-270m --out "$OUT/raw/gemma3-ceval.json"
 # The probes that cost more per item, on their own files (<model>-<task>.probes.json).

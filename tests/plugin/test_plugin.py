@@ -439,7 +439,9 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     # A basename no other test module has (in-process runs share sys.modules).
     _probe_project(pytester, "test_llm_probe_project.py")
     result = pytester.runpytest(*_probe_args(tiny_model_dir))
-    result.assert_outcomes(passed=2, skipped=2, deselected=6)
+    # Option shuffling gives no verdict (a model that always answers one letter makes it
+    # fire on MMLU: validation.json); the order test against the reference gives its own.
+    result.assert_outcomes(passed=1, skipped=3, deselected=6)
     result.stdout.fnmatch_lines(
         ["*llmeval contamination probes*", "*quiz canonical_order: no sign*"]
     )
@@ -447,10 +449,13 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     report = json.loads((run / "contamination" / "quiz-option_shuffle.json").read_text())
     assert (report["probe"], report["n"], report["alpha"]) == ("option_shuffle", 4, 0.01)
     assert len(report["items"]) == 4
-    assert report["verdict"]["fired"] is False
+    assert "verdict" not in report and "position_D" in report["no_verdict"]
+    assert report["inspection"]["given"] is False and report["inspection"]["fired"] is False
     # Each verdict names the prompts and dtype it ran under, and its message whether its
     # false-alarm rate was measured under them.
-    assert report["verdict"]["conditions"] == "zero-shot prompts without a chat template, float32"
+    assert (
+        report["inspection"]["conditions"] == "zero-shot prompts without a chat template, float32"
+    )
     order = json.loads((run / "contamination" / "quiz-canonical_order.json").read_text())
     assert len(order["reference"]["sha256"]) == 64  # the reference model, by its digest
     # No benchmark item ran: the record still names the model probed, by digest and backend.
@@ -733,9 +738,9 @@ def test_contamination_probes_under_xdist_reach_every_report(
     result = pytester.runpytest_subprocess(
         *_probe_args(tiny_model_dir, "-n", "2", "--junitxml=junit.xml", "--html=pytest.html")
     )
-    result.assert_outcomes(passed=2, skipped=2)
+    result.assert_outcomes(passed=1, skipped=3)
     result.stdout.fnmatch_lines(
-        ["*llmeval contamination probes*", "*quiz option_shuffle: no sign of contamination*"]
+        ["*llmeval contamination probes*", "*quiz canonical_order: no sign of contamination*"]
     )
     run = next((pytester.path / "out").iterdir())
     names = sorted(p.name for p in (run / "contamination").iterdir())
@@ -745,15 +750,15 @@ def test_contamination_probes_under_xdist_reach_every_report(
         "quiz-option_shuffle.json",
     ]
     shuffle = json.loads((run / "contamination" / "quiz-option_shuffle.json").read_text())
-    assert shuffle["n"] == 4 and shuffle["verdict"]["fired"] is False
+    assert shuffle["n"] == 4 and "no_verdict" in shuffle
     config = json.loads((run / "eval_config.json").read_text())
     assert len(config["model_sha256"]) == 64
     for markdown in ((run / "summary.md").read_text(), summary_file.read_text()):
         assert "**Contamination probes**:" in markdown
-        assert "- ✅ **no sign of contamination**: quiz option_shuffle:" in markdown
+        assert "- ✅ **no sign of contamination**: quiz canonical_order:" in markdown
         assert "contamination probes only" in markdown
     junit = (pytester.path / "junit.xml").read_text()
-    assert '<property name="probe" value="quiz option_shuffle" />' in junit
+    assert '<property name="probe" value="quiz canonical_order" />' in junit
     assert '<property name="probe_outcome" value="no sign of contamination" />' in junit
     assert "llmeval_probe" not in junit  # the whole report is not a property
     if importlib.util.find_spec("pytest_html") is None:
@@ -764,15 +769,15 @@ def test_contamination_probes_under_xdist_reach_every_report(
         nodeid.rpartition("::")[2]: " ".join(e["content"] for r in rows for e in r["extras"])
         for nodeid, rows in blob["tests"].items()
     }
-    shuffle_extra = html.unescape(extras["test_probe"])
-    assert "no sign of contamination" in shuffle_extra
-    assert "one-sided exact McNemar" in shuffle_extra
-    assert "against reference model" in html.unescape(extras["test_probe_against_the_reference"])
+    order_extra = html.unescape(extras["test_probe_against_the_reference"])
+    assert "no sign of contamination" in order_extra
+    assert "one-sided exact McNemar" in order_extra and "against reference model" in order_extra
+    assert "no verdict" in html.unescape(extras["test_probe"])
     # A probe without a verdict (skipped) shows why, on its test too.
     skipped_extra = html.unescape(extras["test_membership_against_the_reference"])
     assert "no verdict" in skipped_extra and "above its level" in skipped_extra
     assert "llmeval contamination probes" in page
-    assert "quiz option_shuffle: no sign of contamination" in html.unescape(page)
+    assert "quiz canonical_order: no sign of contamination" in html.unescape(page)
 
 
 def test_probes_that_finished_before_ctrl_c_under_xdist_are_kept(

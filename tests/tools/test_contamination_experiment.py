@@ -29,6 +29,7 @@ from tools.contamination_experiment import (
     validation_file,
     verdicts,
 )
+from tools.contamination_letter_bias import position_only_records
 
 pytest.importorskip("torch")
 
@@ -136,6 +137,35 @@ def _raw(path: Path, model: str, first: list[bool]) -> None:
             }
         )
     path.write_text(json.dumps({"task": "quiz", "model": model, "items": items}))
+
+
+def test_a_model_that_always_answers_one_letter_makes_option_shuffling_fire(
+    tmp_path: Path,
+) -> None:
+    """Position-only models read nothing (clean by construction). Where a benchmark's gold
+    sits more often at one letter than the moved golds do, option shuffling fires on the
+    model that always answers it, once n is large: scaling measures them on the untouched
+    answers pool of each task, and the validation summary withdraws the verdict."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _raw(raw / "untouched-quiz.json", "base", [False] * 3000)
+    data = json.loads((raw / "untouched-quiz.json").read_text())
+    for n, item in enumerate(data["items"]):
+        item["gold"] = 3 if n % 2 else n % 3  # half the golds at D, the moved ones never
+    (raw / "untouched-quiz.json").write_text(json.dumps(data))
+    records = position_only_records(data["items"], 3)
+    assert sum(r["answer"]["published"]["correct"] for r in records) == 1500
+    assert not any(r["answer"]["shuffled"]["correct"] for r in records[1::2])
+    results = scaling(raw, None, sizes=(50, 2000), draws=20, seed=1)
+    pools = results["pools"]
+    assert {f"position_{letter}-quiz" for letter in "ABCD"} <= set(pools)
+    assert pools["position_D-quiz"]["whole"]["option_shuffle"]["fired"] is True
+    assert pools["position_D-quiz"]["role"].startswith("always answers D, whatever the item")
+    assert pools["position_A-quiz"]["whole"]["option_shuffle"]["fired"] is False
+    shuffle = results["validation"]["option_shuffle"]
+    assert shuffle["holds"] is False and "position_D-quiz" in shuffle["fired_on_whole_pool"]
+    # only the untouched model's pool is used, and only option shuffling is measured there
+    assert set(pools["position_D-quiz"]["rates"]) == {"option_shuffle"}
 
 
 def test_scaling_finds_a_null_that_only_fails_at_large_n(tmp_path: Path) -> None:
@@ -264,6 +294,7 @@ def test_another_set_of_measures_is_its_own_pool_and_earlier_pools_carry_over(
         "gemma-quiz",
         "untouched-quiz.probes",
         "tuned-quiz.probes",
+        *(f"position_{letter}-quiz" for letter in "ABCD"),
     }
     assert results["pools"]["untouched-quiz"] == earlier["pools"]["untouched-quiz"]
     assert "canonical_order_vs_reference" in results["pools"]["tuned-quiz.probes"]["rates"]
@@ -273,7 +304,8 @@ def test_another_set_of_measures_is_its_own_pool_and_earlier_pools_carry_over(
     )
     assert set(results["power"]) == {"tuned-quiz.probes"}
     pools = {p["pool"] for p in results["validation"]["canonical_order"]["pools"]}
-    assert pools == set(results["pools"])
+    # (the position-only models answer without reading, so they have no order test)
+    assert pools == {p for p in results["pools"] if not p.startswith("position_")}
     # Each verdict states the conditions of every pool it was measured on; an earlier
     # pool without its own (written before they were recorded) has the earlier ones.
     legacy = {k: v for k, v in earlier["pools"]["gemma-quiz"].items() if k != "conditions"}
