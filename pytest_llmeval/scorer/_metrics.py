@@ -29,7 +29,11 @@ def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, fl
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # At p = 1 (p = 0) the upper (lower) end is exactly 1 (0); in floating point it came out
+    # a hair below (above) for some n, and a perfect score "failed" a floor of 1.0.
+    low = 0.0 if successes <= 0 else max(0.0, centre - half)
+    high = 1.0 if successes >= n else min(1.0, centre + half)
+    return (low, high)
 
 
 def _mean_stderr(values: Sequence[float]) -> tuple[float, float]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pytest_llmeval.gate import (
@@ -71,6 +71,7 @@ def test_pass_threshold_is_where_the_gate_starts_passing(n: int, floor: float, p
 
 
 @given(k=st.integers(0, 200), extra=st.integers(0, 200), floor=st.floats(0.0, 1.0))
+@example(k=190, extra=0, floor=1.0)  # found by CI: 190 of 190 "failed" a floor of 1.0
 @settings(max_examples=200, deadline=None)
 def test_a_decided_verdict_stays_decided_with_more_items_at_the_same_score(
     k: int, extra: int, floor: float
@@ -142,3 +143,14 @@ def test_floor_need_says_why_not() -> None:
     need = floor_need(0.25, 0.05, FloorRule("lcb"), "point")
     assert need.items is not None and need.power is not None and need.false_alarm is not None
     assert need.power >= 0.8 and need.false_alarm <= 0.2
+
+
+@pytest.mark.parametrize("n", [1, 7, 190, 380, 1000, 13202])
+def test_a_perfect_or_a_null_score_has_its_exact_interval_end(n: int) -> None:
+    """All right: the Wilson upper end is exactly 1, so a floor of 1.0 is never failed by a
+    perfect score (it is undecided, as a floor at the upper end is); none right: the lower
+    end is exactly 0."""
+    assert wilson_interval(n, n)[1] == 1.0
+    assert interval_verdict(*wilson_interval(n, n), 1.0) == "undecided"
+    assert wilson_interval(0, n)[0] == 0.0
+    assert interval_verdict(*wilson_interval(0, n), 0.0) == "pass"
