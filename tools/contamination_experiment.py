@@ -65,6 +65,7 @@ from pytest_llmeval.contamination._probes import (
 from pytest_llmeval.contamination._rewrite import (
     final_answer,
     gold_index,
+    option_orders,
     option_texts,
     permute_options,
     rewrite_numbers,
@@ -73,9 +74,11 @@ from pytest_llmeval.contamination._rewrite import (
 from pytest_llmeval.contamination._validation import conditions_text
 from pytest_llmeval.contamination._verdicts import (
     ContaminationVerdict,
+    MovedAnswer,
     circular_verdict,
     guessing_verdict,
     membership_flags,
+    option_shuffle_verdict,
     order_verdict,
 )
 from pytest_llmeval.dataset import Item, first_n, load_items
@@ -259,6 +262,7 @@ def measure_items(
                 rec["answer"] = {
                     "published": {"correct": canonical_ok[n], "gold_prob": canonical_p[n]},
                     "shuffled": {"correct": shuffled_ok[n], "gold_prob": shuffled_p[n]},
+                    "moved_gold": gold_index(moved[n].doc, gold_field, len(rec["options"])),
                 }
     elif not (probes.question and probes.solution):
         raise SpecError(
@@ -527,6 +531,28 @@ def _is_json_scalar(value: Any) -> bool:
 REFERENCE = "untouched"  # the raw files of the model every other model is compared with
 DEFAULT_MODEL = "smollm2-135m"  # the model planted and measured when --model is not given
 ALPHA = 0.01  # the probes' default level (--llm-probe-alpha)
+PROBE_SEED = 1234  # the probes' default --llm-seed, with which the raw pools are measured
+
+
+def moved_answer(record: Mapping[str, Any], seed: int = PROBE_SEED) -> MovedAnswer:
+    """A raw record's option-shuffling outcome; the moved gold's position is recorded by
+    ``measure`` (``answer.moved_gold``) or, in older files, recomputed from the probe's
+    seeded order (the same :func:`option_orders` draw)."""
+    answer, gold, n_options = record["answer"], int(record["gold"]), len(record["options"])
+    moved = answer.get("moved_gold")
+    if moved is None:
+        order = option_orders(n_options, gold, 1, seed=seed, item_id=record["id"])[0]
+        moved = list(order).index(gold)
+    return MovedAnswer(
+        record["id"],
+        n_options,
+        gold,
+        int(moved),
+        bool(answer["published"]["correct"]),
+        bool(answer["shuffled"]["correct"]),
+    )
+
+
 FLAG_FPR = 0.05  # the membership flags' target false-positive rate
 AUROC_SCORES = ("min_k", "min_k_plus_plus", "mean_logprob")
 
@@ -547,7 +573,11 @@ def order_report(task: str, records: Sequence[Mapping[str, Any]]) -> OrderTestRe
 def circular_report(task: str, records: Sequence[Mapping[str, Any]]) -> CircularReport:
     items = tuple(
         CircularItem(
-            r["id"], len(r["circular"]), tuple(r["circular"]), (None,) * len(r["circular"])
+            r["id"],
+            len(r["circular"]),
+            tuple(r["circular"]),
+            (None,) * len(r["circular"]),
+            r.get("gold"),
         )
         for r in records
         if r.get("circular")
@@ -576,9 +606,12 @@ def verdicts(
     reference: Sequence[Mapping[str, Any]] | None,
     *,
     alpha: float = ALPHA,
+    seed: int = PROBE_SEED,
 ) -> dict[str, ContaminationVerdict]:
     """Every task-level verdict on ``records`` (a subset of items), with and without the
-    reference model's records of the same items."""
+    reference model's records of the same items; ``seed`` is the one the records' option
+    orders were drawn with (option shuffling's letter-balance coins use it too, as the
+    probe does)."""
     out: dict[str, ContaminationVerdict] = {}
 
     def measured(key: str) -> bool:
@@ -603,13 +636,8 @@ def verdicts(
         )
 
     if measured("answer"):
-        mcnemar(
-            "option_shuffle",
-            "the same items with their options moved",
-            [
-                (r["answer"]["published"]["correct"], r["answer"]["shuffled"]["correct"])
-                for r in records
-            ],
+        out["option_shuffle"] = option_shuffle_verdict(
+            task, [moved_answer(r, seed) for r in records], alpha, seed=seed
         )
     for key, (probe, null) in REWRITE_MEASURES.items():
         if measured(key):
@@ -1055,14 +1083,15 @@ def position_only_pools(
     draws: int,
     seed: int,
 ) -> dict[str, Any]:
-    """Option shuffling on models that always answer the same letter, on the largest
-    untouched ``answers`` pool of each task: they read nothing, so they are clean by
-    construction, and they are the limit of a real habit (the default model answers "A"
-    on 98.7% of MMLU items zero-shot). Computed from the pool's gold options and the
-    probe's seeded orders (:func:`tools.contamination_letter_bias.position_only_records`),
-    no model run. Where a benchmark's gold letters are not uniform, the published and
-    the moved golds sit at a letter in different shares, and the verdict fires on such a
-    model once n is large enough."""
+    """Option shuffling and CircularEval on models that always answer the same letter, on
+    the largest untouched ``answers`` pool of each task: they read nothing, so they are
+    clean by construction, and they are the limit of a real habit (the default model
+    answers "A" on 98.7% of MMLU items zero-shot). Computed from the pool's gold options
+    and the probes' seeded orders and rotations
+    (:func:`tools.contamination_letter_bias.position_only_records`), no model run. Where a
+    benchmark's gold letters are not uniform, a null that moves golds uniformly (or takes
+    ``1/n`` for the published rotation) fires on such a model once n is large enough; the
+    letter-balanced nulls (:mod:`pytest_llmeval.contamination._letters`) must not."""
     from tools.contamination_letter_bias import position_only_records
 
     largest: dict[str, tuple[str, Mapping[str, Any]]] = {}
@@ -1095,7 +1124,7 @@ def position_only_pools(
                     f"of {stem}"
                 ),
                 "clean_items": len(items),
-                "measures": ["answers"],
+                "measures": ["answers", "circular"],
                 "rates": rates,
                 "whole": whole,
             }

@@ -98,6 +98,9 @@ def _one(
     return item.id, {
         "published": {"correct": bool(entry["canonical_correct"])},
         "shuffled": {"correct": bool(entry["rewritten_correct"][0])},
+        "moved_gold": list(expected).index(
+            gold_index(item.doc, gold, len(option_texts(item.doc, options)))
+        ),
     }
 
 
@@ -251,8 +254,8 @@ def _agree(result: Mapping[str, Any], path: Path) -> dict[str, Any]:
     for rec in shared:
         them = theirs[rec["id"]]
         if "answers" in result["measures"] and them.get("answer") is not None:
-            mine = {k: v["correct"] for k, v in rec["answer"].items()}
-            if mine != {k: v["correct"] for k, v in them["answer"].items()}:
+            mine = {k: rec["answer"][k]["correct"] for k in ("published", "shuffled")}
+            if mine != {k: them["answer"][k]["correct"] for k in ("published", "shuffled")}:
                 raise RunMismatch(
                     f"--check {path}: item {rec['id']} right/wrong as published and shuffled "
                     f"{mine} in the run, {them['answer']} there"

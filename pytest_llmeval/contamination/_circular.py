@@ -9,17 +9,19 @@ mean over rotations are reported beside it.
 
 As a contamination probe it asks whether the published order is special: an item answered
 right in exactly one rotation is answered right in the published one more often than
-``1/n`` of the time if the model recalls the published item (its answer letter) rather than
-the content.
+chance if the model recalls the published item (its answer letter) rather than the
+content.
 
-- Without a reference (:attr:`CircularReport.p_value`): the one-sided exact binomial test
-  of that count against ``1/n`` (an exact Poisson-binomial tail when items have different
-  numbers of options). It assumes the option orders are exchangeable: that the published
-  order of each item is equally likely to be any of its rotations. Orders that carry
-  meaning (numbers in ascending order, "All of the above" last) or a gold position that is
-  not uniform over the items break it: a model that always answers ``A`` is right in
-  exactly one rotation of every item, the published one exactly when the gold is ``A``.
-  Pass only items whose option order is arbitrary.
+- Without a reference (:attr:`CircularReport.p_value`): the one-sided exact
+  (Poisson-binomial) test of that count against chance, where chance for an item is the
+  share of the items' published golds at the letter its gold has in its one right
+  rotation (:func:`~._letters.rotation_chances`; ``1/n`` when the golds are uniform or
+  unknown). It assumes that an item's published order is a draw of its gold letter from
+  the benchmark's own letter shares, independent of the item: orders that carry meaning
+  (numbers in ascending order, "All of the above" last) break it, so pass only items
+  whose option order is arbitrary. Against ``1/n`` a model that always answers one
+  letter, which reads nothing, fired on MMLU (its golds are not uniform); against the
+  shares it is right in the published rotation exactly as often as chance says.
 - With a reference model's report on the same items (:func:`circular_vs_reference`): the
   one-sided exact McNemar test on the "right only in the published order" indicator, paired
   by item id; no assumption about the orders is needed, only that the two models see the
@@ -33,9 +35,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from pytest_llmeval.contamination._letters import rotation_chances
 from pytest_llmeval.contamination._probes import option_fields, results_by_id, variant_item
 from pytest_llmeval.contamination._reference import ReferenceComparison, compare_indicator
-from pytest_llmeval.contamination._rewrite import option_texts, permute_options
+from pytest_llmeval.contamination._rewrite import gold_index, option_texts, permute_options
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import ItemResult, TaskRunner
 from pytest_llmeval.model import Backend
@@ -53,13 +56,20 @@ def rotation_orders(n_options: int) -> list[tuple[int, ...]]:
 
 @dataclass(frozen=True)
 class CircularItem:
-    """One item in every rotation: right or wrong per rotation (index 0 = published order)
-    and the published index of the option chosen in each (None when none was)."""
+    """One item in every rotation: right or wrong per rotation (index 0 = published order),
+    the published index of the option chosen in each (None when none was) and of the gold
+    (None when unknown: the chance of the published rotation is then ``1/n``)."""
 
     item_id: str
     n_options: int
     correct: tuple[bool, ...]
     chosen: tuple[int | None, ...]
+    gold: int | None = None
+
+    @property
+    def right_rotation(self) -> int | None:
+        """The one rotation answered right (None unless exactly one is)."""
+        return self.correct.index(True) if self.right_once else None
 
     @property
     def circular_correct(self) -> bool:
@@ -113,7 +123,8 @@ class CircularReport:
 
     ``right_once`` / ``right_once_published``: items right in exactly one rotation, and
     those of them where that rotation is the published one; ``p_value`` tests the latter
-    against ``1/n`` under exchangeable option orders (see the module docstring).
+    against chance under exchangeable option orders (the gold letters' own shares when
+    every item's gold is known, else ``1/n``; see the module docstring).
     ``skipped``: items with fewer than two options; ``failed``: items with a rotation the
     backend did not score (an error, a prompt that does not fit), by id with the reason;
     both are left out.
@@ -168,18 +179,32 @@ class CircularReport:
         return sum(1 for i in self.items if i.only_published)
 
     @property
+    def letter_balanced(self) -> bool:
+        """Chance is taken from the items' gold letter shares (every gold is known)."""
+        return bool(self.items) and all(i.gold is not None for i in self.items)
+
+    def _chances(self) -> list[Fraction]:
+        """Per item right once, the chance its one right rotation is the published one."""
+        once = [i for i in self.items if i.right_once]
+        if not self.letter_balanced:
+            return [Fraction(1, i.n_options) for i in once]
+        return rotation_chances(
+            [(i.n_options, i.gold or 0, i.right_rotation or 0) for i in once],
+            [(i.n_options, i.gold or 0) for i in self.items],
+        )
+
+    @property
     def expected_published(self) -> float:
         """Of the items right once, how many would have it in the published order by chance
-        (the sum of ``1/n`` over them)."""
-        return sum(1 / i.n_options for i in self.items if i.right_once)
+        (the sum of their chances)."""
+        return float(sum(self._chances()))
 
     @property
     def p_value(self) -> float:
         """One-sided exact test: P(at least ``right_once_published`` of the ``right_once``
-        items have their one right rotation at the published order | each does with
-        probability ``1/n``, independently). Valid under exchangeable option orders only."""
-        probabilities = [Fraction(1, i.n_options) for i in self.items if i.right_once]
-        return poisson_binomial_upper_tail(self.right_once_published, probabilities)
+        items have their one right rotation at the published order | each does with its
+        chance, independently). Valid under exchangeable option orders only."""
+        return poisson_binomial_upper_tail(self.right_once_published, self._chances())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -195,6 +220,7 @@ class CircularReport:
             "right_once": self.right_once,
             "right_once_published": self.right_once_published,
             "expected_published": self.expected_published,
+            "chance": "gold letter shares" if self.letter_balanced else "1/n",
             "p_value": self.p_value,
             "skipped": list(self.skipped),
             "failed": [list(f) for f in self.failed],
@@ -204,6 +230,7 @@ class CircularReport:
                     "n_options": i.n_options,
                     "correct": list(i.correct),
                     "chosen": list(i.chosen),
+                    "gold": i.gold,
                     "circular_correct": i.circular_correct,
                     "only_published": i.only_published,
                 }
@@ -253,6 +280,7 @@ def circular_probe(runner: TaskRunner, items: Sequence[Item], backend: Backend) 
                 item_id=item.id,
                 n_options=len(orders),
                 correct=tuple(r.correct for r in rotated),
+                gold=gold_index(item.doc, gold_field, len(orders)),
                 chosen=tuple(
                     order[r.pred] if r.pred is not None else None
                     for order, r in zip(orders, rotated, strict=True)

@@ -25,6 +25,8 @@ from typing import Any
 from pytest_llmeval._errors import SpecError
 from pytest_llmeval.contamination._rewrite import (
     OptionFields,
+    gold_index,
+    option_texts,
     permute_options,
     rewrite_entities,
     rewrite_numbers,
@@ -190,6 +192,9 @@ def option_shuffle_probe(
                 canonical_correct=result.correct,
                 rewritten_correct=tuple(correct),
                 detail={
+                    "gold": gold_index(
+                        item.doc, gold_field, len(option_texts(item.doc, options_field))
+                    ),
                     "orders": [list(o) for o in orders[item.id]],
                     "chosen_original_option": chosen,
                     "consistent": len(set(chosen)) == 1,

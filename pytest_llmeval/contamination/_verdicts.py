@@ -34,8 +34,9 @@ from typing import Any
 
 from pytest_llmeval.contamination._circular import CircularReport, circular_vs_reference
 from pytest_llmeval.contamination._guessing import GuessingReport, guessing_vs_reference
+from pytest_llmeval.contamination._letters import letter_balanced
 from pytest_llmeval.contamination._membership import ItemMembership
-from pytest_llmeval.contamination._probes import OrderTestReport
+from pytest_llmeval.contamination._probes import OrderTestReport, PairedReport
 from pytest_llmeval.contamination._reference import ReferenceComparison
 from pytest_llmeval.contamination._validation import validation_note
 from pytest_llmeval.scorer import (
@@ -248,6 +249,77 @@ def order_verdict(
     )
 
 
+@dataclass(frozen=True)
+class MovedAnswer:
+    """One option-shuffled item: its option count, the gold's position as published and
+    in the moved order, and right or wrong in each."""
+
+    item_id: str
+    n_options: int
+    gold: int
+    moved_gold: int
+    published_correct: bool
+    moved_correct: bool
+
+
+def moved_answers(report: PairedReport) -> list[MovedAnswer]:
+    """The first moved order of each item of an option-shuffling report
+    (:func:`~._probes.option_shuffle_probe` records the orders and the gold)."""
+    out = []
+    for item in report.items:
+        order = list(item.detail["orders"][0])
+        gold = int(item.detail["gold"])
+        out.append(
+            MovedAnswer(
+                item.item_id,
+                len(order),
+                gold,
+                order.index(gold),
+                bool(item.canonical_correct),
+                bool(item.rewritten_correct[0]),
+            )
+        )
+    return out
+
+
+def option_shuffle_verdict(
+    task: str, answers: Sequence[MovedAnswer], alpha: float, *, seed: int
+) -> ContaminationVerdict:
+    """Option shuffling: right as published and wrong with the gold moved more often than
+    the reverse (one-sided exact McNemar), on the items a seeded coin keeps so that the
+    moved golds sit at each letter in the published golds' shares
+    (:func:`~._letters.letter_balanced`): a letter habit then adds as many items to one
+    side as to the other, whatever the benchmark's skew."""
+    keep = letter_balanced(
+        [(a.item_id, a.n_options, a.gold, a.moved_gold) for a in answers], seed=seed
+    )
+    kept = [a for a, k in zip(answers, keep, strict=True) if k]
+    b = sum(1 for a in kept if a.published_correct and not a.moved_correct)
+    c = sum(1 for a in kept if a.moved_correct and not a.published_correct)
+    n = len(answers)
+    published = sum(a.published_correct for a in answers) / n if n else float("nan")
+    moved = sum(a.moved_correct for a in answers) / n if n else float("nan")
+    return ContaminationVerdict(
+        probe="option_shuffle",
+        task=task,
+        null=(
+            "the same items with their options moved, the moved golds in the published "
+            f"golds' letter shares ({len(kept)} of {n} items kept)"
+        ),
+        test="one-sided exact McNemar",
+        n=len(kept),
+        p_value=mcnemar_one_sided(b, c),
+        alpha=alpha,
+        summary=(
+            f"accuracy {100 * published:.1f}% as published, {100 * moved:.1f}% with the "
+            f"gold moved on {n} items; of the {len(kept)} kept, b={b} right only as "
+            f"published, c={c} right only moved"
+        ),
+        detail={"b": b, "c": c, "kept": len(kept)},
+        validated_as="option_shuffle",
+    )
+
+
 def circular_verdict(
     report: CircularReport,
     alpha: float,
@@ -260,9 +332,10 @@ def circular_verdict(
 
     With ``reference``: one-sided exact McNemar on that indicator, paired by item. Without:
     among the items right in exactly one rotation, is it the published one more often than
-    ``1/n``? Only valid for exchangeable options, so only the items ``options`` shows to
-    be exchangeable are kept (:func:`exchangeability`; all items when ``options`` is
-    None)."""
+    chance (the share of the kept items' golds at the letter the gold has in that
+    rotation: :func:`~._letters.rotation_chances`)? Only valid for exchangeable options,
+    so only the items ``options`` shows to be exchangeable are kept
+    (:func:`exchangeability`; all items when ``options`` is None)."""
     acc = (
         f"accuracy {100 * report.published_accuracy:.1f}% as published, CircularEval "
         f"{100 * report.circular_accuracy:.1f}%"
@@ -285,7 +358,14 @@ def circular_verdict(
     return ContaminationVerdict(
         probe="circular",
         task=report.task,
-        null=f"exchangeable option orders ({kept.n} of {report.n} items kept)",
+        null=(
+            f"exchangeable option orders ({kept.n} of {report.n} items kept), "
+            + (
+                "gold letters in their own shares"
+                if kept.letter_balanced
+                else "gold letters uniform"
+            )
+        ),
         test="one-sided exact test of the published rotation among items right once",
         n=kept.right_once,
         p_value=kept.p_value if kept.right_once else 1.0,

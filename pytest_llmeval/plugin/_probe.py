@@ -162,8 +162,9 @@ class ProbeOutcome:
 
 
 def paired_verdict(report: Any, alpha: float) -> ContaminationVerdict:
-    """Option shuffling, number and entity rewrites: the published form answered better
-    than its rewrite, one-sided exact McNemar on the discordant pairs."""
+    """Number and entity rewrites: the published form answered better than its rewrite,
+    one-sided exact McNemar on the discordant pairs (option shuffling has its own:
+    :func:`~pytest_llmeval.contamination.option_shuffle_verdict`)."""
     from pytest_llmeval.contamination import ContaminationVerdict
     from pytest_llmeval.scorer import mcnemar_one_sided
 
@@ -412,15 +413,21 @@ class ProbeRunner:
         return {i.id: known[i.id] for i in items}
 
     def _option_shuffle(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
-        from pytest_llmeval.contamination import option_shuffle_probe
-
-        report = option_shuffle_probe(
-            runner, items, self._model(), k=k or 1, seed=self.session.options.seed
+        from pytest_llmeval.contamination import (
+            moved_answers,
+            option_shuffle_probe,
+            option_shuffle_verdict,
         )
+
+        seed = self.session.options.seed
+        report = option_shuffle_probe(runner, items, self._model(), k=k or 1, seed=seed)
         self._correct.setdefault(runner.spec.name, {}).update(
             {i.item_id: i.canonical_correct for i in report.items}
         )
-        verdict = self._stamp(runner, paired_verdict(report, self.session.options.probe_alpha))
+        verdict = option_shuffle_verdict(
+            runner.spec.name, moved_answers(report), self.session.options.probe_alpha, seed=seed
+        )
+        verdict = self._stamp(runner, verdict)
         return ProbeOutcome(runner.spec.name, "option_shuffle", report, verdict)
 
     def _canonical_order(

@@ -139,33 +139,41 @@ def _raw(path: Path, model: str, first: list[bool]) -> None:
     path.write_text(json.dumps({"task": "quiz", "model": model, "items": items}))
 
 
-def test_a_model_that_always_answers_one_letter_makes_option_shuffling_fire(
+def test_a_model_that_always_answers_one_letter_fires_neither_letter_probe(
     tmp_path: Path,
 ) -> None:
-    """Position-only models read nothing (clean by construction). Where a benchmark's gold
-    sits more often at one letter than the moved golds do, option shuffling fires on the
-    model that always answers it, once n is large: scaling measures them on the untouched
-    answers pool of each task, and the validation summary withdraws the verdict."""
+    """Position-only models read nothing (clean by construction). Half of this benchmark's
+    golds sit at D, so a moved gold lands there far less often than a published one: the
+    uniform nulls fired on the model that always answers D (option shuffling on half of
+    all 5,000-item MMLU draws). Scaling measures these models on the untouched answers
+    pool of each task, for option shuffling and CircularEval, and with the golds weighed
+    in their own shares neither fires, at any n, on any letter."""
     raw = tmp_path / "raw"
     raw.mkdir()
     _raw(raw / "untouched-quiz.json", "base", [False] * 3000)
     data = json.loads((raw / "untouched-quiz.json").read_text())
     for n, item in enumerate(data["items"]):
-        item["gold"] = 3 if n % 2 else n % 3  # half the golds at D, the moved ones never
+        item["gold"] = 3 if n % 2 else n % 3  # half the golds at D
     (raw / "untouched-quiz.json").write_text(json.dumps(data))
     records = position_only_records(data["items"], 3)
     assert sum(r["answer"]["published"]["correct"] for r in records) == 1500
     assert not any(r["answer"]["shuffled"]["correct"] for r in records[1::2])
+    assert all(sum(r["circular"]) == 1 for r in records)
+    assert sum(r["circular"][0] for r in records) == 1500
     results = scaling(raw, None, sizes=(50, 2000), draws=20, seed=1)
     pools = results["pools"]
     assert {f"position_{letter}-quiz" for letter in "ABCD"} <= set(pools)
-    assert pools["position_D-quiz"]["whole"]["option_shuffle"]["fired"] is True
     assert pools["position_D-quiz"]["role"].startswith("always answers D, whatever the item")
-    assert pools["position_A-quiz"]["whole"]["option_shuffle"]["fired"] is False
-    shuffle = results["validation"]["option_shuffle"]
-    assert shuffle["holds"] is False and "position_D-quiz" in shuffle["fired_on_whole_pool"]
-    # only the untouched model's pool is used, and only option shuffling is measured there
-    assert set(pools["position_D-quiz"]["rates"]) == {"option_shuffle"}
+    for letter in "ABCD":
+        pool = pools[f"position_{letter}-quiz"]
+        assert set(pool["rates"]) == {"option_shuffle", "circular"}
+        for probe in ("option_shuffle", "circular"):
+            assert pool["whole"][probe]["fired"] is False, (letter, probe)
+            assert all(r["fired"] == 0 for r in pool["rates"][probe].values()), (letter, probe)
+    # Against 1/n the always-D model's 1,500 published rights of 3,000 (chance 750) fire.
+    circular = pools["position_D-quiz"]["whole"]["circular"]
+    assert circular["summary"].endswith("1500 are right in the published one (chance 1500.0)")
+    assert results["validation"]["option_shuffle"]["holds"] is True
 
 
 def test_scaling_finds_a_null_that_only_fails_at_large_n(tmp_path: Path) -> None:
@@ -632,9 +640,9 @@ def test_a_pool_read_from_a_pytest_run_is_what_measure_writes(
         mine = by_id[rec["id"]]
         assert rec["circular"] == mine["circular"]
         assert rec["options"] == mine["options"] and rec["gold"] == mine["gold"]
-        assert {k: v["correct"] for k, v in rec["answer"].items()} == {
-            k: v["correct"] for k, v in mine["answer"].items()
-        }
+        for form in ("published", "shuffled"):
+            assert rec["answer"][form]["correct"] == mine["answer"][form]["correct"]
+        assert rec["answer"]["moved_gold"] == mine["answer"]["moved_gold"]
     assert "read from the probe records of the pytest run" in _when(
         {"measured": read["measured"], "from_run": read["from_run"]}
     )
