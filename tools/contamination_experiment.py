@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import random
@@ -534,6 +535,12 @@ ALPHA = 0.01  # the probes' default level (--llm-probe-alpha)
 PROBE_SEED = 1234  # the probes' default --llm-seed, with which the raw pools are measured
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _moved_gold(n_options: int, gold: int, seed: int, item_id: str) -> int:
+    """Where the probe's seeded order moves an item's gold (cached across draws)."""
+    return list(option_orders(n_options, gold, 1, seed=seed, item_id=item_id)[0]).index(gold)
+
+
 def moved_answer(record: Mapping[str, Any], seed: int = PROBE_SEED) -> MovedAnswer:
     """A raw record's option-shuffling outcome; the moved gold's position is recorded by
     ``measure`` (``answer.moved_gold``) or, in older files, recomputed from the probe's
@@ -541,8 +548,7 @@ def moved_answer(record: Mapping[str, Any], seed: int = PROBE_SEED) -> MovedAnsw
     answer, gold, n_options = record["answer"], int(record["gold"]), len(record["options"])
     moved = answer.get("moved_gold")
     if moved is None:
-        order = option_orders(n_options, gold, 1, seed=seed, item_id=record["id"])[0]
-        moved = list(order).index(gold)
+        moved = _moved_gold(n_options, gold, seed, record["id"])
     return MovedAnswer(
         record["id"],
         n_options,
@@ -1162,11 +1168,30 @@ def _reference_stem(
     return found[0] if found else None
 
 
+# Verdicts whose null changed, and a phrase of the null they have now: a carried pool whose
+# whole-pool verdict names another null measured another test, and its rates are dropped
+# (option shuffling and CircularEval weigh gold letters in their own shares since
+# 2026-12-06; pools measured before could not be rescored where their raw files were lost).
+CURRENT_NULLS = {"option_shuffle": "letter shares", "circular": "gold letters in their own shares"}
+
+
+def _other_nulls(pool: Mapping[str, Any]) -> set[str]:
+    """The verdicts of a carried pool that were computed against a null they no longer
+    have (:data:`CURRENT_NULLS`)."""
+    return {
+        probe
+        for probe, phrase in CURRENT_NULLS.items()
+        if probe in pool["rates"] and phrase not in str(pool["whole"].get(probe, {}).get("null"))
+    }
+
+
 def carry_over(results: dict[str, Any], earlier: Mapping[str, Any]) -> None:
     """Fold the pools and power tables of an ``earlier`` scaling run into ``results``, as
     they were measured (alpha and the number of draws must agree). A pool of the same
     model and task measured again with the same measures replaces the earlier one; with
-    other measures both are kept, the new one named ``<stem>:<measures>``."""
+    other measures both are kept, the new one named ``<stem>:<measures>``. Rates of a
+    verdict whose null has changed since (:data:`CURRENT_NULLS`) are dropped, and a pool
+    left with none."""
     if (earlier["alpha"], earlier["draws"]) != (results["alpha"], results["draws"]):
         raise ValueError(
             f"--carry: alpha {earlier['alpha']} and {earlier['draws']} draws there, "
@@ -1174,9 +1199,18 @@ def carry_over(results: dict[str, Any], earlier: Mapping[str, Any]) -> None:
         )
     pools: dict[str, Any] = {}
     renamed: dict[str, str] = {}
+    stale: dict[str, set[str]] = {}
     for stem, pool in earlier["pools"].items():
         new = results["pools"].get(stem)
         if new is not None and new["measures"] == pool["measures"]:
+            continue
+        stale[stem] = _other_nulls(pool)
+        pool = {
+            **pool,
+            "rates": {k: v for k, v in pool["rates"].items() if k not in stale[stem]},
+            "whole": {k: v for k, v in pool["whole"].items() if k not in stale[stem]},
+        }
+        if not pool["rates"]:
             continue
         pools[stem] = {"conditions": EARLIER_CONDITIONS, **pool}
         if str(pool.get("role", "")).startswith("fine-tuned on "):
@@ -1189,7 +1223,11 @@ def carry_over(results: dict[str, Any], earlier: Mapping[str, Any]) -> None:
         renamed[stem] = key
         pools[key] = pool
     results["pools"] = pools
-    power = {k: v for k, v in earlier.get("power", {}).items() if k in kept}
+    power = {
+        k: {probe: rates for probe, rates in v.items() if probe not in stale[k]}
+        for k, v in earlier.get("power", {}).items()
+        if k in kept
+    }
     for stem, table in results["power"].items():
         power[renamed[stem]] = table
     results["power"] = power

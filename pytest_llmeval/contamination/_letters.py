@@ -61,11 +61,12 @@ def letter_balanced(items: Sequence[tuple[str, int, int, int]], *, seed: int) ->
     item id) falls below ``share(moved gold) / max share`` of its option count, the shares
     being those of these items' published golds (see the module docstring)."""
     shares = letter_shares((n, gold) for _, n, gold, _ in items)
-    kept = []
-    for item_id, n_options, _, moved in items:
-        top = max(shares[n_options].values())
-        kept.append(_coin(seed, item_id) < share(shares, n_options, moved) / top)
-    return kept
+    keep = {
+        (n, position): float(p / max(per.values()))
+        for n, per in shares.items()
+        for position, p in per.items()
+    }
+    return [_coin(seed, i) < keep.get((n, moved), 0.0) for i, n, _, moved in items]
 
 
 @lru_cache(maxsize=1 << 16)

@@ -30,6 +30,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from pytest_llmeval.contamination._circular import CircularReport, circular_vs_reference
@@ -85,7 +86,14 @@ def exchangeability(options: Sequence[str]) -> str | None:
     of the above" last or write option grids in a fixed order, and a clean model prefers
     the published order on those items. Without a reference model the test keeps only the
     items no rule excludes."""
-    texts = [str(o).strip() for o in options]
+    return _exchangeability(tuple(str(o) for o in options))
+
+
+@lru_cache(maxsize=1 << 16)
+def _exchangeability(options: tuple[str, ...]) -> str | None:
+    """:func:`exchangeability`, cached (the validation experiment asks about the same
+    items in thousands of draws)."""
+    texts = [o.strip() for o in options]
     norm = [re.sub(r"[^\w\s]", " ", t.lower()).split() for t in texts]
     if len({" ".join(n) for n in norm}) < len(texts):
         return "duplicate_options"
