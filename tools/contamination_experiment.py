@@ -928,8 +928,9 @@ def scaling_rates(
     ref_all = [by_id[r["id"]] for r in pool] if by_id is not None else None
     # The verdict without its message: the message quotes the validated range, which is
     # what this measurement writes (pytest_llmeval/contamination/validation.json).
+    dropped = ("message", "validation")
     whole = {
-        k: {f: x for f, x in v.to_dict().items() if f not in ("message", "validation")}
+        k: _counts_only({f: x for f, x in v.to_dict().items() if f not in dropped})
         for k, v in verdicts(task, pool, ref_all, alpha=alpha).items()
     }
     for name, verdict in whole.items():
@@ -937,6 +938,16 @@ def scaling_rates(
             int(verdict["fired"]), 1, len(pool), len(pool)
         )
     return rates, whole
+
+
+def _counts_only(value: Any) -> Any:
+    """A whole-pool verdict as the tables keep it: its lists of item ids (the order test's
+    kept and excluded items) as their lengths."""
+    if isinstance(value, list):
+        return len(value)
+    if isinstance(value, dict):
+        return {k: _counts_only(v) for k, v in value.items()}
+    return value
 
 
 def power_rates(
@@ -1208,7 +1219,11 @@ def carry_over(results: dict[str, Any], earlier: Mapping[str, Any]) -> None:
         pool = {
             **pool,
             "rates": {k: v for k, v in pool["rates"].items() if k not in stale[stem]},
-            "whole": {k: v for k, v in pool["whole"].items() if k not in stale[stem]},
+            "whole": {
+                k: {**v, "detail": _counts_only(v.get("detail") or {})}
+                for k, v in pool["whole"].items()
+                if k not in stale[stem]
+            },
         }
         if not pool["rates"]:
             continue

@@ -131,6 +131,28 @@ if [ -n "${GEN_MODEL:-}" ]; then
   $E measure --task benchmarks/gsm8k.yaml --items "$GEN_ITEMS" --measures numbers,entities \
     --chunk 50 --batch-size 16 --model "$GEN_MODEL" --out "$OUT/raw/$(basename "$GEN_MODEL")-gsm8k.gen.json"
 fi
+# The letter-balanced nulls of option shuffling and CircularEval (2026-12-06), measured
+# again on pools of their own where the raw files of the earlier ones were lost
+# (LETTERS=0 leaves them out: the pools above measure the same verdicts): CircularEval on
+# 1,000 MMLU items with SmolLM2 and its planted fine-tune (with option shuffling), on all of
+# C-Eval with SmolLM2; option shuffling on 2,000 MMLU and 500 C-Eval items with Gemma 3, and
+# CircularEval on 300 MMLU items with it.
+if [ "${LETTERS:-1}" != 0 ]; then
+  L="--chunk 50 --batch-size 16"
+  $E measure --task benchmarks/mmlu.yaml --items 1000 --measures circular $L \
+    --out "$OUT/raw/untouched-mmlu.letters.json"
+  $E measure --task benchmarks/mmlu.yaml --items 1000 --measures answers,circular $L \
+    --model "$OUT/models/mmlu_planted" --out "$OUT/raw/mmlu_planted-mmlu.letters.json"
+  $E measure --task benchmarks/ceval.yaml --items 0 --measures circular $L \
+    --out "$OUT/raw/untouched-ceval.circular.json"
+  GL="--chunk 50 --batch-size 4 --model gemma3-270m"
+  $E measure --task benchmarks/mmlu.yaml --items 2000 --measures answers $GL \
+    --out "$OUT/raw/gemma3-mmlu.letters.json"
+  $E measure --task benchmarks/mmlu.yaml --items 300 --measures circular $GL \
+    --out "$OUT/raw/gemma3-mmlu.circular.json"
+  $E measure --task benchmarks/ceval.yaml --items 500 --measures answers $GL \
+    --out "$OUT/raw/gemma3-ceval.letters.json"
+fi
 $E scaling --raw "$OUT/raw" --models "$OUT/models" --draws 200 ${CARRY:+--carry "$CARRY"} \
   --out docs/contamination-experiment \
   --validation-out pytest_llmeval/contamination/validation.json
