@@ -1239,7 +1239,7 @@ def carry_over(results: dict[str, Any], earlier: Mapping[str, Any]) -> None:
         pools[key] = pool
     results["pools"] = pools
     power = {
-        k: {probe: rates for probe, rates in v.items() if probe not in stale[k]}
+        k: {**v, "rates": {p: r for p, r in v["rates"].items() if p not in stale[k]}}
         for k, v in earlier.get("power", {}).items()
         if k in kept
     }

@@ -99,11 +99,11 @@ def test_contamination_probes_on_the_default_model(run_benchmarks: RunBenchmarks
     outcomes = result.parseoutcomes()
     # Without --llm-reference-model the canonical-order test, TS-Guessing and the
     # membership flags have no null that holds at every n (docs/CONTAMINATION.md), and
-    # number and entity rewrites were never measured on known-clean items, and option
-    # shuffling fires on a model that always answers one letter: skipped with their
-    # numbers, reports written. CircularEval gives its verdict.
-    assert outcomes.get("skipped", 0) == 9, text
-    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1, text
+    # number and entity rewrites were never measured on known-clean items: skipped with
+    # their numbers, reports written. Option shuffling and CircularEval (golds weighed in
+    # their own letter shares) give their verdicts.
+    assert outcomes.get("skipped", 0) == 8, text
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 2, text
     result.stdout.fnmatch_lines(
         ["*gsm8k number_rewrite: no verdict: its false-alarm rate on known-clean items has*"]
     )
@@ -138,7 +138,7 @@ def test_contamination_probes_on_the_default_model(run_benchmarks: RunBenchmarks
     assert reports["mmlu-option_shuffle"]["n"] == 4
     # The prompts the probe ran under, as the user runs it (the spec's 5 shots, the chat
     # template on by default): named in the verdict, checked against its validated ones.
-    shuffle = reports["mmlu-option_shuffle"]["inspection"]
+    shuffle = reports["mmlu-option_shuffle"]["verdict"]
     assert shuffle["conditions"] == "5-shot prompts through the chat template, float32"
     assert reports["mmlu-canonical_order"]["n"] == 4
     assert len(reports["mmlu-canonical_order"]["items"][0]["shuffled"]) == 3

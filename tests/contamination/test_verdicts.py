@@ -414,8 +414,12 @@ def test_the_validated_range_is_read_in_items_probed_not_in_the_tests_own_count(
             items,
         )
 
-    assert "above the validated range" in verdict(2000).validation
-    assert "this run has n=2000 items" in verdict(2000).validation
+    # Real models were measured to 1,346 items under these prompts (the models that
+    # always answer one letter, to all 13,202 MMLU items, under no prompt at all).
+    beyond = verdict(2000).validation
+    assert "this run has n=2000 items with zero-shot prompts" in beyond
+    assert "measured under those up to 1346 items" in beyond and "not measured" in beyond
+    assert "measured under those" not in verdict(1000).validation
     assert "range" not in verdict(1000).validation.split(": at most")[1]
     # unknown (a verdict made outside the plugin): its own count stands in
     assert verdict(0).validation == verdict(625).validation

@@ -439,23 +439,27 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     # A basename no other test module has (in-process runs share sys.modules).
     _probe_project(pytester, "test_llm_probe_project.py")
     result = pytester.runpytest(*_probe_args(tiny_model_dir))
-    # Option shuffling gives no verdict (a model that always answers one letter makes it
-    # fire on MMLU: validation.json); the order test against the reference gives its own.
-    result.assert_outcomes(passed=1, skipped=3, deselected=6)
+    # Option shuffling (its golds weighed in their own letter shares) and the order test
+    # against the reference give their verdicts.
+    result.assert_outcomes(passed=2, skipped=2, deselected=6)
     result.stdout.fnmatch_lines(
-        ["*llmeval contamination probes*", "*quiz canonical_order: no sign*"]
+        [
+            "*llmeval contamination probes*",
+            "*quiz option_shuffle: no sign*",
+            "*quiz canonical_order: no sign*",
+        ],
+        consecutive=False,
     )
     run = next((pytester.path / "out").iterdir())
     report = json.loads((run / "contamination" / "quiz-option_shuffle.json").read_text())
     assert (report["probe"], report["n"], report["alpha"]) == ("option_shuffle", 4, 0.01)
     assert len(report["items"]) == 4
-    assert "verdict" not in report and "position_D" in report["no_verdict"]
-    assert report["inspection"]["given"] is False and report["inspection"]["fired"] is False
+    assert report["verdict"]["fired"] is False and "no_verdict" not in report
+    assert "letter shares" in report["verdict"]["null"]
+    assert all("gold" in item["detail"] for item in report["items"])
     # Each verdict names the prompts and dtype it ran under, and its message whether its
     # false-alarm rate was measured under them.
-    assert (
-        report["inspection"]["conditions"] == "zero-shot prompts without a chat template, float32"
-    )
+    assert report["verdict"]["conditions"] == "zero-shot prompts without a chat template, float32"
     order = json.loads((run / "contamination" / "quiz-canonical_order.json").read_text())
     assert len(order["reference"]["sha256"]) == 64  # the reference model, by its digest
     # No benchmark item ran: the record still names the model probed, by digest and backend.
@@ -738,9 +742,9 @@ def test_contamination_probes_under_xdist_reach_every_report(
     result = pytester.runpytest_subprocess(
         *_probe_args(tiny_model_dir, "-n", "2", "--junitxml=junit.xml", "--html=pytest.html")
     )
-    result.assert_outcomes(passed=1, skipped=3)
+    result.assert_outcomes(passed=2, skipped=2)
     result.stdout.fnmatch_lines(
-        ["*llmeval contamination probes*", "*quiz canonical_order: no sign of contamination*"]
+        ["*llmeval contamination probes*", "*quiz option_shuffle: no sign of contamination*"]
     )
     run = next((pytester.path / "out").iterdir())
     names = sorted(p.name for p in (run / "contamination").iterdir())
@@ -750,7 +754,7 @@ def test_contamination_probes_under_xdist_reach_every_report(
         "quiz-option_shuffle.json",
     ]
     shuffle = json.loads((run / "contamination" / "quiz-option_shuffle.json").read_text())
-    assert shuffle["n"] == 4 and "no_verdict" in shuffle
+    assert shuffle["n"] == 4 and shuffle["verdict"]["fired"] is False
     config = json.loads((run / "eval_config.json").read_text())
     assert len(config["model_sha256"]) == 64
     for markdown in ((run / "summary.md").read_text(), summary_file.read_text()):
@@ -772,7 +776,8 @@ def test_contamination_probes_under_xdist_reach_every_report(
     order_extra = html.unescape(extras["test_probe_against_the_reference"])
     assert "no sign of contamination" in order_extra
     assert "one-sided exact McNemar" in order_extra and "against reference model" in order_extra
-    assert "no verdict" in html.unescape(extras["test_probe"])
+    shuffle_extra = html.unescape(extras["test_probe"])
+    assert "no sign of contamination" in shuffle_extra and "letter shares" in shuffle_extra
     # A probe without a verdict (skipped) shows why, on its test too.
     skipped_extra = html.unescape(extras["test_membership_against_the_reference"])
     assert "no verdict" in skipped_extra and "above its level" in skipped_extra
