@@ -428,6 +428,23 @@ class ProbeRunner:
             runner.spec.name, moved_answers(report), self.session.options.probe_alpha, seed=seed
         )
         verdict = self._stamp(runner, verdict)
+        if report.items and verdict.n == 0:
+            # Every published gold at one letter: no moved gold can sit where published
+            # ones do, so a letter habit cannot be told from a memory (none is kept).
+            reason = (
+                f"{runner.spec.name} option_shuffle: no verdict: every published gold of the "
+                f"{report.n} items probed sits at the same letter, so no moved gold can be "
+                "weighed against it and a letter habit cannot be told from a memorised "
+                f"answer; for inspection: {_inspection(verdict)}"
+            )
+            return ProbeOutcome(
+                runner.spec.name,
+                "option_shuffle",
+                report,
+                None,
+                no_verdict=reason,
+                inspection=verdict,
+            )
         return ProbeOutcome(runner.spec.name, "option_shuffle", report, verdict)
 
     def _canonical_order(

@@ -626,6 +626,27 @@ def test_a_probe_with_no_item_says_why_an_empty_file_or_an_exclusion(
     assert "--llm-exclude" not in empty.stdout.str()
 
 
+def test_option_shuffling_with_every_gold_at_one_letter_gives_no_verdict(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    """A data file whose golds all sit at the first option (a common export format): no
+    moved gold can be weighed against a published one, so option shuffling keeps no item;
+    it says so and is skipped, never "no sign of contamination" on nothing."""
+    _probe_project(pytester, "test_llm_probe_one_letter.py")
+    rows = [
+        {"question": f"Q{i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": 0}
+        for i in range(6)
+    ]
+    (pytester.path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (pytester.path / "test_llm_probe_one_letter.py").write_text(SHUFFLE_TEST)
+    result = pytester.runpytest(*_args(tiny_model_dir, "-m", "contamination", "-rs"))
+    result.assert_outcomes(skipped=1, deselected=6)
+    result.stdout.fnmatch_lines(
+        ["SKIPPED * quiz option_shuffle: no verdict: every published gold of the 6 items *"]
+    )
+    assert "0 of 6 items kept" in result.stdout.str()
+
+
 def _scripted_model_dir(pytester: pytest.Pytester) -> None:
     """``--llm-model=scripted`` must name a model directory (checked before collection);
     the scripted backend never reads it."""
