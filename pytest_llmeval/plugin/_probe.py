@@ -67,6 +67,22 @@ def _inspection(verdict: ContaminationVerdict) -> str:
     return f"{verdict.summary} ({verdict.test} against {verdict.null}, p={verdict.p_value:.2g})"
 
 
+def _only_if_counted(outcome: ProbeOutcome) -> ProbeOutcome:
+    """No verdict from a test that had nothing to count (``n == 0``: no item right in
+    exactly one rotation, none kept for letter balance, none with exchangeable options):
+    "no sign of contamination" would read as a finding. Skipped with its numbers."""
+    from dataclasses import replace
+
+    verdict = outcome.verdict
+    if verdict is None or verdict.n > 0:
+        return outcome
+    reason = (
+        f"{outcome.task} {outcome.probe}: no verdict: the test had no item to count on the "
+        f"{verdict.items or 'probed'} items; for inspection: {_inspection(verdict)}"
+    )
+    return replace(outcome, verdict=None, inspection=verdict, no_verdict=reason)
+
+
 def _only_if_validated(outcome: ProbeOutcome) -> ProbeOutcome:
     """No verdict from a test that fires above its level on known-clean items at some
     measured n (``validation.json``: an untouched model, or an in-domain fine-tune against
@@ -288,7 +304,7 @@ class ProbeRunner:
         self._running, self._wrapped, self._resumed = (runner, probe), {}, {}
         self._probed = len(chosen)
         outcome: ProbeOutcome = getattr(self, f"_{probe}")(runner, chosen, k)
-        outcome = _only_if_validated(outcome)
+        outcome = _only_if_validated(_only_if_counted(outcome))
         outcome.extra["requests"] = self._chunk_counts()
         self.session.add_probe(self._payload(outcome, opts.probe_alpha))
         return outcome
@@ -424,11 +440,13 @@ class ProbeRunner:
         self._correct.setdefault(runner.spec.name, {}).update(
             {i.item_id: i.canonical_correct for i in report.items}
         )
+        answers = moved_answers(report)
         verdict = option_shuffle_verdict(
-            runner.spec.name, moved_answers(report), self.session.options.probe_alpha, seed=seed
+            runner.spec.name, answers, self.session.options.probe_alpha, seed=seed
         )
         verdict = self._stamp(runner, verdict)
-        if report.items and verdict.n == 0:
+        golds = {(a.n_options, a.gold) for a in answers}
+        if answers and len(golds) == len({n for n, _ in golds}):
             # Every published gold at one letter: no moved gold can sit where published
             # ones do, so a letter habit cannot be told from a memory (none is kept).
             reason = (

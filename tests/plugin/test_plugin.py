@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -946,3 +947,25 @@ def test_membership_on_worked_solutions_gives_no_verdict_even_with_a_reference(
     alone = pytester.runpytest(*_args(tiny_model_dir, *common, "--llm-output=alone"))
     alone.assert_outcomes(skipped=1, deselected=6)
     alone.stdout.fnmatch_lines(["*sums membership: no verdict without --llm-reference-model*"])
+
+
+def test_a_verdict_that_had_nothing_to_count_is_no_verdict() -> None:
+    """CircularEval on a model right in every rotation of every item (or in none) has no
+    item right exactly once: n = 0, p = 1. That is no finding, so it is not given as "no
+    sign of contamination": skipped, its numbers kept for inspection."""
+    from pytest_llmeval.contamination import ContaminationVerdict
+    from pytest_llmeval.plugin._probe import ProbeOutcome, _only_if_counted
+
+    empty = ContaminationVerdict(
+        "circular", "mmlu", "exchangeable option orders", "exact", 0, 1.0, 0.01,
+        "of 0 exchangeable items right in exactly one rotation, 0 are right in the "
+        "published one", items=40,
+    )  # fmt: skip
+    outcome = _only_if_counted(ProbeOutcome("mmlu", "circular", None, empty))
+    assert outcome.verdict is None and outcome.inspection == empty
+    assert outcome.no_verdict is not None
+    assert outcome.no_verdict.startswith(
+        "mmlu circular: no verdict: the test had no item to count on the 40 items"
+    )
+    counted = ProbeOutcome("mmlu", "circular", None, replace(empty, n=3))
+    assert _only_if_counted(counted) is counted
