@@ -533,6 +533,8 @@ REFERENCE = "untouched"  # the raw files of the model every other model is compa
 DEFAULT_MODEL = "smollm2-135m"  # the model planted and measured when --model is not given
 ALPHA = 0.01  # the probes' default level (--llm-probe-alpha)
 PROBE_SEED = 1234  # the probes' default --llm-seed, with which the raw pools are measured
+FLAG_FPR = 0.05  # the membership flags' target false-positive rate
+AUROC_SCORES = ("min_k", "min_k_plus_plus", "mean_logprob")
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -557,10 +559,6 @@ def moved_answer(record: Mapping[str, Any], seed: int = PROBE_SEED) -> MovedAnsw
         bool(answer["published"]["correct"]),
         bool(answer["shuffled"]["correct"]),
     )
-
-
-FLAG_FPR = 0.05  # the membership flags' target false-positive rate
-AUROC_SCORES = ("min_k", "min_k_plus_plus", "mean_logprob")
 
 
 def order_report(task: str, records: Sequence[Mapping[str, Any]]) -> OrderTestReport:
@@ -1122,7 +1120,7 @@ def position_only_pools(
     pools: dict[str, Any] = {}
     for task, (stem, result) in sorted(largest.items()):
         items = result["items"]
-        setup_seed = int(result.get("setup", {}).get("seed", 1234))
+        setup_seed = int(result.get("setup", {}).get("seed", PROBE_SEED))
         for letter in range(max(len(r["options"]) for r in items)):
             name = f"position_{'ABCDEFGHIJ'[letter]}"
             records = position_only_records(items, letter, seed=setup_seed)

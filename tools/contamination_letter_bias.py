@@ -33,13 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmeval.contamination._rewrite import option_orders
-from tools.contamination_experiment import SIZES, scaling_rates
-
-SEED = 1234  # the probe's default --llm-seed, with which the raw pools were measured
+from tools.contamination_experiment import PROBE_SEED, SIZES, scaling_rates
 
 
 def position_only_records(
-    items: Sequence[Mapping[str, Any]], letter: int, *, seed: int = SEED
+    items: Sequence[Mapping[str, Any]], letter: int, *, seed: int = PROBE_SEED
 ) -> list[dict[str, Any]]:
     """The raw records a model that always answers option ``letter`` gives: ``answer``
     (option shuffling: right as published when the gold sits at the letter, right moved
@@ -70,7 +68,7 @@ def letter_table(
     *,
     probe: str = "option_shuffle",
     draws: int = 200,
-    seed: int = SEED,
+    seed: int = PROBE_SEED,
     sizes: Sequence[int] = SIZES,
 ) -> list[dict[str, Any]]:
     """Per letter: ``probe``'s fire rate (``option_shuffle`` or ``circular``) at every
