@@ -304,7 +304,8 @@ class ProbeRunner:
         self._running, self._wrapped, self._resumed = (runner, probe), {}, {}
         self._probed = len(chosen)
         outcome: ProbeOutcome = getattr(self, f"_{probe}")(runner, chosen, k)
-        outcome = _only_if_validated(_only_if_counted(outcome))
+        # Not validated is the reason that holds whatever the items; then nothing counted.
+        outcome = _only_if_counted(_only_if_validated(outcome))
         outcome.extra["requests"] = self._chunk_counts()
         self.session.add_probe(self._payload(outcome, opts.probe_alpha))
         return outcome
