@@ -8,6 +8,8 @@ from pytest_llmeval.model._resolve import (
     EMBEDDED,
     cache_dir,
     device_problem,
+    gguf_problem,
+    is_gguf_path,
     resolve_model_path,
 )
 from pytest_llmeval.model._types import (
@@ -68,6 +70,8 @@ __all__ = [
     "cache_dir",
     "cut_at_stop",
     "device_problem",
+    "gguf_problem",
+    "is_gguf_path",
     "load_backend",
     "progress_to",
     "report_progress",

