@@ -186,7 +186,9 @@ def _converted_gguf(name: str, path: Path) -> Path:
 def convert_gguf(gguf: Path, target: Path, *, source: str = "") -> None:
     """Dequantize a GGUF checkpoint to a safetensors directory (atomically, under a lock).
     ``source``: what identifies the file beyond its name, written into ``SOURCE.txt``."""
+    import contextlib
     import fcntl
+    import io
     import shutil
     import tempfile
 
@@ -202,15 +204,17 @@ def convert_gguf(gguf: Path, target: Path, *, source: str = "") -> None:
 
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
         try:
-            with quiet_loading():
+            # transformers' GGUF reader draws its own bar, outside its progress-bar switch:
+            # under pytest it would be the first item's captured stderr.
+            with quiet_loading(), contextlib.redirect_stderr(io.StringIO()):
                 tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
                 model = AutoModelForCausalLM.from_pretrained(
                     gguf.parent,
                     gguf_file=gguf.name,
                     quantization_config=GgufConfig(dequantize=True),
                 )
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
+                model.save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
             ident = f", {source}" if source else ""
             (tmp / "SOURCE.txt").write_text(f"converted from {gguf.name}{ident} (dequantized)\n")
             tmp.rename(target)
