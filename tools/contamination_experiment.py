@@ -533,6 +533,7 @@ REFERENCE = "untouched"  # the raw files of the model every other model is compa
 DEFAULT_MODEL = "smollm2-135m"  # the model planted and measured when --model is not given
 ALPHA = 0.01  # the probes' default level (--llm-probe-alpha)
 PROBE_SEED = 1234  # the probes' default --llm-seed, with which the raw pools are measured
+POSITION_PREFIX = "position_"  # the models that always answer one letter: position_A, ...
 FLAG_FPR = 0.05  # the membership flags' target false-positive rate
 AUROC_SCORES = ("min_k", "min_k_plus_plus", "mean_logprob")
 
@@ -1122,7 +1123,7 @@ def position_only_pools(
         items = result["items"]
         setup_seed = int(result.get("setup", {}).get("seed", PROBE_SEED))
         for letter in range(max(len(r["options"]) for r in items)):
-            name = f"position_{'ABCDEFGHIJ'[letter]}"
+            name = f"{POSITION_PREFIX}{'ABCDEFGHIJ'[letter]}"
             records = position_only_records(items, letter, seed=setup_seed)
             rates, whole = scaling_rates(task, records, None, sizes=sizes, draws=draws, seed=seed)
             pools[f"{name}-{task}"] = {
@@ -1324,17 +1325,35 @@ def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _pool_labels(entry: Mapping[str, Any]) -> list[str]:
-    """A verdict's pools in words, once each: pools of the same model, role, benchmark and
-    conditions (measured in two sessions) as one, with the most items either had; the
-    conditions named per pool when the verdict was measured under more than one."""
+    """A verdict's pools in words, short enough for a test's message (the tables have the
+    rest): one label per model and role, with the most items measured on each benchmark
+    (pools of one model measured in two sessions count once); the models that always answer
+    one letter as one label; the conditions named per label when the verdict was measured
+    under more than one."""
     several = len(entry["conditions"]) > 1
-    most: dict[tuple[str, str, str, str], int] = {}
+    groups: dict[tuple[str, str], dict[str, int]] = {}
+    letters: list[str] = []
     for p in entry["pools"]:
-        key = (p["model"], p["role"], p["task"], p.get("conditions", "") if several else "")
-        most[key] = max(most.get(key, 0), int(p["n_max"]))
+        model = str(p["model"])
+        if model.startswith(POSITION_PREFIX):
+            letters.append(model.removeprefix(POSITION_PREFIX))
+            who = POSITION_PREFIX  # named below, once every letter is known
+        else:
+            who = f"{model} {p['role']}"
+        tasks = groups.setdefault((who, p.get("conditions", "") if several else ""), {})
+        tasks[p["task"]] = max(tasks.get(p["task"], 0), int(p["n_max"]))
+    each = sorted(set(letters))
+    either = f"{', '.join(each[:-1])} or {each[-1]}" if len(each) > 1 else "".join(each)
+    position = (
+        f"models that always answer {either}, whatever the item (they read nothing: clean "
+        "by construction)"
+    )
     return [
-        f"{model} {role} ({task}, up to {n} items{f', {cond}' if cond else ''})"
-        for (model, role, task, cond), n in most.items()
+        f"{position if who == POSITION_PREFIX else who} ("
+        + ", ".join(f"{task} up to {n} items" for task, n in tasks.items())
+        + (f"; {cond}" if cond else "")
+        + ")"
+        for (who, cond), tasks in groups.items()
     ]
 
 

@@ -17,6 +17,7 @@ from tools.contamination_experiment import (
     EARLIER_CONDITIONS,
     Setup,
     _claim,
+    _pool_labels,
     _when,
     conditions,
     main,
@@ -219,6 +220,34 @@ def test_scaling_finds_a_null_that_only_fails_at_large_n(tmp_path: Path) -> None
     assert shipped["verdicts"]["canonical_order_vs_reference"]["n_max"] == n - 100
     text = scaling_markdown(results)
     assert "## Power: tuned-quiz" in text and "**FIRES**" in text
+
+
+def test_pool_labels_are_one_per_model_with_each_benchmarks_most_items() -> None:
+    """What a verdict's message lists of its validation: one label per model and role (a
+    pool measured in two sessions once, with its most items), the four always-one-letter
+    models as one, conditions per label only when there are several (the full list is in
+    the tables, not in every test's message)."""
+    zero, chat = "zero-shot, float32", "5-shot chat, float32"
+
+    def pool(model: str, task: str, n: int, cond: str = zero, role: str = "untouched") -> dict:
+        return {"model": model, "role": role, "task": task, "n_max": n, "conditions": cond}
+
+    pools = [
+        pool("m", "mmlu", 1000),
+        pool("m", "mmlu", 13202),
+        pool("m", "ceval", 1346),
+        pool("m", "mmlu", 1000, chat),
+        *(pool(f"position_{x}", t, 9, "any", "always answers") for x in "DCBA" for t in "ab"),
+    ]
+    labels = _pool_labels({"pools": pools, "conditions": [zero, chat, "any"]})
+    assert labels == [
+        f"m untouched (mmlu up to 13202 items, ceval up to 1346 items; {zero})",
+        f"m untouched (mmlu up to 1000 items; {chat})",
+        "models that always answer A, B, C or D, whatever the item (they read nothing: "
+        "clean by construction) (a up to 9 items, b up to 9 items; any)",
+    ]
+    one = _pool_labels({"pools": pools[:3], "conditions": [zero]})
+    assert one == ["m untouched (mmlu up to 13202 items, ceval up to 1346 items)"]
 
 
 def test_a_fine_tune_is_compared_with_the_model_it_was_fine_tuned_from(tmp_path: Path) -> None:
