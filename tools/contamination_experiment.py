@@ -1484,8 +1484,11 @@ def scaling_markdown(results: Mapping[str, Any]) -> str:
                 f"{'; '.join(entry['cannot_fire_on'])} | - | not validated |"
             )
             continue
+        several = len(entry.get("conditions", ())) > 1  # then each pool names its own
         pools = "; ".join(
-            f"{p['model']} / {p['task']} ({p['role']}): {100 * p['max_rate']:.1f}% at n={p['at']}"
+            f"{p['model']} / {p['task']} ({p['role']}"
+            + (f"; {p['conditions']}" if several and p.get("conditions") else "")
+            + f"): {100 * p['max_rate']:.1f}% at n={p['at']}"
             for p in entry["pools"]
         )
         lines.append(
