@@ -615,7 +615,9 @@ def _data_dirs(config: pytest.Config) -> list[Path]:
     if ini:
         base = config.inipath.parent if config.inipath else config.rootpath
         dirs += [(base / Path(p).expanduser()) for p in str(ini).split(os.pathsep) if p]
-    return [d.resolve() if d.exists() else d for d in dirs]
+    # One folder named twice (on the command line and as the ini default) is searched once
+    # and recorded once, at its first place.
+    return list(dict.fromkeys(d.resolve() if d.exists() else d for d in dirs))
 
 
 def _alpha(config: pytest.Config, ini: str = "llm_probe_alpha", default: float = 0.01) -> float:

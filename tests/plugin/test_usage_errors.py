@@ -254,6 +254,21 @@ def test_every_data_dir_given_is_searched_in_order(
     missing.stderr.fnmatch_lines(["ERROR: --llm-data-dir: no such directory: nope; *"])
 
 
+def test_a_data_dir_named_twice_is_searched_and_recorded_once(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    """On the command line and as the ini default (the run's eval_config listed it twice)."""
+    from pytest_llmeval.plugin._options import _data_dirs
+
+    write_project(pytester)
+    pytester.makeini("[pytest]\nllm_data_dir = data\n")
+    (pytester.path / "data").mkdir()
+    (pytester.path / "other").mkdir()
+    config = pytester.parseconfig("--llm-data-dir=./data", "--llm-data-dir=other")
+    data, other = (pytester.path / "data").resolve(), (pytester.path / "other").resolve()
+    assert _data_dirs(config) == [data, other]
+
+
 # ------------------------------------------------------------ named before the model loads
 
 
