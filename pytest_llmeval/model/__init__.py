@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from pytest_llmeval._digest import cache_dir
 from pytest_llmeval.model._greedy import GreedyRule
 from pytest_llmeval.model._progress import ProgressCallback, progress_to, report_progress
 from pytest_llmeval.model._resolve import (
     EMBEDDED,
-    cache_dir,
     device_problem,
     gguf_problem,
     is_gguf_path,

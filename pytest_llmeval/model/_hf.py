@@ -339,7 +339,7 @@ class HFBackend(TokenizerSide):
 
         import torch
 
-        from pytest_llmeval.model._resolve import cache_dir
+        from pytest_llmeval._digest import cache_dir
 
         weights = sorted(self.path.glob("*.safetensors")) or sorted(self.path.glob("*.bin"))
         parts: list[Any] = [

@@ -12,7 +12,8 @@ A path to a ``.gguf`` file (a llama.cpp checkpoint, as many instruct models are 
 is converted the same way, into a cache folder named by the file's SHA256 (not by a cheap
 size-and-header identity: two fine-tunes of one base quantized alike can share their
 first megabytes, the tokenizer); the folder's ``SOURCE.txt`` names the file and that
-digest, and the run record keeps it (``model.converted_from``).
+digest, and the run record keeps it (``model.converted_from``). The digest is kept in the
+package's digest cache (``_digest.HashCache``), so an unchanged file is read whole once.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_llmeval._digest import HashCache, cache_dir, file_sha256
 from pytest_llmeval._errors import ModelError
 
 
@@ -56,15 +58,6 @@ EMBEDDED = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
 }
-
-
-def cache_dir() -> Path:
-    """Where converted models live: $LLMEVAL_CACHE_DIR, else ~/.cache/pytest-llmeval."""
-    env = os.environ.get("LLMEVAL_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "pytest-llmeval"
 
 
 def _file_in(model: EmbeddedModel, distribution: str, filename: str) -> Path:
@@ -132,14 +125,6 @@ def _short_digest(path: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 GGUF_MAGIC = b"GGUF"
 
 
@@ -168,7 +153,11 @@ def _converted_gguf(name: str, path: Path) -> Path:
     problem = gguf_problem(path)
     if problem is not None:
         raise ModelError(f"--llm-model={name}: {problem}")
-    digest = _sha256(path)  # read whole on each run: seconds for a 7B Q4 file
+    # Read whole once (seconds for a 7B Q4 file), then taken from the digest cache while
+    # the file is unchanged (every xdist worker and later run resolves the model again).
+    cache = HashCache()
+    digest = file_sha256(path, cache)
+    cache.save()
     target = cache_dir() / "models" / f"{path.stem}-{digest[:12]}"
     if not (target / "config.json").exists():
         try:

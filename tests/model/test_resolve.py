@@ -157,6 +157,46 @@ def test_gguf_files_alike_in_size_and_first_megabytes_are_converted_apart(
     assert _resolve._short_digest(first) == _resolve._short_digest(second)
 
 
+def test_an_unchanged_gguf_is_read_whole_once_and_an_edited_one_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Naming the converted folder needs the file's SHA256: it comes from the digest cache
+    while the file is unchanged (each xdist worker and each later run resolves the model),
+    and is computed again, into a new folder, once the file changes."""
+    import os
+    import time
+
+    from pytest_llmeval import _digest
+    from pytest_llmeval.model import _resolve
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(1 << 20))
+    hour_ago = time.time_ns() - 3600 * 10**9
+    os.utime(gguf, ns=(hour_ago, hour_ago))  # files written in the last 2 s are not cached
+    monkeypatch.setenv("LLMEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    hashed: list[Path] = []
+    real = _digest.hash_file
+
+    def counting(path: Path) -> str:
+        hashed.append(Path(path))
+        return real(path)
+
+    def convert(gguf: Path, target: Path, *, source: str = "") -> None:
+        target.mkdir(parents=True)
+        (target / "config.json").write_text("{}")
+
+    monkeypatch.setattr(_digest, "hash_file", counting)
+    monkeypatch.setattr(_resolve, "convert_gguf", convert)
+    first = resolve_model_path(str(gguf))
+    assert resolve_model_path(str(gguf)) == first and hashed == [gguf]
+    with gguf.open("r+b") as fh:  # same size, one byte changed
+        fh.seek(100)
+        fh.write(b"\x01")
+    os.utime(gguf, ns=(hour_ago, hour_ago))
+    edited = resolve_model_path(str(gguf))
+    assert edited != first and hashed == [gguf, gguf]
+
+
 def test_a_file_named_gguf_that_is_not_one_is_refused(tmp_path: Path) -> None:
     page = tmp_path / "model.gguf"
     page.write_text("<!DOCTYPE html><title>Sign in</title>")  # a download that went wrong

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_llmeval.record import _hash
+from pytest_llmeval import _digest
 from pytest_llmeval.record._hash import (
     SAMPLE_BLOCK,
     HashCache,
@@ -43,13 +43,13 @@ def _age(path: Path, ns: int = HOUR_NS) -> None:
 
 def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     reads: list[Path] = []
-    real = _hash._hash_file
+    real = _digest.hash_file
 
     def counting(path: Path) -> str:
         reads.append(Path(path))
         return real(path)
 
-    monkeypatch.setattr(_hash, "_hash_file", counting)
+    monkeypatch.setattr(_digest, "hash_file", counting)
     return reads
 
 
@@ -112,7 +112,7 @@ def test_file_sha256_streams_in_chunks(tmp_path: Path, monkeypatch: pytest.Monke
             chunk: bytes = self.f.read(n)  # type: ignore[attr-defined]
             return chunk
 
-    monkeypatch.setattr(_hash, "open", lambda p, m: Spy(real_open(p, m)), raising=False)
+    monkeypatch.setattr(_digest, "open", lambda p, m: Spy(real_open(p, m)), raising=False)
     assert file_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
     assert sizes == [1 << 20] * 4
 
@@ -140,7 +140,7 @@ def test_cache_hit_and_persistence(tmp_path: Path, monkeypatch: pytest.MonkeyPat
             "mtime_ns": path.stat().st_mtime_ns,
             "ctime_ns": path.stat().st_ctime_ns,
             "ino": path.stat().st_ino,
-            "sample": _hash.content_sample(path, 7),
+            "sample": _digest.content_sample(path, 7),
             "sha256": expected,
         }
     }
