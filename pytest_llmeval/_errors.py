@@ -38,3 +38,13 @@ class SandboxError(LlmEvalError):
 
 class ModelError(LlmEvalError):
     """The model could not be resolved or loaded."""
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """Another library's exception as one line: its type and its message with the line
+    breaks folded (transformers and torch spread a reason over lines, ``... from one of:``
+    then the list; the first line alone can say nothing), cut at ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

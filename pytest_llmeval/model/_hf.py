@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from pytest_llmeval._errors import ModelError
+from pytest_llmeval._errors import ModelError, one_line
 from pytest_llmeval.model._detok import IncrementalText
 from pytest_llmeval.model._greedy import GreedyRule
 from pytest_llmeval.model._lookup import PromptLookup
@@ -149,15 +149,6 @@ def quiet_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
-def _cause(exc: BaseException) -> str:
-    """An exception as one short line: its type and the first line of its message."""
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    if len(first) > 300:
-        first = first[:300] + "..."
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-
-
 class HFBackend(TokenizerSide):
     """A causal LM loaded with transformers, evaluated in fixed-size batches.
 
@@ -206,7 +197,8 @@ class HFBackend(TokenizerSide):
                 self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype, **extra)
         except Exception as exc:  # damaged files raise many kinds (safetensors, json, torch)
             raise ModelError(
-                f"--llm-model={settings.model}: cannot load the model in {self.path}: {_cause(exc)}"
+                f"--llm-model={settings.model}: cannot load the model in {self.path}: "
+                f"{one_line(exc)}"
             ) from None
         if settings.device_map:
             # accelerate placed the layers; inputs go where the embeddings are.
@@ -280,7 +272,7 @@ class HFBackend(TokenizerSide):
         try:
             from pytest_llmeval.model._step import unsupported_reason
         except ImportError as exc:  # a transformers internal the step imports moved
-            return f"the fused step (model/_step.py) cannot be imported: {_cause(exc)}"
+            return f"the fused step (model/_step.py) cannot be imported: {one_line(exc)}"
 
         reason = unsupported_reason(self.model, self.device)
         if reason is None:
@@ -1155,10 +1147,10 @@ class HFBackend(TokenizerSide):
             with torch.inference_mode():
                 check = self_check(self.model, self._fused_step(), prompts, CHECK_TOLERANCE[dtype])
         except Exception as exc:  # whatever a changed internal raises
-            check = {"error": _cause(exc)}
+            check = {"error": one_line(exc)}
             reason = (
                 "the fused step failed at its check against the model's forward pass: "
-                f"{_cause(exc)}"
+                f"{one_line(exc)}"
             )
         else:
             if "failed_at" in check:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_llmeval._errors import LlmEvalError
+from pytest_llmeval._errors import LlmEvalError, one_line
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import ItemResult, TaskRunner, item_digests
 from pytest_llmeval.record import (
@@ -63,6 +63,21 @@ def logprob_tolerance(dtype: str | None, value: float) -> float:
 def _json(value: Any) -> Any:
     """Plain JSON types only: xdist serialises user properties with execnet."""
     return json.loads(json.dumps(value, default=str))
+
+
+def load_failure(exc: Exception, flag: str, model: str) -> str:
+    """One line saying why ``model`` (given as ``flag``: ``--llm-model`` or
+    ``--llm-reference-model``) could not be loaded: the package's own error (its
+    ``--llm-model=`` prefix renamed to the flag given), the missing extra, or anything else
+    a broken model or device raises, folded into one line."""
+    if isinstance(exc, LlmEvalError):
+        return str(exc).replace(f"--llm-model={model}: ", f"{flag}={model}: ", 1)
+    if isinstance(exc, ImportError):
+        return (
+            f"the model backend needs torch and transformers ({exc.name} is missing): "
+            "pip install 'pytest-llm-evaluation[hf]'"
+        )
+    return f"{flag}={model}: the model could not be loaded: {one_line(exc)}"
 
 
 @dataclass
@@ -131,19 +146,8 @@ class Evaluator:
         try:
             backend = load_backend(settings)
             self.environment = self._environment(backend)
-        except LlmEvalError as exc:
-            self._error = str(exc)
-        except ImportError as exc:
-            self._error = (
-                f"the model backend needs torch and transformers ({exc.name} is missing): "
-                "pip install 'pytest-llm-evaluation[hf]'"
-            )
-        except Exception as exc:  # anything else a broken model or device raises
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            self._error = (
-                f"--llm-model={self.options.model}: the model could not be loaded: "
-                f"{type(exc).__name__}: {first}"
-            )
+        except Exception as exc:  # anything a broken model or device raises
+            self._error = load_failure(exc, "--llm-model", settings.model)
         else:
             self._backend = backend
             return backend

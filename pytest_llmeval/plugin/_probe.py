@@ -210,6 +210,7 @@ class ProbeRunner:
         self.session = session
         self.backend = backend
         self._reference: Any = None
+        self._reference_error: str | None = None  # why it could not be loaded (not retried)
         self._reference_record: dict[str, Any] | None = None
         self._correct: dict[str, dict[str, bool]] = {}  # task -> item id -> right as published
         # The running probe's models, their calls kept chunk by chunk (_chunked).
@@ -225,17 +226,22 @@ class ProbeRunner:
         name = self.session.options.reference_model
         if name is None:
             return None
+        if self._reference_error is not None:
+            pytest.fail(self._reference_error, pytrace=False)
         if self._reference is None:
             from dataclasses import replace
 
             from pytest_llmeval.model import load_backend
 
+            from ._evaluator import load_failure
+
             settings = replace(self.session.options.model_settings(), model=name)
             try:
                 self._reference = load_backend(settings)
-            except LlmEvalError as exc:
-                why = str(exc).replace(f"--llm-model={name}: ", "")
-                pytest.fail(f"--llm-reference-model={name}: {why}", pytrace=False)
+            except Exception as exc:  # as for the model: one line, not a chained traceback
+                self._reference_error = load_failure(exc, "--llm-reference-model", name)
+            if self._reference_error is not None:
+                pytest.fail(self._reference_error, pytrace=False)
             self._reference_record = self._describe_reference(name)
         return self._reference
 

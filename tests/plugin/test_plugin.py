@@ -434,6 +434,34 @@ def _probe_args(model: Path, *extra: str) -> list[str]:
     )
 
 
+def test_a_reference_model_that_cannot_load_fails_its_probes_in_one_line(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    """A reference that passes the option check (a folder with a config.json) but cannot be
+    loaded fails each probe that needs it with one line naming --llm-reference-model, not
+    the model's option and not a chained traceback; the probes without one still run."""
+    _probe_project(pytester, "test_llm_probe_broken_reference.py")
+    broken = pytester.path / "broken-reference"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    result = pytester.runpytest(
+        *_args(
+            tiny_model_dir,
+            "-m",
+            "contamination",
+            "--llm-probe-items=4",
+            "--llm-output=out",
+            f"--llm-reference-model={broken}",
+        )
+    )
+    result.assert_outcomes(passed=1, failed=2, skipped=1, deselected=6)
+    text = result.stdout.str()
+    lines = [line for line in text.splitlines() if f"--llm-reference-model={broken}: " in line]
+    assert lines and all("--llm-model=" not in line for line in lines), text
+    assert "During handling of the above exception" not in text
+    assert "Traceback" not in text
+
+
 def test_contamination_probes_run_as_tests_and_are_recorded(
     pytester: pytest.Pytester, tiny_model_dir: Path
 ) -> None:
