@@ -531,6 +531,7 @@ def _is_json_scalar(value: Any) -> bool:
 
 REFERENCE = "untouched"  # the raw files of the model every other model is compared with
 DEFAULT_MODEL = "smollm2-135m"  # the model planted and measured when --model is not given
+DEFAULT_EPOCHS = 3  # passes over the planted items (plant --epochs)
 ALPHA = 0.01  # the probes' default level (--llm-probe-alpha)
 PROBE_SEED = 1234  # the probes' default --llm-seed, with which the raw pools are measured
 POSITION_PREFIX = "position_"  # the models that always answer one letter: position_A, ...
@@ -1056,13 +1057,7 @@ def scaling(
             "model": model,
             "model_name": named,
             "task": task,
-            "role": (
-                f"fine-tuned from {plant_record.get('setup', {}).get('model', DEFAULT_MODEL)} "
-                f"on {len(planted)} {plant_record['task']} items, probed on the others "
-                "(in-domain, never saw them)"
-                if plant_record
-                else "untouched"
-            ),
+            "role": _fine_tune_role(plant_record, len(planted)) if plant_record else "untouched",
             "clean_items": len(clean),
             "measures": result.get("measures", list(MEASURES)),
             "rates": rates,
@@ -1145,6 +1140,19 @@ def position_only_pools(
                 "whole": whole,
             }
     return pools
+
+
+def _fine_tune_role(plant_record: Mapping[str, Any], planted: int) -> str:
+    """How a fine-tuned pool's model was made, as its label says it: the base, the planted
+    items and, where it is not the default, how many passes (a fine-tune of 10 epochs
+    memorised what one of 3 only leaned towards: two different models)."""
+    setup = plant_record.get("setup", {})
+    epochs = str(setup.get("epochs", ""))
+    passes = f" for {epochs} epochs" if epochs and epochs != str(DEFAULT_EPOCHS) else ""
+    return (
+        f"fine-tuned from {setup.get('model', DEFAULT_MODEL)} on {planted} "
+        f"{plant_record['task']} items{passes}, probed on the others (in-domain, never saw them)"
+    )
 
 
 def _reference_stem(
@@ -1739,7 +1747,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     common.add_argument("--data-dir", type=Path, action="append", default=None)
     common.add_argument("--model", default=DEFAULT_MODEL)
     common.add_argument("--items", type=int, default=100, help="first N items; 0: all")
-    common.add_argument("--epochs", type=int, default=3)
+    common.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
     common.add_argument("--lr", type=float, default=1e-4)
     common.add_argument("--seed", type=int, default=1234)
     common.add_argument("--order-k", type=int, default=3)

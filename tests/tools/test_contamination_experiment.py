@@ -17,6 +17,7 @@ from tools.contamination_experiment import (
     EARLIER_CONDITIONS,
     Setup,
     _claim,
+    _fine_tune_role,
     _pool_labels,
     _when,
     conditions,
@@ -716,3 +717,17 @@ def test_a_pool_read_from_a_pytest_run_is_what_measure_writes(
         main([*args, "--run", str(run_dir), "--out", str(out)])
     with pytest.raises(ValueError, match="read from the pytest run"):
         measure(setup(items=9), model, out, measures=["answers", "circular"])
+
+
+def test_a_fine_tunes_label_names_its_passes_where_they_are_not_the_default() -> None:
+    """Two fine-tunes of one base on the same planted items, one of 3 passes and one of 10,
+    are different models (one leans towards the answers, one memorised them): their pools'
+    labels must tell them apart."""
+    record = {"task": "mmlu", "setup": {"model": "smollm2-135m", "epochs": "3"}}
+    usual = _fine_tune_role(record, 50)
+    assert usual == (
+        "fine-tuned from smollm2-135m on 50 mmlu items, probed on the others "
+        "(in-domain, never saw them)"
+    )
+    longer = _fine_tune_role({**record, "setup": {**record["setup"], "epochs": "10"}}, 50)
+    assert longer == usual.replace("mmlu items,", "mmlu items for 10 epochs,")
