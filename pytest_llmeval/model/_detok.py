@@ -13,7 +13,10 @@ differently (SentencePiece's Metaspace drops the first token's space, WordPiece 
 ``##`` pieces), and a token may end inside a UTF-8 character (byte-level BPE, byte
 fallback), which decodes to U+FFFD until the rest of it arrives. The text after the settled
 point is the decode of ``context + new tokens`` minus the decode of ``context``; the settled
-point moves on only where that decode is whole (no U+FFFD at its end). The final result is
+point moves on only where that decode is whole (no U+FFFD at its end). The context must
+hold a token the decoder sees: special tokens are skipped before decoding, so a context of
+``<unk>`` or padding alone would leave the next token first, and Metaspace would drop its
+space; the context reaches back until its text is not empty. The final result is
 still decoded whole (``HFBackend._result``); this text only decides when a stop sequence
 has appeared. ``tests/model/test_detok.py`` checks it equals the whole decode after every
 token, on byte-level, SentencePiece-style and WordPiece tokenizers and on random token
@@ -40,6 +43,8 @@ class IncrementalText:
         self.tokens: list[int] = []
         self._settled = 0  # tokens whose text is in self._head
         self._head = ""  # the text of tokens[:settled]
+        self._start = 0  # where the context before the settled point starts
+        self._context = ""  # the decode of tokens[start:settled]
         self.text = ""
 
     def _decode(self, tokens: list[int]) -> str:
@@ -53,22 +58,29 @@ class IncrementalText:
             self.text = tail
             self._maybe_settle(tail, 0, "")
             return self.text
-        start = max(0, self._settled - CONTEXT_TOKENS)
-        context = self._decode(self.tokens[start : self._settled])
-        window = self._decode(self.tokens[start:])
+        context = self._context
+        window = self._decode(self.tokens[self._start :])
         if not window.startswith(context):
             # The decoder joined the context with what follows (a cleanup rule, a merge
             # across the boundary): start over from the whole sequence, once.
             self._settled, self._head = 0, ""
             return self.extend([])
         self.text = self._head + window[len(context) :]
-        self._maybe_settle(window, start, context)
+        self._maybe_settle(window, self._start, context)
         return self.text
 
     def _maybe_settle(self, window: str, start: int, context: str) -> None:
         """Move the settled point to the end when enough tokens wait and their text is
-        whole (no partial character at its end)."""
+        whole (no partial character at its end), with the context before it."""
         if len(self.tokens) - self._settled < SETTLE_EVERY or window.endswith(_REPLACEMENT):
             return
         self._head = self.text
         self._settled = len(self.tokens)
+        start = max(0, self._settled - CONTEXT_TOKENS)
+        context = self._decode(self.tokens[start : self._settled])
+        while not context and start > 0:
+            # Nothing the decoder sees (special tokens, skipped): reach further back, so
+            # that the tokens after the settled point are not decoded as the first ones.
+            start = max(0, start - CONTEXT_TOKENS)
+            context = self._decode(self.tokens[start : self._settled])
+        self._start, self._context = start, context

@@ -126,6 +126,22 @@ def test_random_token_sequences_decode_the_same_after_every_token(
     _check_every_step(tok, ids, chunks)
 
 
+def test_a_context_of_skipped_special_tokens_does_not_make_the_next_token_first() -> None:
+    """Found by the random test: nine ``<unk>``, a newline, six ``<unk>``, then a token
+    with a Metaspace space. The settled point fell after the six ``<unk>``, whose decode
+    is empty (special tokens are skipped), so the next token was decoded as the first and
+    lost its space ('\\n#' where the whole decode is '\\n #')."""
+    tok = _tokenizer("metaspace")
+    unk = tok.convert_tokens_to_ids("<unk>")
+    newline = tok.encode("\n", add_special_tokens=False)[-1]
+    spaced = tok.convert_tokens_to_ids("▁#")
+    assert tok.decode([newline], skip_special_tokens=True) == "\n" and spaced != unk
+    ids = [unk] * 9 + [newline] + [unk] * 6 + [spaced]
+    assert tok.decode(ids, skip_special_tokens=True) == "\n #"
+    _check_every_step(tok, ids)
+    _check_every_step(tok, ids + [unk] * 40 + [spaced] * 3)
+
+
 def test_the_cost_per_token_does_not_grow_with_the_output() -> None:
     """Decoded tokens per step stay bounded (the context and the unsettled tokens), where
     the whole decode would take every token so far."""
