@@ -187,6 +187,9 @@ class ProbeRow:
     policy: str = ""
     # Why the fixture gave no verdict (skipped: no null that fits without a reference).
     no_verdict: str = ""
+    # Where a given verdict's false-alarm rate was measured (its pools, n and conditions)
+    # and whether this run lies inside that, as its message says it.
+    validation: str = ""
     # The order test's items in its verdict (exchangeable ones; 0: all ``n``).
     order_n: int = 0
     # A probe without a verdict and without a test to inspect (TS-Guessing without a
@@ -714,6 +717,8 @@ def probe_rows(run_path: Path) -> list[ProbeRow]:
         # probe's top-level ones (the order test's on all items, not exchangeable ones).
         verdict = data.get("verdict") or data.get("inspection")
         if isinstance(verdict, Mapping):
+            if verdict is data.get("verdict"):  # a reason not to give one already says it
+                row.validation = str(verdict.get("validation") or "")
             row.summary = str(verdict.get("summary", ""))
             row.null = f"{verdict.get('test', '')} against {verdict.get('null', '')}"
             row.p_value = _num(verdict.get("p_value"))

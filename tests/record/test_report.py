@@ -498,6 +498,47 @@ def test_probe_reports_are_read_from_the_run(run: Path) -> None:
     assert ">no verdict</span>" in render_report(prepare_report(run))
 
 
+def test_a_given_verdict_shows_where_it_was_validated(run: Path) -> None:
+    """The range of n, the models and the conditions a verdict's false-alarm rate was
+    measured on are part of its message in the terminal and pytest-html; the report shows
+    them too, under the verdict's row (not for a verdict not given, whose reason says it)."""
+    folder = run / "contamination"
+    folder.mkdir()
+    shuffle = _paired([True] * 6 + [False] * 6, [False] * 6 + [True] * 6)
+    validation = (
+        "false alarms on clean items measured on draws of n=50..13202 items from "
+        "smollm2-135m untouched (mmlu up to 13202 items): at most 0.5%"
+    )
+    verdict = {
+        "probe": "option_shuffle",
+        "null": "the same items with their options moved",
+        "test": "one-sided exact McNemar",
+        "p_value": 0.61,
+        "fired": False,
+        "summary": "b=6 right only as published, c=6 right only moved",
+        "validation": validation,
+    }
+    (folder / "mmlu-option_shuffle.json").write_text(
+        json.dumps({**shuffle.to_dict(), "alpha": 0.01, "verdict": verdict})
+    )
+    row = {p.probe: p for p in prepare_report(run).probes}["option_shuffle"]
+    assert row.validation == validation and not row.flagged
+    html = render_report(prepare_report(run))
+    assert "<summary>validated on</summary>" in html and validation in html
+    (folder / "mmlu-option_shuffle.json").write_text(
+        json.dumps(
+            {
+                **shuffle.to_dict(),
+                "alpha": 0.01,
+                "no_verdict": "no verdict: not validated",
+                "inspection": verdict,
+            }
+        )
+    )
+    html = render_report(prepare_report(run))
+    assert "why no verdict" in html and "<summary>validated on</summary>" not in html
+
+
 def test_a_probe_without_a_verdict_shows_the_numbers_its_reason_quotes(run: Path) -> None:
     """The order test without a reference is skipped with the numbers of the verdict it
     does not give (items with exchangeable options); the table shows those, not the
