@@ -715,10 +715,11 @@ def probe_rows(run_path: Path) -> list[ProbeRow]:
         row.no_verdict = str(data.get("no_verdict") or "")
         # The verdict, or the one not given that its reason quotes: their numbers, not the
         # probe's top-level ones (the order test's on all items, not exchangeable ones).
-        verdict = data.get("verdict") or data.get("inspection")
+        given = data.get("verdict")
+        if isinstance(given, Mapping):  # a verdict not given: its reason already says it
+            row.validation = str(given.get("validation") or "")
+        verdict = given or data.get("inspection")
         if isinstance(verdict, Mapping):
-            if verdict is data.get("verdict"):  # a reason not to give one already says it
-                row.validation = str(verdict.get("validation") or "")
             row.summary = str(verdict.get("summary", ""))
             row.null = f"{verdict.get('test', '')} against {verdict.get('null', '')}"
             row.p_value = _num(verdict.get("p_value"))
