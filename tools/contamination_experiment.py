@@ -1144,8 +1144,9 @@ def position_only_pools(
 
 def _fine_tune_role(plant_record: Mapping[str, Any], planted: int) -> str:
     """How a fine-tuned pool's model was made, as its label says it: the base, the planted
-    items and, where it is not the default, how many passes (a fine-tune of 10 epochs
-    memorised what one of 3 only leaned towards: two different models)."""
+    items and, where it is not the default, how many passes (on MMLU, 3 passes left the
+    planted items 38% right and 10 passes 42%, with their answer letters learned more than
+    their answers: two different models)."""
     setup = plant_record.get("setup", {})
     epochs = str(setup.get("epochs", ""))
     passes = f" for {epochs} epochs" if epochs and epochs != str(DEFAULT_EPOCHS) else ""

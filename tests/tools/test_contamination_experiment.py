@@ -721,8 +721,8 @@ def test_a_pool_read_from_a_pytest_run_is_what_measure_writes(
 
 def test_a_fine_tunes_label_names_its_passes_where_they_are_not_the_default() -> None:
     """Two fine-tunes of one base on the same planted items, one of 3 passes and one of 10,
-    are different models (one leans towards the answers, one memorised them): their pools'
-    labels must tell them apart."""
+    are different models (the longer one learned the planted answer letters further): their
+    pools' labels must tell them apart."""
     record = {"task": "mmlu", "setup": {"model": "smollm2-135m", "epochs": "3"}}
     usual = _fine_tune_role(record, 50)
     assert usual == (
