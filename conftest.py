@@ -15,7 +15,7 @@ except ImportError:  # the dev extra is not installed: no property tests to conf
 else:
     # "ci" (tox sets it): the same examples on every run of the same code, so that a
     # merge's CI result is reproducible; a property the random search breaks is found
-    # by a plain `pytest` (the default profile), and pinned with @example when fixed.
+    # by a plain `pytest` (the default profile), and pinned as a test once fixed.
     settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 

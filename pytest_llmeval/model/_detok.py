@@ -56,7 +56,7 @@ class IncrementalText:
         if self._settled == 0:
             tail = self._decode(self.tokens)
             self.text = tail
-            self._maybe_settle(tail, 0, "")
+            self._maybe_settle(tail)
             return self.text
         context = self._context
         window = self._decode(self.tokens[self._start :])
@@ -66,10 +66,10 @@ class IncrementalText:
             self._settled, self._head = 0, ""
             return self.extend([])
         self.text = self._head + window[len(context) :]
-        self._maybe_settle(window, self._start, context)
+        self._maybe_settle(window)
         return self.text
 
-    def _maybe_settle(self, window: str, start: int, context: str) -> None:
+    def _maybe_settle(self, window: str) -> None:
         """Move the settled point to the end when enough tokens wait and their text is
         whole (no partial character at its end), with the context before it."""
         if len(self.tokens) - self._settled < SETTLE_EVERY or window.endswith(_REPLACEMENT):
