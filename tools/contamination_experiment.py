@@ -7,7 +7,9 @@ and do they stay silent on models that were not?
    them at random (seeded) into a planted half and a clean half, and fine-tune the default
    model on the planted half (multiple choice: the item's text as published, question,
    options in their order and the answer; worked-solution tasks such as GSM8K: question
-   and full solution), ``--epochs`` passes, AdamW; the model and ``planted.json`` are kept.
+   and full solution), ``--epochs`` passes, AdamW, the loss on every token; with ``--loss
+   answer`` the item as an instruction-tuning set carries it instead: the prompt the probes
+   send, the loss on its answer only. The model and ``planted.json`` are kept.
 2. ``measure``: the raw per-item measurements of one model on one task
    (:func:`measure_items`: canonical-order log-likelihoods, answers as published and
    shuffled, CircularEval, TS-Guessing, membership scores as published and rewritten),
@@ -104,10 +106,16 @@ class Setup:
     perturbations: int = 3
     fewshot: int = 0
     chat: str = "off"  # "on": every prompt through the model's chat template
+    loss: str = "text"  # "answer": the loss on the answer's tokens only (plant --loss)
 
 
-def fine_tune(model_path: Path, texts: Sequence[str], out: Path, setup: Setup) -> dict[str, Any]:
-    """Train a copy of the model on ``texts`` (causal LM loss on every token) and save it."""
+LOSSES = ("text", "answer")
+
+
+def fine_tune(
+    model_path: Path, examples: Sequence[tuple[str, str]], out: Path, setup: Setup
+) -> dict[str, Any]:
+    """Train a copy of the model on ``examples`` and save it (:func:`plant_examples`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -120,17 +128,17 @@ def fine_tune(model_path: Path, texts: Sequence[str], out: Path, setup: Setup) -
     losses = []
     started = time.perf_counter()
     for _ in range(setup.epochs):
-        order = list(range(len(texts)))
+        order = list(range(len(examples)))
         rng.shuffle(order)
         epoch_loss = 0.0
         for i in order:
-            ids = tokenizer(texts[i], return_tensors="pt")["input_ids"]
-            loss = model(input_ids=ids, labels=ids).loss
+            ids, labels = training_ids(tokenizer, *examples[i])
+            loss = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels])).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
             epoch_loss += float(loss.detach())
-        losses.append(epoch_loss / len(texts))
+        losses.append(epoch_loss / len(examples))
     model.train(False)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -149,14 +157,46 @@ def _gold_probs(
     return probs, correct
 
 
-def plant_texts(runner: TaskRunner, items: Sequence[Item]) -> list[str]:
-    """What the contaminated model is trained on: a worked-solution task's published record
+def training_ids(tokenizer: Any, head: str, answer: str) -> tuple[list[int], list[int]]:
+    """The token ids of one planted example and the labels its loss reads (-100: not read).
+
+    No ``answer``: ``head`` is a text read whole, the loss on every token. With one: the
+    prompt and the answer tokenized apart and joined (as a probe scores an answer after its
+    prompt), the loss on the answer's tokens only."""
+    ids = list(tokenizer(head)["input_ids"])
+    if not answer:
+        return ids, ids
+    tail = list(tokenizer(answer, add_special_tokens=False)["input_ids"])
+    if not tail:
+        raise ValueError(f"an answer of no tokens after {head[-60:]!r}")
+    return ids + tail, [-100] * len(ids) + tail
+
+
+def plant_examples(runner: TaskRunner, items: Sequence[Item], loss: str) -> list[tuple[str, str]]:
+    """What the contaminated model is trained on, as (text, answer) for :func:`training_ids`.
+
+    ``text`` (a web copy read in pretraining): a worked-solution task's published record
     (question and full solution, as web copies of GSM8K carry it), else the item's text as
-    the benchmark publishes it (question, options in their order, answer)."""
+    the benchmark publishes it (question, options in their order, answer); no answer apart,
+    the loss on every token. ``answer`` (the item in an instruction-tuning set): the prompt
+    the probes send (:meth:`TaskRunner.prepare`) and its answer after the choice delimiter,
+    or a worked-solution task's question and solution; the loss on the answer only."""
+    if loss not in LOSSES:
+        raise ValueError(f"--loss={loss}: expected one of {', '.join(LOSSES)}")
     probes = runner.spec.probes
-    if probes.question and probes.solution:
-        return [f"{item.doc[probes.question]}\n{item.doc[probes.solution]}" for item in items]
-    return [item_text(runner, item) for item in items]
+    examples = []
+    for item in items:
+        if probes.question and probes.solution:
+            question, solution = item.doc[probes.question], item.doc[probes.solution]
+            examples.append(
+                (f"{question}\n{solution}", "") if loss == "text" else (question, "\n" + solution)
+            )
+        elif loss == "text":
+            examples.append((item_text(runner, item), ""))
+        else:
+            prepared = runner.prepare(item)
+            examples.append((prepared.prompt, runner.choice_delimiter + prepared.target))
+    return examples
 
 
 def _runner(setup: Setup) -> TaskRunner:
@@ -186,7 +226,10 @@ def plant(setup: Setup, model_out: Path) -> dict[str, Any]:
     planted = split_halves(items, setup.seed)
     chosen = [i for i in items if i.id in planted]
     training = fine_tune(
-        resolve_model_path(setup.model), plant_texts(runner, chosen), model_out, setup
+        resolve_model_path(setup.model),
+        plant_examples(runner, chosen, setup.loss),
+        model_out,
+        setup,
     )
     record = {
         "task": runner.spec.name,
@@ -1150,9 +1193,15 @@ def _fine_tune_role(plant_record: Mapping[str, Any], planted: int) -> str:
     setup = plant_record.get("setup", {})
     epochs = str(setup.get("epochs", ""))
     passes = f" for {epochs} epochs" if epochs and epochs != str(DEFAULT_EPOCHS) else ""
+    how = (
+        " as prompt-to-answer pairs, the loss on the answer only"
+        if setup.get("loss", "text") == "answer"
+        else ""
+    )
     return (
         f"fine-tuned from {setup.get('model', DEFAULT_MODEL)} on {planted} "
-        f"{plant_record['task']} items{passes}, probed on the others (in-domain, never saw them)"
+        f"{plant_record['task']} items{how}{passes}, probed on the others (in-domain, never "
+        "saw them)"
     )
 
 
@@ -1737,6 +1786,7 @@ def _setup(args: argparse.Namespace) -> Setup:
         perturbations=args.perturbations,
         fewshot=args.fewshot,
         chat=args.chat,
+        loss=getattr(args, "loss", "text"),
     )
 
 
@@ -1762,6 +1812,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p_plant = commands.add_parser("plant", parents=[common], help="fine-tune on a planted half")
     p_plant.add_argument("--model-out", type=Path, required=True)
+    p_plant.add_argument(
+        "--loss",
+        choices=LOSSES,
+        default="text",
+        help="text: every token of the published item (a web copy read in pretraining); "
+        "answer: the probe's prompt to its answer, the loss on the answer only (the item "
+        "in an instruction-tuning set)",
+    )
     p_measure = commands.add_parser("measure", parents=[common], help="raw per-item scores")
     p_measure.add_argument("--out", type=Path, required=True)
     p_measure.add_argument("--batch-size", type=int, default=8)

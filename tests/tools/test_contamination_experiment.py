@@ -13,21 +13,26 @@ from typing import Any
 
 import pytest
 
+from pytest_llmeval.dataset import load_items
 from tools.contamination_experiment import (
     EARLIER_CONDITIONS,
     Setup,
     _claim,
     _fine_tune_role,
     _pool_labels,
+    _runner,
     _when,
     conditions,
     main,
     measure,
     number_rewrite_shift,
+    plant,
+    plant_examples,
     round_robin,
     run,
     scaling,
     scaling_markdown,
+    training_ids,
     validation_file,
     verdicts,
 )
@@ -731,3 +736,59 @@ def test_a_fine_tunes_label_names_its_passes_where_they_are_not_the_default() ->
     )
     longer = _fine_tune_role({**record, "setup": {**record["setup"], "epochs": "10"}}, 50)
     assert longer == usual.replace("mmlu items,", "mmlu items for 10 epochs,")
+
+
+def test_an_answer_only_planting_trains_on_the_probes_prompt_and_reads_only_the_answer(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """``plant --loss answer`` (the item in an instruction-tuning set): each example is the
+    prompt a probe sends and its answer after the choice delimiter, and the loss reads the
+    answer's tokens only; ``--loss text`` (the default) reads every token of the published
+    item, as the earlier fine-tunes were trained. The pool's label says which."""
+    from transformers import AutoTokenizer
+
+    rows = [
+        {"question": f"what is item {i}?", "choices": ["red", "blue", "green"], "answer": i % 3}
+        for i in range(6)
+    ]
+    (tmp_path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
+    setup = Setup(
+        task=tmp_path / "quiz.yaml",
+        data_dirs=(tmp_path,),
+        model=str(tiny_model_dir),
+        items=6,
+        epochs=12,
+        lr=3e-3,
+        seed=3,
+        order_k=2,
+        loss="answer",
+    )
+    runner = _runner(setup)
+    items = load_items(runner.spec, setup.data_dirs)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+
+    text = plant_examples(runner, items, "text")
+    assert text[1] == ("what is item 1?\nA. red\nB. blue\nC. green\nAnswer: B", "")
+    ids, labels = training_ids(tokenizer, *text[1])
+    assert labels == ids  # every token read
+
+    answer = plant_examples(runner, items, "answer")
+    prepared = runner.prepare(items[1])
+    assert answer[1] == (prepared.prompt, " B")  # what the probe asks, what it scores
+    ids, labels = training_ids(tokenizer, *answer[1])
+    read = [t for t, label in zip(ids, labels, strict=True) if label != -100]
+    assert read == tokenizer(" B", add_special_tokens=False)["input_ids"]
+    assert ids[: len(ids) - len(read)] == tokenizer(prepared.prompt)["input_ids"]
+    with pytest.raises(ValueError, match="--loss=words"):
+        plant_examples(runner, items, "words")
+
+    record = plant(setup, tmp_path / "sft")
+    assert record["setup"]["loss"] == "answer"
+    losses = record["training"]["epoch_losses"]
+    assert losses[-1] < losses[0] / 2  # one token per item, learned
+    assert _fine_tune_role(record, 3) == (
+        f"fine-tuned from {tiny_model_dir} on 3 quiz items as prompt-to-answer pairs, the "
+        "loss on the answer only for 12 epochs, probed on the others (in-domain, never saw "
+        "them)"
+    )
