@@ -225,12 +225,15 @@ def plant(setup: Setup, model_out: Path) -> dict[str, Any]:
     items = first_n(load_items(runner.spec, setup.data_dirs), setup.items)
     planted = split_halves(items, setup.seed)
     chosen = [i for i in items if i.id in planted]
-    training = fine_tune(
-        resolve_model_path(setup.model),
-        plant_examples(runner, chosen, setup.loss),
-        model_out,
-        setup,
-    )
+    if setup.loss == "answer" and setup.chat != "off":
+        # The prompts are the probes' own: through the model's chat template, taken (or
+        # refused, for a model without one) as a measurement takes it. The text loss reads
+        # the published item, no prompt: no template reaches it.
+        backend = load_backend(ModelSettings(model=setup.model, seed=setup.seed))
+        runner.bind(backend)
+        del backend
+    examples = plant_examples(runner, chosen, setup.loss)
+    training = fine_tune(resolve_model_path(setup.model), examples, model_out, setup)
     record = {
         "task": runner.spec.name,
         "task_file": str(setup.task),
@@ -238,6 +241,8 @@ def plant(setup: Setup, model_out: Path) -> dict[str, Any]:
         "planted": sorted(planted),
         "training": training,
         "setup": {k: str(v) for k, v in setup.__dict__.items()},
+        # What the planted prompts went through, as it happened (None: raw text).
+        "chat_template": None if runner.template is None else runner.template.describe(),
     }
     (model_out / "planted.json").write_text(strict_json.dumps(record, indent=1))
     return record
@@ -1364,6 +1369,8 @@ def validation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
                     "n_max": max(sizes),
                     "max_rate": worst["rate"],
                     "at": worst["size"],
+                    "draws": worst["draws"],
+                    "interval": worst["interval"],
                 }
             )
             if pool["whole"].get(name, {}).get("fired"):
@@ -1415,6 +1422,21 @@ def _pool_labels(entry: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _sampling_error(worst: Mapping[str, Any], alpha: float) -> str:
+    """For a largest rate above alpha, how sure it is: the draws' 95% interval, and whether
+    it reaches down to alpha (a rate of 1.5% on 200 draws may be a verdict at its level of
+    1%); empty at or under alpha, or for an entry written before intervals were kept."""
+    interval, draws = worst.get("interval"), worst.get("draws")
+    if worst["max_rate"] <= alpha or not interval or not draws or draws <= 1:
+        return ""
+    low, high = (100 * float(x) for x in interval)
+    where = "within sampling error of" if low <= 100 * alpha else "above"
+    return (
+        f" ({round(worst['max_rate'] * draws)} of {draws} draws, 95% interval "
+        f"{low:.1f}-{high:.1f}%: {where} alpha={alpha})"
+    )
+
+
 def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
     """The compact per-verdict summary the package reads
     (``pytest_llmeval/contamination/validation.json``, :mod:`~._validation`)."""
@@ -1449,6 +1471,7 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
             "max_rate": entry["max_rate"],
             "worst": f"{100 * worst['max_rate']:.1f}% of random draws of {worst['at']} items, "
             f"{worst['model']} / {worst['task']}"
+            + _sampling_error(worst, results["alpha"])
             + (
                 "; fired on the whole pool of " + ", ".join(entry["fired_on_whole_pool"])
                 if entry["fired_on_whole_pool"]

@@ -21,6 +21,7 @@ from tools.contamination_experiment import (
     _fine_tune_role,
     _pool_labels,
     _runner,
+    _sampling_error,
     _when,
     conditions,
     main,
@@ -792,3 +793,64 @@ def test_an_answer_only_planting_trains_on_the_probes_prompt_and_reads_only_the_
         "loss on the answer only for 12 epochs, probed on the others (in-domain, never saw "
         "them)"
     )
+
+
+def test_a_largest_rate_above_alpha_says_whether_it_is_within_the_draws_error() -> None:
+    """A verdict's message reads "at most 1.5%" next to alpha = 1%: it must say how sure
+    that is (3 of 200 draws reach down to 0.5%: at its level within sampling error; 20 of
+    200 do not), and say nothing more at or under alpha."""
+    from pytest_llmeval.scorer import wilson_interval
+
+    def worst(k: int, draws: int = 200) -> dict[str, Any]:
+        return {"max_rate": k / draws, "draws": draws, "interval": list(wilson_interval(k, draws))}
+
+    assert _sampling_error(worst(3), 0.01) == (
+        " (3 of 200 draws, 95% interval 0.5-4.3%: within sampling error of alpha=0.01)"
+    )
+    assert _sampling_error(worst(20), 0.01).endswith("6.6-14.9%: above alpha=0.01)")
+    assert _sampling_error(worst(2), 0.01) == ""  # 1.0%: at alpha
+    assert _sampling_error({"max_rate": 0.05}, 0.01) == ""  # an entry kept from before
+
+
+def test_an_answer_only_planting_with_chat_on_trains_on_the_chat_prompts(
+    tmp_path: Path, chat_model_dirs: dict[str, Path], tiny_model_dir: Path
+) -> None:
+    """``plant --loss answer --chat on`` trains on the prompts the probes send through the
+    model's chat template (it once trained on raw text without a word, as ``--chat off``
+    would), and ``planted.json`` records the template that applied; the text loss reads no
+    prompt, so no template reaches it, and its record says so. A model without a template
+    is refused before training, never planted on raw text as "on"."""
+    from pytest_llmeval import ModelError
+
+    rows = [
+        {"question": f"q {i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
+        for i in range(4)
+    ]
+    (tmp_path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
+    model = str(chat_model_dirs["chatml"])
+
+    def setup(loss: str, chat: str = "on", model: str = model) -> Setup:
+        return Setup(
+            task=tmp_path / "quiz.yaml",
+            data_dirs=(tmp_path,),
+            model=model,
+            items=4,
+            epochs=1,
+            lr=1e-3,
+            seed=3,
+            order_k=2,
+            chat=chat,
+            loss=loss,
+        )
+
+    chat = plant(setup("answer"), tmp_path / "chat")
+    assert chat["chat_template"] is not None and chat["chat_template"]["source"] == "tokenizer"
+    raw = plant(setup("answer", chat="off"), tmp_path / "raw")
+    assert raw["chat_template"] is None
+    # Different prompts, different training: the chat run did not read the raw text.
+    assert chat["training"]["epoch_losses"] != raw["training"]["epoch_losses"]
+    assert plant(setup("text"), tmp_path / "text")["chat_template"] is None
+    with pytest.raises(ModelError, match="no chat template"):
+        plant(setup("answer", model=str(tiny_model_dir)), tmp_path / "none")
+    assert not (tmp_path / "none").exists()
