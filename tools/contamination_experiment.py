@@ -461,8 +461,9 @@ def measure(
         return result
 
 
-# The prompts of every raw file written before --fewshot and --chat: zero-shot raw text.
-SETUP_BEFORE_ITS_OPTION = {"fewshot": "0", "chat": "off"}
+# The settings of a raw file written before --fewshot, --chat and --loss: zero-shot raw text
+# (and the only planting there was then, the text loss).
+SETUP_BEFORE_ITS_OPTION = {"fewshot": "0", "chat": "off", "loss": "text"}
 
 
 def _continues(
