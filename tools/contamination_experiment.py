@@ -674,6 +674,13 @@ def verdicts(
         # record holds None), and a draw that starts with one still has a verdict.
         return any(r.get(key) is not None for r in records)
 
+    theirs: Sequence[Mapping[str, Any]] = reference or ()
+
+    def paired(key: str) -> bool:
+        # A reference-paired verdict where the reference measured the same thing: a
+        # reference file of other measures pairs nothing (0 of 0 items, a vacuous pass).
+        return any(r.get(key) is not None for r in theirs)
+
     def mcnemar(probe: str, null: str, pairs: Sequence[tuple[bool, bool]]) -> None:
         b = sum(1 for published, rewritten in pairs if published and not rewritten)
         c = sum(1 for published, rewritten in pairs if rewritten and not published)
@@ -704,21 +711,21 @@ def verdicts(
         everything = {i: ["x"] for i in report.item_ids}  # no item excluded: the old test
         out["canonical_order_unfiltered"] = order_verdict(report, everything, alpha)
         out["canonical_order"] = order_verdict(report, options, alpha)
-        if reference is not None:
+        if paired("order"):
             out["canonical_order_vs_reference"] = order_verdict(
-                report, options, alpha, reference=order_report(task, reference)
+                report, options, alpha, reference=order_report(task, theirs)
             )
     if measured("circular"):
         options = {r["id"]: r["options"] for r in records}
         circ = circular_report(task, records)
         out["circular"] = circular_verdict(circ, alpha, options=options)
-        if reference is not None:
+        if paired("circular"):
             out["circular_vs_reference"] = circular_verdict(
-                circ, alpha, reference=circular_report(task, reference)
+                circ, alpha, reference=circular_report(task, theirs)
             )
-    if reference is not None and measured("guessing"):
+    if measured("guessing") and paired("guessing"):
         out["ts_guessing_vs_reference"] = guessing_verdict(
-            guessing_report(task, records), guessing_report(task, reference), alpha
+            guessing_report(task, records), guessing_report(task, theirs), alpha
         )
     if not measured("membership"):
         return out
@@ -729,11 +736,11 @@ def verdicts(
     for score in ("min_k_plus_plus", "mean_logprob"):
         alone = membership_flags(task, mine, score=score, rewrites=kind).verdict(alpha)
         out[alone.validated_as] = alone
-        if reference is not None:
-            paired = membership_flags(
-                task, mine, reference=memberships(reference), score=score, rewrites=kind
+        if paired("membership"):
+            against = membership_flags(
+                task, mine, reference=memberships(theirs), score=score, rewrites=kind
             ).verdict(alpha)
-            out[paired.validated_as] = paired
+            out[against.validated_as] = against
     return out
 
 

@@ -855,3 +855,22 @@ def test_an_answer_only_planting_with_chat_on_trains_on_the_chat_prompts(
     with pytest.raises(ModelError, match="no chat template"):
         plant(setup("answer", model=str(tiny_model_dir)), tmp_path / "none")
     assert not (tmp_path / "none").exists()
+
+
+def test_a_reference_without_the_measure_pairs_no_verdict() -> None:
+    """A fine-tune's CircularEval paired with a reference file that holds only answers
+    (the shipped run's two files, answers and circular, read apart) pairs nothing: no
+    ``circular_vs_reference`` then, not a pass on 0 of 0 items counted as a clean pool."""
+    options = ["a", "b", "c", "d"]
+    mine = [
+        {"id": f"q-{i}", "options": options, "gold": i % 4, "circular": [i % 2 == 0] + [False] * 3}
+        for i in range(40)
+    ]
+    answers_only = [
+        {"id": f"q-{i}", "options": options, "gold": i % 4, "answer": {"published": {}}}
+        for i in range(40)
+    ]
+    assert "circular_vs_reference" not in verdicts("quiz", mine, answers_only)
+    assert "circular" in verdicts("quiz", mine, answers_only)
+    with_circular = [{**r, "circular": [True, False, False, False]} for r in answers_only]
+    assert "circular_vs_reference" in verdicts("quiz", mine, with_circular)
