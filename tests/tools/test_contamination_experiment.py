@@ -56,6 +56,32 @@ contamination: {options: choices, gold: answer}
 """
 
 
+def quiz_rows(n: int) -> list[dict[str, Any]]:
+    """``n`` three-option quiz items, each question and option its own, the gold cycling
+    through A, B, C."""
+    return [
+        {"question": f"q {i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
+        for i in range(n)
+    ]
+
+
+def write_quiz(folder: Path, rows: list[dict[str, Any]] | None = None) -> Path:
+    """The quiz task in ``folder``: ``quiz.jsonl`` of ``rows`` (none when None) and the
+    spec beside it; returns the spec's path."""
+    if rows is not None:
+        (folder / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = folder / "quiz.yaml"
+    spec.write_text(QUIZ_SPEC)
+    return spec
+
+
+def quiz_setup(folder: Path, model: str, **change: Any) -> Setup:
+    """The experiment's setup for the quiz task in ``folder`` (:func:`write_quiz`): 8 items,
+    one epoch, seed 3, order k=2, unless ``change`` says otherwise."""
+    base: dict[str, Any] = {"items": 8, "epochs": 1, "lr": 1e-3, "seed": 3, "order_k": 2}
+    return Setup(task=folder / "quiz.yaml", data_dirs=(folder,), model=model, **{**base, **change})
+
+
 def test_experiment_runs_end_to_end_and_memorises(tmp_path: Path, tiny_model_dir: Path) -> None:
     rows = [
         {
@@ -65,18 +91,8 @@ def test_experiment_runs_end_to_end_and_memorises(tmp_path: Path, tiny_model_dir
         }
         for i in range(8)
     ]
-    (tmp_path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
-    setup = Setup(
-        task=tmp_path / "quiz.yaml",
-        data_dirs=(tmp_path,),
-        model=str(tiny_model_dir),
-        items=8,
-        epochs=8,
-        lr=3e-3,
-        seed=3,
-        order_k=2,
-    )
+    write_quiz(tmp_path, rows)
+    setup = quiz_setup(tmp_path, str(tiny_model_dir), epochs=8, lr=3e-3)
     results = run(setup, tmp_path / "out", batch_size=4, draws=20)
     training = results["training"]["contaminated"]
     assert training["planted"] == 4
@@ -385,17 +401,8 @@ def test_two_measurements_never_write_the_same_file(tmp_path: Path) -> None:
     refused, naming the first; a claim left by a killed run is taken over."""
     out = tmp_path / "raw" / "untouched-quiz.json"
     lock = out.with_name("untouched-quiz.json.lock")
-    (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
-    setup = Setup(
-        task=tmp_path / "quiz.yaml",
-        data_dirs=(tmp_path,),
-        model="no-such-model",
-        items=8,
-        epochs=1,
-        lr=1e-3,
-        seed=3,
-        order_k=2,
-    )
+    write_quiz(tmp_path)
+    setup = quiz_setup(tmp_path, "no-such-model")
     with _claim(out):
         assert lock.read_text() == str(os.getpid())
         with pytest.raises(RuntimeError, match=f"being measured by process {os.getpid()}"):
@@ -415,25 +422,11 @@ def test_a_measurement_with_more_items_extends_the_file_and_records_each_restart
     are a prefix of the first M), a stopped run picks up where it stopped, and each
     restart's commit is recorded beside the first one's: the tables name both. A file of
     another measurement is refused, not written over."""
-    rows = [
-        {"question": f"q {i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
-        for i in range(8)
-    ]
-    (tmp_path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
+    write_quiz(tmp_path, quiz_rows(8))
     out = tmp_path / "raw" / "untouched-quiz.json"
 
     def run_with(items: int, seed: int = 3) -> dict[str, Any]:
-        setup = Setup(
-            task=tmp_path / "quiz.yaml",
-            data_dirs=(tmp_path,),
-            model=str(tiny_model_dir),
-            items=items,
-            epochs=1,
-            lr=1e-3,
-            seed=seed,
-            order_k=2,
-        )
+        setup = quiz_setup(tmp_path, str(tiny_model_dir), items=items, seed=seed)
         return measure(setup, str(tiny_model_dir), out, batch_size=4, measures=["answers"], chunk=2)
 
     first = run_with(4)
@@ -474,26 +467,11 @@ def test_the_shipped_probes_prompts_through_the_chat_template(
     A model without a template is refused, never measured on raw text as "on"."""
     from pytest_llmeval import ModelError
 
-    rows = [
-        {"question": f"q {i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
-        for i in range(6)
-    ]
-    (tmp_path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
+    write_quiz(tmp_path, quiz_rows(6))
     model = str(chat_model_dirs["chatml"])
 
     def run_with(chat: str, model: str = model, name: str = "") -> dict[str, object]:
-        setup = Setup(
-            task=tmp_path / "quiz.yaml",
-            data_dirs=(tmp_path,),
-            model=model,
-            items=4,
-            epochs=1,
-            lr=1e-3,
-            seed=3,
-            order_k=2,
-            chat=chat,
-        )
+        setup = quiz_setup(tmp_path, model, items=4, chat=chat)
         out = tmp_path / f"{name or chat}.json"
         return measure(setup, model, out, batch_size=4, measures=["answers"])
 
@@ -623,12 +601,7 @@ def test_a_pool_read_from_a_pytest_run_is_what_measure_writes(
     what differs, and nothing is written."""
     from tools.contamination_from_run import RunMismatch, from_run
 
-    rows = [
-        {"question": f"q {i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
-        for i in range(9)
-    ]
-    (pytester.path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (pytester.path / "quiz.yaml").write_text(QUIZ_SPEC)
+    write_quiz(pytester.path, quiz_rows(9))
     (pytester.path / "test_from_run_probes.py").write_text(FROM_RUN_TEST)
     model = str(chat_model_dirs["chatml"])
     result = pytester.runpytest_subprocess(
@@ -645,18 +618,8 @@ def test_a_pool_read_from_a_pytest_run_is_what_measure_writes(
     (run_dir,) = (pytester.path / "out").iterdir()
 
     def setup(**change: Any) -> Setup:
-        base = Setup(
-            task=pytester.path / "quiz.yaml",
-            data_dirs=(pytester.path,),
-            model=model,
-            items=6,
-            epochs=1,
-            lr=1e-3,
-            seed=1234,
-            order_k=2,
-            chat="on",
-        )
-        return Setup(**{**base.__dict__, **change})
+        fixed = {"model": model, "items": 6, "seed": 1234, "chat": "on"}
+        return quiz_setup(pytester.path, **{**fixed, **change})
 
     measured = measure(
         setup(),
@@ -753,19 +716,8 @@ def test_an_answer_only_planting_trains_on_the_probes_prompt_and_reads_only_the_
         {"question": f"what is item {i}?", "choices": ["red", "blue", "green"], "answer": i % 3}
         for i in range(6)
     ]
-    (tmp_path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
-    setup = Setup(
-        task=tmp_path / "quiz.yaml",
-        data_dirs=(tmp_path,),
-        model=str(tiny_model_dir),
-        items=6,
-        epochs=12,
-        lr=3e-3,
-        seed=3,
-        order_k=2,
-        loss="answer",
-    )
+    write_quiz(tmp_path, rows)
+    setup = quiz_setup(tmp_path, str(tiny_model_dir), items=6, epochs=12, lr=3e-3, loss="answer")
     runner = _runner(setup)
     items = load_items(runner.spec, setup.data_dirs)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -823,27 +775,11 @@ def test_an_answer_only_planting_with_chat_on_trains_on_the_chat_prompts(
     is refused before training, never planted on raw text as "on"."""
     from pytest_llmeval import ModelError
 
-    rows = [
-        {"question": f"q {i}?", "choices": [f"a{i}", f"b{i}", f"c{i}"], "answer": i % 3}
-        for i in range(4)
-    ]
-    (tmp_path / "quiz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "quiz.yaml").write_text(QUIZ_SPEC)
+    write_quiz(tmp_path, quiz_rows(4))
     model = str(chat_model_dirs["chatml"])
 
     def setup(loss: str, chat: str = "on", model: str = model) -> Setup:
-        return Setup(
-            task=tmp_path / "quiz.yaml",
-            data_dirs=(tmp_path,),
-            model=model,
-            items=4,
-            epochs=1,
-            lr=1e-3,
-            seed=3,
-            order_k=2,
-            chat=chat,
-            loss=loss,
-        )
+        return quiz_setup(tmp_path, model, items=4, chat=chat, loss=loss)
 
     chat = plant(setup("answer"), tmp_path / "chat")
     assert chat["chat_template"] is not None and chat["chat_template"]["source"] == "tokenizer"
