@@ -745,6 +745,9 @@ class LlmEvalSession:
             compact.append(("probe_outcome", summary["outcome"]))
             if summary.get("p_value") is not None:
                 compact.append(("probe_p_value", f"{summary['p_value']:.3g}"))
+            # The verdict's whole line (its null, its validated range): a passed test case
+            # has no message of its own in JUnit XML.
+            compact.append(("probe_message", summary["text"]))
         report.user_properties = [p for p in compact if p[0] != "llmeval_environment"]
 
     def _keep_probe(self, payload: dict[str, Any]) -> None:

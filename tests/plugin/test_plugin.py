@@ -814,6 +814,16 @@ def test_contamination_probes_under_xdist_reach_every_report(
     junit = (pytester.path / "junit.xml").read_text()
     assert '<property name="probe" value="quiz canonical_order" />' in junit
     assert '<property name="probe_outcome" value="no sign of contamination" />' in junit
+    # a passed case has no message of its own: the verdict's line, its null named, is one
+    messages = [
+        html.unescape(m)
+        for m in re.findall(r'<property name="probe_message" value="([^"]*)" />', junit)
+    ]
+    assert len(messages) == junit.count('<property name="probe" ') == 3
+    assert any(
+        m.startswith("quiz option_shuffle: no sign of contamination") and "letter shares" in m
+        for m in messages
+    )
     assert "llmeval_probe" not in junit  # the whole report is not a property
     if importlib.util.find_spec("pytest_html") is None:
         return
