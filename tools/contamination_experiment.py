@@ -1844,6 +1844,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_plant = commands.add_parser("plant", parents=[common], help="fine-tune on a planted half")
     p_plant.add_argument("--model-out", type=Path, required=True)
     p_plant.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write over a --model-out folder that is not empty (refused without it)",
+    )
+    p_plant.add_argument(
         "--loss",
         choices=LOSSES,
         default="text",
@@ -1919,6 +1924,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup = _setup(args)
     if args.command == "plant":
+        if args.model_out.is_dir() and any(args.model_out.iterdir()) and not args.overwrite:
+            # A fine-tune takes minutes to hours and raw pools name it by its folder.
+            held = sorted(p.name for p in args.model_out.iterdir())
+            parser.error(
+                f"--model-out {args.model_out} is not empty ({', '.join(held[:4])}"
+                f"{', ...' if len(held) > 4 else ''}): planting would write over it; "
+                "pass --overwrite or name another folder"
+            )
         args.model_out.mkdir(parents=True, exist_ok=True)
         record = plant(setup, args.model_out)
         print(strict_json.dumps(record["training"]))

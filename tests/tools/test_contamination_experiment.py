@@ -810,3 +810,38 @@ def test_a_reference_without_the_measure_pairs_no_verdict() -> None:
     assert "circular" in verdicts("quiz", mine, answers_only)
     with_circular = [{**r, "circular": [True, False, False, False]} for r in answers_only]
     assert "circular_vs_reference" in verdicts("quiz", mine, with_circular)
+
+
+def test_planting_into_a_folder_that_holds_a_model_is_refused_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fine-tune takes minutes to hours and the raw pools name it by its folder:
+    ``plant`` into a folder that is not empty is refused, naming the folder and what is in
+    it, before anything is loaded or trained; ``--overwrite`` lets it write there."""
+    import tools.contamination_experiment as experiment
+
+    spec = write_quiz(tmp_path, quiz_rows(4))
+    model_out = tmp_path / "planted"
+    model_out.mkdir()
+    (model_out / "planted.json").write_text("{}")
+    calls: list[Path] = []
+    monkeypatch.setattr(
+        experiment, "plant", lambda setup, out: calls.append(out) or {"training": {}}
+    )
+    argv = [
+        "plant",
+        "--task",
+        str(spec),
+        "--data-dir",
+        str(tmp_path),
+        "--model-out",
+        str(model_out),
+    ]
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2 and calls == []
+    err = capsys.readouterr().err
+    assert f"--model-out {model_out} is not empty (planted.json)" in err and "--overwrite" in err
+    assert (model_out / "planted.json").read_text() == "{}"
+    assert main([*argv, "--overwrite"]) == 0 and calls == [model_out]
+    assert main([*argv[:-1], str(tmp_path / "fresh")]) == 0 and calls[-1] == tmp_path / "fresh"
