@@ -1932,7 +1932,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{', ...' if len(held) > 4 else ''}): planting would write over it; "
                 "pass --overwrite or name another folder"
             )
-        args.model_out.mkdir(parents=True, exist_ok=True)
+        if args.model_out.exists() and not args.model_out.is_dir():
+            parser.error(
+                f"--model-out {args.model_out} is a file, not a folder: the fine-tune is "
+                "saved as a folder (weights, tokenizer, planted.json); name a folder"
+            )
+        try:
+            args.model_out.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            parser.error(f"--model-out {args.model_out} cannot be made a folder: {error}")
         record = plant(setup, args.model_out)
         print(strict_json.dumps(record["training"]))
     elif args.command == "measure":

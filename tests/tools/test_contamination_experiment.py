@@ -845,3 +845,18 @@ def test_planting_into_a_folder_that_holds_a_model_is_refused_before_training(
     assert (model_out / "planted.json").read_text() == "{}"
     assert main([*argv, "--overwrite"]) == 0 and calls == [model_out]
     assert main([*argv[:-1], str(tmp_path / "fresh")]) == 0 and calls[-1] == tmp_path / "fresh"
+    # A file where the folder should be: refused the same way, with or without --overwrite
+    # (it was Python's FileExistsError traceback).
+    a_file = tmp_path / "weights.bin"
+    a_file.write_text("keep")
+    for extra in ([], ["--overwrite"]):
+        with pytest.raises(SystemExit) as stopped:
+            main([*argv[:-1], str(a_file), *extra])
+        assert stopped.value.code == 2
+        assert f"--model-out {a_file} is a file, not a folder" in capsys.readouterr().err
+    assert a_file.read_text() == "keep" and calls[-1] == tmp_path / "fresh"
+    # A folder under a file cannot be made: an argparse error naming the option.
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv[:-1], str(a_file / "planted")])
+    assert stopped.value.code == 2
+    assert f"--model-out {a_file / 'planted'} cannot be made a folder" in capsys.readouterr().err
