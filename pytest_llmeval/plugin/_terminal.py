@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_llmeval.record import decoding_lines, prompt_lines
+from pytest_llmeval.record import decoding_lines, deselected_lines, prompt_lines
 
 from ._collect import describe
 from ._session import LlmEvalSession, TaskVerdict
@@ -111,8 +111,9 @@ def write_not_run(session: LlmEvalSession, tr: Any) -> None:
     for n in skipped:
         tr.write_line(f"SKIPPED {n.task}: {n.reason}; to run it: {n.fix}", yellow=True)
     deselected = [n.task for n in session.not_run if n.state == "deselected"]
-    if deselected:
-        tr.write_line(f"deselected by -k/-m ({len(deselected)}): {', '.join(deselected)}")
+    probed = (str(s["task"]) for s in session.probe_summaries)
+    for line in deselected_lines(deselected, probed):
+        tr.write_line(line)
 
 
 def _write_settings(session: LlmEvalSession, tr: Any) -> None:

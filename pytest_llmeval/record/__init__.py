@@ -39,6 +39,7 @@ from pytest_llmeval.record._rundir import (
 from pytest_llmeval.record._summary import (
     append_github_step_summary,
     decoding_lines,
+    deselected_lines,
     floor_source_text,
     markdown_summary,
     prompt_lines,
@@ -61,6 +62,7 @@ __all__ = [
     "data_files",
     "decoding_lines",
     "describe_drift",
+    "deselected_lines",
     "drift_fingerprint",
     "environment_record",
     "file_sha256",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -327,9 +327,32 @@ def decoding_lines(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return [f"{text}: {', '.join(sorted(tasks))}" for text, tasks in ways.items()]
 
 
-def not_run_section(not_run: Sequence[Mapping[str, Any]]) -> list[str]:
+def deselected_lines(
+    deselected: Sequence[str], probed: Iterable[str] = (), *, code: str = ""
+) -> list[str]:
+    """The tasks ``-k``/``-m`` left out: one line naming those that ran nothing, one naming
+    those whose contamination probes ran though their scored items were left out (a run of
+    probes alone deselects its tasks' items; listed with the rest, the probed task read as
+    never touched). ``code`` wraps the options (a backtick in Markdown)."""
+    probed = set(probed)
+    options = f"{code}-k{code}/{code}-m{code}"
+    untouched = [t for t in deselected if t not in probed]
+    probes_only = [t for t in deselected if t in probed]
+    lines = []
+    if untouched:
+        lines.append(f"deselected by {options} ({len(untouched)}): {', '.join(untouched)}")
+    if probes_only:
+        lines.append(
+            f"contamination probes only, their scored items deselected by {options} "
+            f"({len(probes_only)}): {', '.join(probes_only)}"
+        )
+    return lines
+
+
+def not_run_section(not_run: Sequence[Mapping[str, Any]], probed: Iterable[str] = ()) -> list[str]:
     """The collected tasks that ran no item: one line per skipped task with its reason and
-    what to pass, then one line naming the deselected ones."""
+    what to pass, then the deselected ones (:func:`deselected_lines`; ``probed``: the tasks
+    whose contamination probes ran)."""
     skipped = [n for n in not_run if n.get("state") == "skipped"]
     deselected = [str(n.get("task", "?")) for n in not_run if n.get("state") == "deselected"]
     if not skipped and not deselected:
@@ -340,10 +363,7 @@ def not_run_section(not_run: Sequence[Mapping[str, Any]]) -> list[str]:
             f"- `{_cell(n.get('task', '?'))}` skipped: {_cell(n.get('reason', ''))}; "
             f"to run it: {_cell(n.get('fix', ''))}"
         )
-    if deselected:
-        lines.append(
-            f"- deselected by `-k`/`-m` ({len(deselected)}): {_cell(', '.join(deselected))}"
-        )
+    lines += [f"- {_cell(line)}" for line in deselected_lines(deselected, probed, code="`")]
     return lines
 
 
@@ -405,7 +425,7 @@ def markdown_summary(
         lines.append("No benchmark task was scored: contamination probes only.")
     else:
         lines.append("No tasks ran.")
-    lines += not_run_section(not_run)
+    lines += not_run_section(not_run, (str(p.get("task")) for p in probes))
     lines += probes_section(probes)
     prompts = prompt_lines(task_configs or {})
     if prompts:

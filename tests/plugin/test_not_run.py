@@ -129,3 +129,27 @@ def test_the_tasks_not_run_fit_the_page_at_800_px(
             )
             assert layout["scroll"] <= 0 and layout["right"] <= 0.5, (width, layout)
             assert "absent" in layout["text"] and "to run it" in layout["text"]
+
+
+def test_deselected_tasks_whose_probes_ran_have_their_own_line() -> None:
+    """A task whose scored items -k/-m left out but whose contamination probes ran is not
+    one that never ran: it gets its own line, in the terminal (which uses the same lines)
+    and in summary.md."""
+    from pytest_llmeval.record import deselected_lines, markdown_summary
+
+    assert deselected_lines(["arc", "mmlu"], ["mmlu"]) == [
+        "deselected by -k/-m (1): arc",
+        "contamination probes only, their scored items deselected by -k/-m (1): mmlu",
+    ]
+    assert deselected_lines(["arc"], ["mmlu"]) == ["deselected by -k/-m (1): arc"]
+    assert deselected_lines(["mmlu"], ["mmlu", "mmlu"], code="`") == [
+        "contamination probes only, their scored items deselected by `-k`/`-m` (1): mmlu"
+    ]
+    assert deselected_lines([], ["mmlu"]) == []
+    not_run = [{"task": t, "state": "deselected"} for t in ("arc", "mmlu")]
+    probe = {"task": "mmlu", "probe": "circular", "outcome": "no verdict", "text": "..."}
+    markdown = markdown_summary("run", [], None, None, not_run=not_run, probes=[probe])
+    assert "- deselected by `-k`/`-m` (1): arc" in markdown
+    assert "- contamination probes only, their scored items deselected by `-k`/`-m` (1): mmlu" in (
+        markdown
+    )

@@ -497,6 +497,13 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     assert order["reference_report"]["n"] == 4
     member = json.loads((run / "contamination" / "quiz-membership.json").read_text())
     assert member["mode"] == "reference" and member["handling"]["scores"]["all"]["n"] == 4
+    # -m contamination deselects the quiz's scored items, but its probes ran: summary.md
+    # says so, instead of listing it among the tasks deselected whole.
+    markdown = (run / "summary.md").read_text()
+    assert "- contamination probes only, their scored items deselected by `-k`/`-m` (1): quiz" in (
+        markdown
+    )
+    assert "- deselected by" not in markdown
     missing = pytester.runpytest(
         *_args(tiny_model_dir, "-m", "contamination", "--llm-reference-model=/no/such/model")
     )
