@@ -38,6 +38,7 @@ import functools
 import json
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -984,7 +985,7 @@ def scaling_rates(
     ref_all = [by_id[r["id"]] for r in pool] if by_id is not None else None
     # The verdict without its message: the message quotes the validated range, which is
     # what this measurement writes (pytest_llmeval/contamination/validation.json).
-    dropped = ("message", "validation")
+    dropped = ("message", "validation", "validation_pools")
     whole = {
         k: _counts_only({f: x for f, x in v.to_dict().items() if f not in dropped})
         for k, v in verdicts(task, pool, ref_all, alpha=alpha).items()
@@ -1430,6 +1431,39 @@ def _pool_labels(entry: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _and(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else "".join(names)
+
+
+def _model_kinds(entry: Mapping[str, Any]) -> str:
+    """The kinds of model a verdict's pools ran, in a few words for its message: the
+    untouched models, how many in-domain fine-tunes of each base, the position-only
+    models. (The pools one by one, with their benchmarks and sizes, are in the record and
+    the tables.)"""
+    untouched: set[str] = set()
+    tuned: dict[str, set[str]] = {}
+    letters = False
+    for p in entry["pools"]:
+        model = str(p["model"])
+        base = re.match(r"fine-tuned from (\S+) on ", str(p["role"]))
+        if model.startswith(POSITION_PREFIX):
+            letters = True
+        elif base:
+            tuned.setdefault(base.group(1), set()).add(model)
+        else:
+            untouched.add(model)
+    kinds = []
+    if untouched:
+        kinds.append(f"untouched models ({', '.join(sorted(untouched))})")
+    if tuned:
+        counts = ", ".join(f"{len(names)} of {base}" for base, names in sorted(tuned.items()))
+        kinds.append(f"in-domain fine-tunes that never saw the items probed ({counts})")
+    if letters:
+        kinds.append("models that always answer one letter (clean by construction)")
+    return _and(kinds)
+
+
 def _sampling_error(worst: Mapping[str, Any], alpha: float) -> str:
     """For a largest rate above alpha, how sure it is: the draws' 95% interval, and whether
     it reaches down to alpha (a rate of 1.5% on 200 draws may be a verdict at its level of
@@ -1467,6 +1501,7 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
             "n_min": min(entry["sizes"]),
             "n_max": max(entry["sizes"]),
             "pools": _pool_labels(entry),
+            "models": _model_kinds(entry),
             "conditions": entry["conditions"],
             # The most items measured under each condition: a run under one lies outside
             # the validated range above that many, whatever other conditions reached.

@@ -44,6 +44,10 @@ class Validation:
     tasks: tuple[str, ...] = ()  # the benchmarks of its pools (empty in an older file)
     # The most items measured under each of its conditions (empty in an older file).
     n_max_by_conditions: Mapping[str, int] = field(default_factory=dict)
+    # The kinds of model of its pools in a few words (untouched models, in-domain
+    # fine-tunes, position-only models): the message names these, the record and the
+    # tables every pool. Empty in an older file: the message then lists the pools.
+    models: str = ""
 
     @classmethod
     def from_dict(
@@ -67,6 +71,7 @@ class Validation:
             n_max_by_conditions={
                 str(c): int(n) for c, n in (data.get("n_max_by_conditions") or {}).items()
             },
+            models=str(data.get("models") or ""),
         )
 
     @property
@@ -92,15 +97,28 @@ class Validation:
         for under, most in self.n_max_by_conditions.items():
             under = seen_conditions(self.verdict, under)
             n_max_by_conditions[under] = max(most, n_max_by_conditions.get(under, 0))
-        text = (
-            "false alarms on clean items measured on draws of "
-            f"n={self.n_min}..{self.n_max} items from "
-            f"{'; '.join(self.pools)}"
-            # Under several conditions, each pool's label names its own (the experiment's
-            # validation file writes them so).
-            + (f", with {measured[0]}" if len(measured) == 1 else "")
-            + f": at most {100 * self.max_rate:.1f}% ({self.worst})"
-        )
+        if self.models:
+            # The kinds of model, the benchmarks and the conditions with the most items
+            # under each: the range in a line; the pools one by one are in the record.
+            under = "; ".join(
+                f"{c} (up to {n} items)" for c, n in n_max_by_conditions.items()
+            ) or "; ".join(measured)
+            text = (
+                "false alarms on clean items measured on draws of "
+                f"n={self.n_min}..{self.n_max} items"
+                + (f" of {', '.join(self.tasks)}" if self.tasks else "")
+                + f" from {self.models}"
+                + (f", under {under}" if under else "")
+            )
+        else:
+            text = (
+                "false alarms on clean items measured on draws of "
+                f"n={self.n_min}..{self.n_max} items from "
+                f"{'; '.join(self.pools)}" + (f", with {measured[0]}" if len(measured) == 1 else "")
+                # Under several conditions, each pool's label names its own (the
+                # experiment's validation file writes them so).
+            )
+        text += f": at most {100 * self.max_rate:.1f}% ({self.worst})"
         if not self.holds:
             text += f": above its level alpha={self.alpha}"
         if n > self.n_max:

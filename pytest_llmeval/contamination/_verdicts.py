@@ -39,6 +39,7 @@ from pytest_llmeval.contamination._letters import letter_balanced
 from pytest_llmeval.contamination._membership import ItemMembership
 from pytest_llmeval.contamination._probes import OrderTestReport, PairedReport
 from pytest_llmeval.contamination._reference import ReferenceComparison
+from pytest_llmeval.contamination._validation import validation as validation_of
 from pytest_llmeval.contamination._validation import validation_note
 from pytest_llmeval.scorer import (
     binomial_upper_tail,
@@ -151,6 +152,14 @@ class ContaminationVerdict:
             self.validated_as, self.items or self.n, conditions=self.conditions, task=self.task
         )
 
+    @property
+    def validation_pools(self) -> tuple[str, ...]:
+        """The pools its false-alarm rate was measured on, one by one (model, role, the
+        benchmarks with the most items measured on each, conditions): the message names
+        their kinds, the record lists them."""
+        found = validation_of(self.validated_as) if self.validated_as else None
+        return found.pools if found is not None else ()
+
     def message(self) -> str:
         verdict = "possible contamination" if self.fired else "no sign of contamination"
         validated = f"; {self.validation}" if self.validated_as else ""
@@ -173,6 +182,7 @@ class ContaminationVerdict:
             "conditions": self.conditions or None,
             "message": self.message(),
             "validation": self.validation or None,
+            "validation_pools": list(self.validation_pools),
             "detail": dict(self.detail),
         }
 

@@ -190,6 +190,7 @@ class ProbeRow:
     # Where a given verdict's false-alarm rate was measured (its pools, n and conditions)
     # and whether this run lies inside that, as its message says it.
     validation: str = ""
+    validation_pools: list[str] = field(default_factory=list)  # the same, pool by pool
     # The order test's items in its verdict (exchangeable ones; 0: all ``n``).
     order_n: int = 0
     # A probe without a verdict and without a test to inspect (TS-Guessing without a
@@ -718,6 +719,7 @@ def probe_rows(run_path: Path) -> list[ProbeRow]:
         given = data.get("verdict")
         if isinstance(given, Mapping):  # a verdict not given: its reason already says it
             row.validation = str(given.get("validation") or "")
+            row.validation_pools = [str(p) for p in given.get("validation_pools") or ()]
         verdict = given or data.get("inspection")
         if isinstance(verdict, Mapping):
             row.summary = str(verdict.get("summary", ""))

@@ -327,6 +327,62 @@ def test_a_run_past_what_its_prompts_were_measured_to_says_so(tmp_path: Path) ->
     assert ", with " not in found.describe(200, zero)
 
 
+def test_a_verdict_names_its_kinds_of_model_and_the_record_its_pools(tmp_path: Path) -> None:
+    """Where the validation file names the kinds of model, the message says the range in a
+    line (n, benchmarks, kinds of model, each condition with its most items) instead of
+    every pool; the pools one by one stay in the verdict's record."""
+    from pytest_llmeval.contamination import _validation
+
+    zero, chat = conditions_text(0, False, "float32"), conditions_text(5, True, "float32")
+    pools = [
+        f"m untouched (ceval up to 1346 items, mmlu up to 5000 items; {zero})",
+        f"m_planted fine-tuned from m on 50 mmlu items (mmlu up to 450 items; {chat})",
+    ]
+    table = {
+        "alpha": 0.01,
+        "verdicts": {
+            "circular": {
+                "n_min": 50,
+                "n_max": 5000,
+                "pools": pools,
+                "models": "untouched models (m) and in-domain fine-tunes that never saw the "
+                "items probed (1 of m)",
+                "max_rate": 0.005,
+                "worst": "0.5% of random draws of 200 items, m / mmlu",
+                "holds": True,
+                "conditions": [zero, chat],
+                "n_max_by_conditions": {zero: 5000, chat: 450},
+                "tasks": ["ceval", "mmlu"],
+            }
+        },
+    }
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps(table))
+    found = _validation.validation("circular", path=path)
+    assert found is not None and found.pools == tuple(pools)
+    assert found.describe(200, chat) == (
+        "false alarms on clean items measured on draws of n=50..5000 items of ceval, mmlu "
+        "from untouched models (m) and in-domain fine-tunes that never saw the items probed "
+        "(1 of m), "
+        f"under {zero} (up to 5000 items); {chat} (up to 450 items): at most 0.5% (0.5% of "
+        "random draws of 200 items, m / mmlu) (docs/contamination-experiment/scaling.md)"
+    )
+    # The run-specific warnings still follow.
+    assert found.describe(1000, chat).endswith(
+        "this run has n=1000 items with 5-shot prompts through the chat template, float32, "
+        "measured under those up to 450 items: its false-alarm rate at this n under these "
+        "prompts is not measured (docs/contamination-experiment/scaling.md)"
+    )
+    # The package's own file names the kinds for every verdict it validates, and its
+    # messages stay a few lines long however many pools there are.
+    shipped = json.loads(_validation.VALIDATION_FILE.read_text())["verdicts"]
+    for name, entry in shipped.items():
+        if entry["pools"]:
+            assert entry.get("models"), name
+            note = _validation.validation_note(name, 200)
+            assert len(note) < 900 and all(p not in note for p in entry["pools"]), note
+
+
 def test_membership_is_compared_on_its_dtype_alone_not_on_prompts_it_never_sees(
     tmp_path: Path,
 ) -> None:

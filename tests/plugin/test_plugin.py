@@ -984,9 +984,14 @@ def test_membership_on_worked_solutions_gives_no_verdict_even_with_a_reference(
     assert report["rewrites"] == "numbers" and report["mode"] == "reference"
     assert "verdict" not in report and "gsm8k_planted" in report["no_verdict"]
     inspection = report["inspection"]
+    # Its message names the kinds of model it was measured on, its record each pool.
     assert (
-        inspection["validation"]
-        and "gsm8k_planted fine-tuned from smollm2-135m" in (inspection["validation"])
+        "in-domain fine-tunes that never saw the items probed (1 of smollm2-135m)"
+        in (inspection["validation"])
+    )
+    assert any(
+        p.startswith("gsm8k_planted fine-tuned from smollm2-135m")
+        for p in inspection["validation_pools"]
     )
     assert report["p_value"] == inspection["p_value"]
     alone = pytester.runpytest(*_args(tiny_model_dir, *common, "--llm-output=alone"))

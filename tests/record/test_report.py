@@ -517,6 +517,7 @@ def test_a_given_verdict_shows_where_it_was_validated(run: Path) -> None:
         "fired": False,
         "summary": "b=6 right only as published, c=6 right only moved",
         "validation": validation,
+        "validation_pools": ["smollm2-135m untouched (mmlu up to 13202 items)", "a & b"],
     }
     (folder / "mmlu-option_shuffle.json").write_text(
         json.dumps({**shuffle.to_dict(), "alpha": 0.01, "verdict": verdict})
@@ -525,6 +526,9 @@ def test_a_given_verdict_shows_where_it_was_validated(run: Path) -> None:
     assert row.validation == validation and not row.flagged
     html = render_report(prepare_report(run))
     assert "<summary>validated on</summary>" in html and validation in html
+    # and its pools one by one (the message names their kinds), escaped
+    assert row.validation_pools == verdict["validation_pools"]
+    assert "<br>· smollm2-135m untouched (mmlu up to 13202 items)<br>· a &amp; b" in html
     (folder / "mmlu-option_shuffle.json").write_text(
         json.dumps(
             {

@@ -19,6 +19,7 @@ from tools.contamination_experiment import (
     Setup,
     _claim,
     _fine_tune_role,
+    _model_kinds,
     _pool_labels,
     _runner,
     _sampling_error,
@@ -271,6 +272,34 @@ def test_pool_labels_are_one_per_model_with_each_benchmarks_most_items() -> None
     ]
     one = _pool_labels({"pools": pools[:3], "conditions": [zero]})
     assert one == ["m untouched (mmlu up to 13202 items, ceval up to 1346 items)"]
+
+
+def test_model_kinds_name_untouched_models_fine_tunes_by_base_and_position_models() -> None:
+    """What a verdict's message says of the models it was validated on: the kinds, in a
+    line, however many pools (the pools one by one are in the record)."""
+
+    def pool(model: str, role: str = "untouched") -> dict:
+        return {"model": model, "role": role}
+
+    tuned = "fine-tuned from {} on 50 mmlu items, probed on the others"
+    pools = [
+        pool("smol"),
+        pool("gemma"),
+        pool("smol"),
+        pool("smol_planted", tuned.format("smol")),
+        pool("smol_sft", tuned.format("smol")),
+        pool("gemma_planted", tuned.format("gemma")),
+        *(pool(f"position_{x}", "always answers") for x in "ABCD"),
+    ]
+    assert _model_kinds({"pools": pools}) == (
+        "untouched models (gemma, smol), in-domain fine-tunes that never saw the items "
+        "probed (1 of gemma, 2 of smol) and models that always answer one letter (clean by "
+        "construction)"
+    )
+    assert _model_kinds({"pools": pools[3:4]}) == (
+        "in-domain fine-tunes that never saw the items probed (1 of smol)"
+    )
+    assert _model_kinds({"pools": pools[:2]}) == "untouched models (gemma, smol)"
 
 
 def test_a_fine_tune_is_compared_with_the_model_it_was_fine_tuned_from(tmp_path: Path) -> None:
