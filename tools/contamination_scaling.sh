@@ -23,6 +23,7 @@
 # GEN_ITEMS (default all): number and entity rewrites answered by a model that solves GSM8K.
 # SHIPPED_ITEMS (default 300): MMLU items for option shuffling and CircularEval under the
 # shipped probes' prompts; SHIPPED_RUN: read them from a run of the shipped suite instead.
+# SFT_CHAT_ITEMS (default 500): MMLU items the chat fine-tune is probed on (below).
 # CARRY: an earlier scaling.json whose pools are kept when their raw files are not in OUT.
 # Needs the hf extra. Hours on two CPU cores; see docs/CONTAMINATION.md for the times.
 set -euo pipefail
@@ -153,6 +154,42 @@ if [ "${LETTERS:-1}" != 0 ]; then
   $E measure --task benchmarks/ceval.yaml --items 500 --measures answers $GL \
     --out "$OUT/raw/gemma3-ceval.letters.json"
 fi
+# Fine-tunes that learned more of their 50 planted items (the power of the letter
+# verdicts): ten passes over the items' text; five over prompt-to-answer pairs with the
+# loss on the answer alone; the same through the chat template, then probed as a user
+# runs the shipped suite (5 shots, the chat template) on SFT_CHAT_ITEMS MMLU items
+# (default 500: its 50 planted, 450 clean; about 5 s an item for both probes) and read
+# back from that run (from-run). Each is an in-domain fine-tune for the items it never saw.
+plant_once() {
+  local name=$1
+  shift
+  if [ ! -f "$OUT/models/$name/planted.json" ]; then
+    $E plant --task benchmarks/mmlu.yaml --items 100 "$@" --model-out "$OUT/models/$name"
+  fi
+}
+plant_once mmlu_planted10 --epochs 10
+plant_once mmlu_sft --epochs 5 --loss answer
+plant_once mmlu_sft_chat --epochs 5 --loss answer --chat on
+for name in mmlu_planted10 mmlu_sft; do
+  $E measure --task benchmarks/mmlu.yaml --items 500 --measures answers,circular --chunk 50 \
+    --batch-size 16 --model "$OUT/models/$name" --out "$OUT/raw/$name-mmlu.letters.json"
+done
+SFT_CHAT_ITEMS=${SFT_CHAT_ITEMS:-500}
+SFT_RUNS="$OUT/runs/mmlu_sft_chat"
+# Its probes fail where they find the planted items (exit 1): that is what is measured. A
+# rerun resumes from the requests the last one kept.
+status=0
+$PY -m pytest benchmarks/ -m contamination -k "mmlu and (option_shuffle or circular)" \
+  --llm-model="$OUT/models/mmlu_sft_chat" --llm-probe-items "$SFT_CHAT_ITEMS" \
+  --llm-output "$SFT_RUNS" -p no:cacheprovider -q || status=$?
+[ "$status" -le 1 ] || exit "$status"
+latest=$(ls -td "$SFT_RUNS"/*/ | head -1)
+S="--task benchmarks/mmlu.yaml --items $SFT_CHAT_ITEMS --fewshot 5 --chat on"
+S="$S --model $OUT/models/mmlu_sft_chat --run $latest"
+for pair in answers:mmlu_sft_chat-mmlu.shipped circular:mmlu_sft_chat-mmlu.shipped-circular; do
+  rm -f "$OUT/raw/${pair#*:}.json" # read again from the latest run, which holds them all
+  $E from-run $S --measures "${pair%%:*}" --out "$OUT/raw/${pair#*:}.json"
+done
 $E scaling --raw "$OUT/raw" --models "$OUT/models" --draws 200 ${CARRY:+--carry "$CARRY"} \
   --out docs/contamination-experiment \
   --validation-out pytest_llmeval/contamination/validation.json
