@@ -110,13 +110,11 @@ class Validation:
                 + f" from {self.models}"
                 + (f", under {under}" if under else "")
             )
-        else:
+        else:  # an older file: every pool; under several conditions each label names its own
+            only = f", with {measured[0]}" if len(measured) == 1 else ""
             text = (
                 "false alarms on clean items measured on draws of "
-                f"n={self.n_min}..{self.n_max} items from "
-                f"{'; '.join(self.pools)}" + (f", with {measured[0]}" if len(measured) == 1 else "")
-                # Under several conditions, each pool's label names its own (the
-                # experiment's validation file writes them so).
+                f"n={self.n_min}..{self.n_max} items from {'; '.join(self.pools)}{only}"
             )
         text += f": at most {100 * self.max_rate:.1f}% ({self.worst})"
         if not self.holds:

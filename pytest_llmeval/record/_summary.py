@@ -334,10 +334,10 @@ def deselected_lines(
     those whose contamination probes ran though their scored items were left out (a run of
     probes alone deselects its tasks' items; listed with the rest, the probed task read as
     never touched). ``code`` wraps the options (a backtick in Markdown)."""
-    probed = set(probed)
+    ran = set(probed)
     options = f"{code}-k{code}/{code}-m{code}"
-    untouched = [t for t in deselected if t not in probed]
-    probes_only = [t for t in deselected if t in probed]
+    untouched = [t for t in deselected if t not in ran]
+    probes_only = [t for t in deselected if t in ran]
     lines = []
     if untouched:
         lines.append(f"deselected by {options} ({len(untouched)}): {', '.join(untouched)}")
