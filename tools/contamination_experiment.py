@@ -467,6 +467,17 @@ def measure(
 SETUP_BEFORE_ITS_OPTION = {"fewshot": "0", "chat": "off", "loss": "text"}
 
 
+def _same_place(setup: Mapping[str, str]) -> dict[str, str]:
+    """``setup`` with its data folders as resolved paths (from the repository root, where
+    the tool runs): ``../shared/benchmarks`` and the absolute path of the same folder are
+    one measurement, not two (a file measured with one was refused when resumed with the
+    other)."""
+    dirs = re.findall(r"PosixPath\('((?:[^'\\]|\\.)*)'\)", setup.get("data_dirs", ""))
+    if not dirs:
+        return dict(setup)
+    return {**setup, "data_dirs": repr(tuple(str(Path(d).resolve()) for d in dirs))}
+
+
 def _continues(
     previous: Mapping[str, Any], described: Mapping[str, str], model: str, measures: Sequence[str]
 ) -> bool:
@@ -479,7 +490,8 @@ def _continues(
     if previous.get("from_run"):  # read from a pytest run (from-run): not measured here
         return False
     # A setting a file written before it existed lacks had the only value there was then.
-    before = {**SETUP_BEFORE_ITS_OPTION, **(previous.get("setup") or {})}
+    before = _same_place({**SETUP_BEFORE_ITS_OPTION, **(previous.get("setup") or {})})
+    described = _same_place(described)
     if before == described:
         return True
     had, wants = before.pop("items", "0"), described.get("items", "0")
@@ -492,7 +504,8 @@ def _differs(
     previous: Mapping[str, Any], described: Mapping[str, str], model: str, measures: Sequence[str]
 ) -> str:
     """What sets the raw file ``previous`` apart from this measurement, in words."""
-    before = {**SETUP_BEFORE_ITS_OPTION, **(previous.get("setup") or {})}
+    before = _same_place({**SETUP_BEFORE_ITS_OPTION, **(previous.get("setup") or {})})
+    described = _same_place(described)
     changed = [
         f"{k} {before.get(k)!r}, not {v!r}" for k, v in described.items() if before.get(k) != v
     ]

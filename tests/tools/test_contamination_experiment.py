@@ -486,6 +486,16 @@ def test_a_measurement_with_more_items_extends_the_file_and_records_each_restart
     with pytest.raises(ValueError, match="items '0', not '6'; seed '3', not '4'"):
         run_with(6, seed=4)
     assert len(json.loads(out.read_text())["items"]) == 8
+    # The same data folder named another way (relative, absolute) is the same measurement;
+    # another folder is not.
+    named = json.loads(out.read_text())
+    named["setup"]["data_dirs"] = str((Path(os.path.relpath(tmp_path)),))
+    out.write_text(json.dumps(named))
+    assert len(run_with(0)["items"]) == 8
+    named["setup"]["data_dirs"] = str((tmp_path / "elsewhere",))
+    out.write_text(json.dumps(named))
+    with pytest.raises(ValueError, match="holds another measurement \\(data_dirs"):
+        run_with(0)
 
 
 def test_the_shipped_probes_prompts_through_the_chat_template(
