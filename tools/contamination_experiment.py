@@ -1492,6 +1492,27 @@ def _sampling_error(worst: Mapping[str, Any], alpha: float) -> str:
     )
 
 
+def _power_of(results: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
+    """Verdict ``name``'s power at a tenth planted, per planted model: its rate at each
+    size, with the conditions of the pool it was measured on (a verdict's message quotes
+    the one at the run's n)."""
+    out = []
+    for stem, table in sorted(results.get("power", {}).items()):
+        rates = table.get("rates", {}).get(name)
+        if not rates:
+            continue
+        pool = results.get("pools", {}).get(stem, {})
+        out.append(
+            {
+                "model": table["model"],
+                "conditions": pool.get("conditions", ""),
+                "share": table.get("share", POWER_SHARE),
+                "rates": {str(n): float(r["rate"]) for n, r in rates.items()},
+            }
+        )
+    return out
+
+
 def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
     """The compact per-verdict summary the package reads
     (``pytest_llmeval/contamination/validation.json``, :mod:`~._validation`)."""
@@ -1536,6 +1557,7 @@ def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:
             "fired_on_whole_pool": entry["fired_on_whole_pool"],
             "above_alpha": entry["above_alpha"],
             "holds": entry["holds"],
+            "power": _power_of(results, name),
         }
     return {
         "alpha": results["alpha"],

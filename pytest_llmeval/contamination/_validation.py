@@ -48,6 +48,9 @@ class Validation:
     # fine-tunes, position-only models): the message names these, the record and the
     # tables every pool. Empty in an older file: the message then lists the pools.
     models: str = ""
+    # Its power where it was measured: per planted model, its conditions, the share of
+    # each draw planted and the rate at each n (empty in an older file).
+    power: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_dict(
@@ -72,6 +75,43 @@ class Validation:
                 str(c): int(n) for c, n in (data.get("n_max_by_conditions") or {}).items()
             },
             models=str(data.get("models") or ""),
+            power=tuple(p for p in data.get("power") or () if isinstance(p, Mapping)),
+        )
+
+    def power_text(self, n: int, conditions: str = "") -> str:
+        """Its measured power at the run's ``n`` (the largest size measured at or under it,
+        else the smallest): under the run's ``conditions`` where it was measured there,
+        with the range under the other conditions beside it; empty where never measured.
+        A pass reads against this: a verdict that found none of a known contamination at
+        this n under these prompts says little by passing."""
+        rows = [
+            (str(p.get("model")), seen_conditions(self.verdict, str(p.get("conditions", ""))), p)
+            for p in self.power
+            if p.get("rates")
+        ]
+        if not rows:
+            return ""
+        sizes = sorted({int(k) for _, _, p in rows for k in p["rates"]})
+        at = max((k for k in sizes if k <= n), default=sizes[0])
+        share = float(rows[0][2].get("share", 0.1))
+        rated = [(m, c, float(p["rates"][str(at)])) for m, c, p in rows if str(at) in p["rates"]]
+        conditions = seen_conditions(self.verdict, conditions)
+        here = [(m, r) for m, c, r in rated if c == conditions]
+        other = [r for m, c, r in rated if c != conditions]
+        parts = []
+        if here:
+            parts.append(
+                f"under {conditions}: "
+                + ", ".join(f"{100 * r:.1f}% ({m})" for m, r in sorted(here, key=lambda x: x[1]))
+            )
+        if other:
+            low, high = 100 * min(other), 100 * max(other)
+            span = f"{low:.1f}%" if low == high else f"{low:.1f}-{high:.1f}%"
+            tunes = f"{len(other)} fine-tune{'s' if len(other) > 1 else ''}"
+            parts.append(f"{'under other prompts ' if here else ''}{span} ({tunes})")
+        return (
+            f"power where {share:.0%} of draws of {at} items were memorised by an in-domain "
+            "fine-tune: " + "; ".join(parts)
         )
 
     @property
@@ -139,6 +179,9 @@ class Validation:
                 f"; {task} is not among the benchmarks it was measured on: its false-alarm "
                 "rate on this task's items is not measured"
             )
+        power = self.power_text(n, conditions)
+        if power:
+            text += f"; {power}"
         return f"{text} ({TABLES})"
 
 

@@ -380,7 +380,70 @@ def test_a_verdict_names_its_kinds_of_model_and_the_record_its_pools(tmp_path: P
         if entry["pools"]:
             assert entry.get("models"), name
             note = _validation.validation_note(name, 200)
-            assert len(note) < 900 and all(p not in note for p in entry["pools"]), note
+            assert len(note) < 1100 and all(p not in note for p in entry["pools"]), note
+
+
+def test_a_verdict_states_its_measured_power_at_the_runs_n_and_prompts(tmp_path: Path) -> None:
+    """A pass reads against what the verdict could see: its message gives its measured
+    power at a tenth planted, at the largest size measured at or under the run's n, under
+    the run's prompts where measured there, with the range under the others."""
+    from pytest_llmeval.contamination import _validation
+
+    zero, chat = conditions_text(0, False, "float32"), conditions_text(5, True, "float32")
+
+    def tuned(model: str, cond: str, rates: dict[str, float]) -> dict:
+        return {"model": model, "conditions": cond, "share": 0.1, "rates": rates}
+
+    entry = {
+        "n_min": 50,
+        "n_max": 500,
+        "pools": ["m untouched (mmlu up to 500 items)"],
+        "models": "untouched models (m)",
+        "max_rate": 0.0,
+        "worst": "0.0% of random draws of 50 items, m / mmlu",
+        "holds": True,
+        "conditions": [zero, chat],
+        "tasks": ["mmlu"],
+        "power": [
+            tuned("a", zero, {"50": 0.02, "200": 0.4, "500": 1.0}),
+            tuned("b", zero, {"50": 0.0, "200": 0.0, "500": 0.0}),
+            tuned("c", chat, {"50": 0.005, "200": 0.015, "500": 0.0}),
+        ],
+    }
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps({"alpha": 0.01, "verdicts": {"option_shuffle": entry}}))
+    found = _validation.validation("option_shuffle", path=path)
+    assert found is not None
+    # The shipped prompts at 1,000 items: the largest size measured, 500, under them.
+    assert found.power_text(1000, chat) == (
+        "power where 10% of draws of 500 items were memorised by an in-domain fine-tune: "
+        f"under {chat}: 0.0% (c); under other prompts 0.0-100.0% (2 fine-tunes)"
+    )
+    assert found.power_text(250, zero) == (
+        "power where 10% of draws of 200 items were memorised by an in-domain fine-tune: "
+        f"under {zero}: 0.0% (b), 40.0% (a); under other prompts 1.5% (1 fine-tune)"
+    )
+    # Below the smallest size, the smallest; prompts never measured: the range alone.
+    assert found.power_text(20, "") == (
+        "power where 10% of draws of 50 items were memorised by an in-domain fine-tune: "
+        "0.0-2.0% (3 fine-tunes)"
+    )
+    # In the message, after the run's warnings, before the tables.
+    note = found.describe(1000, chat)
+    assert note.endswith(
+        "above the validated range: its false-alarm rate at this n is not measured; power "
+        "where 10% of draws of 500 items were memorised by an in-domain fine-tune: under "
+        f"{chat}: 0.0% (c); under other prompts 0.0-100.0% (2 fine-tunes) "
+        "(docs/contamination-experiment/scaling.md)"
+    )
+    # Never measured: nothing said about it.
+    path.write_text(
+        json.dumps({"alpha": 0.01, "verdicts": {"option_shuffle": {**entry, "power": []}}})
+    )
+    _validation._load.cache_clear()
+    plain = _validation.validation("option_shuffle", path=path)
+    assert plain is not None and plain.power_text(500, chat) == ""
+    assert "power" not in plain.describe(500, chat)
 
 
 def test_membership_is_compared_on_its_dtype_alone_not_on_prompts_it_never_sees(

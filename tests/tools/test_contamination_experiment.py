@@ -21,6 +21,7 @@ from tools.contamination_experiment import (
     _fine_tune_role,
     _model_kinds,
     _pool_labels,
+    _power_of,
     _runner,
     _sampling_error,
     _when,
@@ -300,6 +301,31 @@ def test_model_kinds_name_untouched_models_fine_tunes_by_base_and_position_model
         "in-domain fine-tunes that never saw the items probed (1 of smol)"
     )
     assert _model_kinds({"pools": pools[:2]}) == "untouched models (gemma, smol)"
+
+
+def test_power_goes_to_the_validation_file_with_each_pools_conditions() -> None:
+    """validation.json carries each verdict's power per planted model, with the conditions
+    of the pool it was measured on, for the message to quote at the run's n."""
+    results = {
+        "pools": {"m_sft-quiz": {"conditions": "5-shot chat"}},
+        "power": {
+            "m_sft-quiz": {
+                "model": "m_sft",
+                "task": "quiz",
+                "share": 0.1,
+                "rates": {"circular": {"50": {"rate": 0.02}, "500": {"rate": 1.0}}},
+            }
+        },
+    }
+    assert _power_of(results, "circular") == [
+        {
+            "model": "m_sft",
+            "conditions": "5-shot chat",
+            "share": 0.1,
+            "rates": {"50": 0.02, "500": 1.0},
+        }
+    ]
+    assert _power_of(results, "option_shuffle") == []
 
 
 def test_a_fine_tune_is_compared_with_the_model_it_was_fine_tuned_from(tmp_path: Path) -> None:
