@@ -1493,24 +1493,32 @@ def _sampling_error(worst: Mapping[str, Any], alpha: float) -> str:
 
 
 def _power_of(results: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
-    """Verdict ``name``'s power at a tenth planted, per planted model: its rate at each
-    size, with the conditions of the pool it was measured on (a verdict's message quotes
-    the one at the run's n)."""
-    out = []
+    """Verdict ``name``'s power at a tenth planted, per planted model and conditions: its
+    rate at each size (a model measured in several pools under the same conditions, once,
+    with the mean of their rates at each size: a message names each model once), for a
+    verdict's message to quote the one at the run's n."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for stem, table in sorted(results.get("power", {}).items()):
         rates = table.get("rates", {}).get(name)
         if not rates:
             continue
-        pool = results.get("pools", {}).get(stem, {})
-        out.append(
+        conditions = results.get("pools", {}).get(stem, {}).get("conditions", "")
+        entry = found.setdefault(
+            (table["model"], conditions),
             {
                 "model": table["model"],
-                "conditions": pool.get("conditions", ""),
+                "conditions": conditions,
                 "share": table.get("share", POWER_SHARE),
-                "rates": {str(n): float(r["rate"]) for n, r in rates.items()},
-            }
+                "pools": 0,
+                "rates": {},
+            },
         )
-    return out
+        entry["pools"] += 1
+        for n, r in rates.items():
+            entry["rates"].setdefault(str(n), []).append(float(r["rate"]))
+    return [
+        {**e, "rates": {n: sum(r) / len(r) for n, r in e["rates"].items()}} for e in found.values()
+    ]
 
 
 def validation_file(results: Mapping[str, Any]) -> dict[str, Any]:

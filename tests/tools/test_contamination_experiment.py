@@ -322,10 +322,20 @@ def test_power_goes_to_the_validation_file_with_each_pools_conditions() -> None:
             "model": "m_sft",
             "conditions": "5-shot chat",
             "share": 0.1,
+            "pools": 1,
             "rates": {"50": 0.02, "500": 1.0},
         }
     ]
     assert _power_of(results, "option_shuffle") == []
+    # The same model measured in two pools under the same conditions: named once, with
+    # the mean of its rates.
+    results["pools"]["m_sft-quiz.more"] = {"conditions": "5-shot chat"}
+    results["power"]["m_sft-quiz.more"] = {
+        **results["power"]["m_sft-quiz"],
+        "rates": {"circular": {"50": {"rate": 0.04}, "500": {"rate": 0.5}}},
+    }
+    (once,) = _power_of(results, "circular")
+    assert once["pools"] == 2 and once["rates"] == pytest.approx({"50": 0.03, "500": 0.75})
 
 
 def test_a_fine_tune_is_compared_with_the_model_it_was_fine_tuned_from(tmp_path: Path) -> None:
