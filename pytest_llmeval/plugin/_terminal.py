@@ -34,6 +34,10 @@ def write_probes(session: LlmEvalSession, tr: Any) -> None:
         tr.write_line(summary["text"], **{colours.get(summary["outcome"], "yellow"): True})
         for line in summary["details"]:
             tr.write_line(f"    {line}")
+    if not session.verdicts:
+        # No scored task, so no summary table carried the tasks that did not run (a run of
+        # probes alone deselects its tasks' items): they follow the probes, as in summary.md.
+        write_not_run(session, tr)
 
 
 def write_summary(session: LlmEvalSession, tr: Any) -> None:

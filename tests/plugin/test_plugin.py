@@ -476,6 +476,8 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
             "*llmeval contamination probes*",
             "*quiz option_shuffle: no sign*",
             "*quiz canonical_order: no sign*",
+            # no scored task ran, so the tasks not run follow the probes, as in summary.md
+            "contamination probes only, their scored items deselected by -k/-m (1): quiz",
         ],
         consecutive=False,
     )
