@@ -349,7 +349,7 @@ class LlmEvalSession:
         self.total_items: dict[str, int] = {}
         self.runners: dict[str, TaskRunner] = {}
         self.selected: dict[str, list[SelectedItem]] = {}
-        self.evaluator = Evaluator(self.options, config.invocation_params.dir)
+        self.evaluator = Evaluator(self.options, config.rootpath)
         self.evaluator.progress = install_progress(config, self.options.progress)  # display
         # A worker streams a generative task's whole selection only when xdist gives it
         # all of the task's items (a dist mode that spreads them would compute them twice).

@@ -120,14 +120,16 @@ def _run(args: list[str], cwd: Path | None = None) -> str | None:
     return proc.stdout.strip()
 
 
-def git_info(path: Path) -> dict[str, Any] | None:
+def git_info(path: Path, *, tracked: bool = False) -> dict[str, Any] | None:
     """The git state of the work tree containing ``path`` (a file or a folder).
 
     ``{"commit": full sha, "short": 7 chars, "dirty": bool, "branch": name or None}``;
     ``dirty`` means uncommitted changes to tracked files (untracked files do not count);
     ``branch`` is None on a detached HEAD; ``commit`` and ``short`` are None before the
     first commit. None when ``path`` does not exist, is not in a work tree, or git is
-    missing; never raises.
+    missing; never raises. With ``tracked``, also None when git tracks no file at or under
+    ``path``: a model folder that is ignored or untracked inside a project's work tree is
+    not versioned by that project's commit.
     """
     try:
         path = Path(path)
@@ -140,6 +142,8 @@ def git_info(path: Path) -> dict[str, Any] | None:
     if git is None:
         return None
     if _run([git, "rev-parse", "--is-inside-work-tree"], folder) != "true":
+        return None
+    if tracked and not _run([git, "ls-files", "--", str(path)], folder):
         return None
     commit = _run([git, "rev-parse", "--verify", "-q", "HEAD"], folder) or None
     branch = _run([git, "symbolic-ref", "--short", "-q", "HEAD"], folder) or None
@@ -234,7 +238,7 @@ def environment_record(
 
     Keys: ``python``, ``implementation``, ``os``, ``machine``, ``cpu``, ``cpu_count``,
     ``hostname``, ``libraries`` (:func:`library_versions`), ``cuda`` (:func:`cuda_info`),
-    ``git`` (``{"code": git_info(code_dir), "model": git_info(model_dir)}``) and ``model``
+    ``git`` (``{"code": git_info(code_dir), "model": git_info(model_dir, tracked=True)}``) and ``model``
     (:func:`~pytest_llmeval.record._hash.model_fingerprint` of ``model_dir``, through
     ``hash_cache``; None without a model directory).
     """
@@ -250,7 +254,7 @@ def environment_record(
         "cuda": cuda_info(),
         "git": {
             "code": git_info(code_dir),
-            "model": git_info(model_dir) if model_dir is not None else None,
+            "model": git_info(model_dir, tracked=True) if model_dir is not None else None,
         },
         "model": model_fingerprint(model_dir, hash_cache) if model_dir is not None else None,
     }

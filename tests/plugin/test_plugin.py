@@ -91,6 +91,46 @@ def test_run_prints_table_and_writes_records(
     assert config["environment"]["backend"]["dtype"] == "float32"
 
 
+def test_code_commit_is_the_projects_run_from_another_folder(
+    pytester: pytest.Pytester,
+    tiny_model_dir: Path,
+    write_project,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The code's git state is the project's (pytest's rootdir), as the run folder's name
+    is: run from a folder outside the project, the record said no commit (or the commit of
+    whatever repository the shell stood in) while the folder was named after the project's."""
+    write_project(pytester)
+    project = pytester.path
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(project.parent))
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=T", "-C", str(project)]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "specs"]):
+        subprocess.run([*git, *args], check=True, capture_output=True, timeout=30)
+    commit = subprocess.run(
+        [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True, timeout=30
+    ).stdout.strip()
+    elsewhere = project.parent / f"{project.name}-elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    result = pytester.runpytest(
+        str(project),
+        f"--rootdir={project}",
+        f"--llm-model={tiny_model_dir}",
+        f"--llm-data-dir={project}",
+        f"--llm-output={elsewhere / 'out'}",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "colors",
+    )
+    assert result.ret == 0
+    (run,) = (elsewhere / "out").iterdir()
+    assert run.name.endswith(commit[:7])
+    config = json.loads((run / "eval_config.json").read_text())
+    assert config["environment"]["git"]["code"]["commit"] == commit
+    assert f"git `{commit[:7]}`" in (run / "summary.md").read_text()
+
+
 def test_wrong_answers_are_their_own_outcome(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project
 ) -> None:

@@ -83,6 +83,23 @@ def test_git_info_dirty_only_for_tracked_changes(repo: Path) -> None:
     assert info is not None and info["dirty"] is False
 
 
+def test_git_info_tracked_needs_files_git_tracks(repo: Path) -> None:
+    """A model folder inside a project's work tree is versioned by its commit only when git
+    tracks its files: an ignored or untracked folder (weights kept beside the code) gets
+    no git state, where before it got the project's commit, branch and dirty flag."""
+    assert git_info(repo / "sub", tracked=True) == git_info(repo)
+    assert git_info(repo / "sub" / "file.py", tracked=True) == git_info(repo)
+    (repo / ".gitignore").write_text("models/\n")
+    (repo / "models" / "tiny").mkdir(parents=True)
+    (repo / "models" / "tiny" / "config.json").write_text("{}\n")
+    (repo / "weights").mkdir()
+    (repo / "weights" / "model.gguf").write_bytes(b"GGUF")
+    assert git_info(repo / "models" / "tiny") is not None  # the folder is in the work tree
+    assert git_info(repo / "models" / "tiny", tracked=True) is None  # ignored
+    assert git_info(repo / "weights", tracked=True) is None  # untracked
+    assert git_info(repo / "weights" / "model.gguf", tracked=True) is None
+
+
 def test_git_info_detached_head(repo: Path) -> None:
     _git(repo, "checkout", "-q", "--detach")
     info = git_info(repo)
