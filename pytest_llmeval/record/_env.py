@@ -238,8 +238,8 @@ def environment_record(
 
     Keys: ``python``, ``implementation``, ``os``, ``machine``, ``cpu``, ``cpu_count``,
     ``hostname``, ``libraries`` (:func:`library_versions`), ``cuda`` (:func:`cuda_info`),
-    ``git`` (``{"code": git_info(code_dir), "model": git_info(model_dir, tracked=True)}``) and ``model``
-    (:func:`~pytest_llmeval.record._hash.model_fingerprint` of ``model_dir``, through
+    ``git`` (``{"code": git_info(code_dir), "model": git_info(model_dir, tracked=True)}``)
+    and ``model`` (:func:`~pytest_llmeval.record._hash.model_fingerprint` of ``model_dir``, through
     ``hash_cache``; None without a model directory).
     """
     return {

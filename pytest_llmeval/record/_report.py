@@ -144,6 +144,14 @@ class DeltaRow:
     # for the normal paired interval; else a sentence, and ci_low/ci_high are then the
     # exact bound (no discordant pairs) or NaN (not enough pairs to bound).
     interval_note: str | None = None
+    # The test behind p_value (TaskDelta.test): "mcnemar" where every shared score is 0 or
+    # 1 (regressed: correct in the baseline, wrong now), "sign-flip" for partial scores
+    # (regressed: scored lower now).
+    test: str = "mcnemar"
+
+    @property
+    def binary(self) -> bool:
+        return self.test == "mcnemar"
 
 
 @dataclass
@@ -654,6 +662,7 @@ def comparison_view(
                 only_in_baseline=t.only_in_baseline,
                 only_in_current=t.only_in_current,
                 interval_note=note,
+                test=t.test,
             )
         )
     return ComparisonView(
@@ -1284,8 +1293,11 @@ def browser_data(
     """The JSON block the item browser reads: per task its items (in record order), the
     shared prompt prefixes, subsets, the failure classes present, and flips."""
     flips: dict[str, dict[str, str]] = {}
+    partial: set[str] = set()  # tasks compared on partial scores: flips are lower/higher
     if comparison is not None:
         for d in comparison.rows:
+            if not d.binary:
+                partial.add(d.task)
             flips[d.task] = {
                 **dict.fromkeys(d.regressed, "regressed"),
                 **dict.fromkeys(d.improved, "improved"),
@@ -1331,6 +1343,7 @@ def browser_data(
                 "classes": [c for c in FAILURE_CLASSES if c in present]
                 + sorted(present - set(FAILURE_CLASSES)),
                 "flips": bool(flips.get(name)),
+                "flips_scored": name in partial,
                 "items": items,
             }
         )

@@ -232,8 +232,18 @@ def _comparison_section(comparison: Comparison, max_items: int) -> list[str]:
             f"| {len(t.regressed)} | {len(t.improved)} |"
         )
     lines.append("")
+    compared = [t for t in comparison.tasks if t.n_shared]
+    partial = [t.task for t in compared if not t.binary]
+    tests = (
+        "exact McNemar test"
+        if not partial
+        else f"paired sign-flip test on the per-item scores ({', '.join(partial)})"
+        if len(partial) == len(compared)
+        else "exact McNemar test where every score is 0 or 1, paired sign-flip test on the "
+        f"per-item scores elsewhere ({', '.join(partial)})"
+    )
     lines.append(
-        f"Scores on the items both runs scored; p-value: exact McNemar test (⚠️ a significant "
+        f"Scores on the items both runs scored; p-value: {tests} (⚠️ a significant "
         f"drop at p < {comparison.alpha:g})."
     )
     for t in comparison.tasks:
@@ -241,10 +251,14 @@ def _comparison_section(comparison: Comparison, max_items: int) -> list[str]:
             continue
         shown = ", ".join(f"`{i}`" for i in t.regressed[:max_items])
         more = f" and {len(t.regressed) - max_items} more" if len(t.regressed) > max_items else ""
+        what = (
+            "items correct in the baseline, wrong now"
+            if t.binary
+            else ("items scored lower than in the baseline")
+        )
         lines += [
             "",
-            f"<details><summary>{html.escape(t.task)}: {len(t.regressed)} items correct in "
-            "the baseline, wrong now</summary>",
+            f"<details><summary>{html.escape(t.task)}: {len(t.regressed)} {what}</summary>",
             "",
             shown + more,
             "",

@@ -87,6 +87,40 @@ def test_small_f1_changes_across_one_half_are_not_a_significant_drop(tmp_path: P
     assert delta.p_value > 0.05
 
 
+def test_reports_name_the_sign_flip_test_and_lower_scores(tmp_path: Path) -> None:
+    """summary.md and report.html said "exact McNemar test" for every task and "correct in
+    the baseline, wrong now" for an F1 drop whose items all stayed correct: a partial-score
+    task names its own test, and its flips are items that scored lower or higher."""
+    from pytest_llmeval.record._report import browser_data, prepare_report, render_report
+    from pytest_llmeval.record._summary import _comparison_section
+
+    baseline = _write_run(tmp_path / "base", "squad", [0.9] * 20)
+    run = _write_run(tmp_path / "run", "squad", [0.6] * 20)
+    comparison = compare_runs(load_run(run), load_run(baseline))
+    markdown = "\n".join(_comparison_section(comparison, 5))
+    assert "p-value: paired sign-flip test on the per-item scores (squad)" in markdown
+    assert "squad: 20 items scored lower than in the baseline" in markdown
+    assert "McNemar" not in markdown and "wrong now" not in markdown
+    model = prepare_report(run, baseline)
+    assert model.comparison is not None
+    (row,) = model.comparison.rows
+    assert row.test == "sign-flip" and not row.binary
+    page = render_report(model)
+    assert "20 scored lower</a>" in page and "correct → wrong" not in page
+    assert "20 scored lower than in the baseline:" in page
+    (task,) = browser_data(load_run(run), model.comparison, model.tasks)["tasks"]
+    assert task["flips"] and task["flips_scored"]
+    # A binary task keeps McNemar's words, beside a partial one in the same comparison.
+    mixed = _write_run(tmp_path / "mixed-base", "mmlu", [1.0] * 12 + [0.0] * 3)
+    now = _write_run(tmp_path / "mixed-run", "mmlu", [0.0] * 10 + [1.0] * 5)
+    binary = compare_runs(load_run(now), load_run(mixed))
+    markdown = "\n".join(_comparison_section(binary, 5))
+    assert "p-value: exact McNemar test (" in markdown
+    assert "mmlu: 10 items correct in the baseline, wrong now" in markdown
+    page = render_report(prepare_report(now, mixed))
+    assert "10 correct → wrong</a>" in page and " <small>sign-flip</small>" not in page
+
+
 def test_binary_scores_keep_the_exact_mcnemar_test(tmp_path: Path) -> None:
     baseline = _write_run(tmp_path / "base", "mmlu", [1.0] * 12 + [0.0] * 3)
     run = _write_run(tmp_path / "run", "mmlu", [0.0] * 10 + [1.0] * 5)

@@ -328,3 +328,54 @@ def test_report_under_chat_prompts_at_two_widths(
 
         assert page.problems() == []
         assert page.requests() == [html.resolve().as_uri()]
+
+
+def test_item_browser_says_lower_and_higher_for_partial_scores(
+    tmp_path: Path, chromium: Chromium
+) -> None:
+    """A task compared on partial scores (F1): its flipped items scored lower or higher,
+    and the item browser's filter, tags and item facts say so (they said "correct ->
+    wrong" and "was correct" of items that stayed correct)."""
+
+    def write(path: Path, scores: list[float]) -> Path:
+        (path / "tasks").mkdir(parents=True)
+        (path / "eval_config.json").write_text(json.dumps({"tasks": {"squad": {"metric": "f1"}}}))
+        records = [
+            {
+                "task": "squad",
+                "item_id": f"squad-{i:04d}",
+                "correct": score > 0.5,
+                "score": score,
+                "prompt": f"Question {i}",
+                "target": "an answer",
+            }
+            for i, score in enumerate(scores)
+        ]
+        (path / "tasks" / "squad_output.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in records)
+        )
+        return path
+
+    baseline = write(tmp_path / "base", [0.9] * 6)
+    run = write(tmp_path / "run", [0.6] * 5 + [0.95])
+    html = write_report(run, baseline)
+    page = _open(chromium, html, "#flipped/squad/regressed")
+    page.wait_for("document.querySelectorAll('#browser details.item').length === 5")
+    shown = page.evaluate(
+        """(() => ({
+          options: [...document.querySelectorAll('#browser select[data-filter=flip] option')]
+            .map(o => o.textContent),
+          tags: [...document.querySelectorAll('#browser details.item .tag.flip')]
+            .map(t => t.textContent),
+        }))()"""
+    )
+    assert shown["options"] == [
+        "all items",
+        "scored lower or higher",
+        "scored lower",
+        "scored higher",
+    ]
+    assert shown["tags"] == ["scored lower"] * 5
+    _click(page, "#browser details.item > summary")
+    text = page.evaluate("document.querySelector('#browser details.item[open] .body').textContent")
+    assert "scored lower than in the baseline" in text and "wrong now" not in text

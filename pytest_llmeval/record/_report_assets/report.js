@@ -6,6 +6,18 @@
   var STATUS = [["all", "all"], ["correct", "correct"], ["wrong", "wrong"], ["unscored", "not scored"], ["error", "error"]];
   var FLIPS = [["", "all items"], ["any", "flipped either way"],
     ["regressed", "correct \u2192 wrong"], ["improved", "wrong \u2192 correct"]];
+  // A task compared on partial scores (F1, MC2): its flips are items that scored lower or
+  // higher than in the baseline, not right and wrong.
+  var FLIPS_SCORED = [["", "all items"], ["any", "scored lower or higher"],
+    ["regressed", "scored lower"], ["improved", "scored higher"]];
+  function flipWords(task, fl, short) {
+    if (task.flips_scored) {
+      return fl === "regressed" ? (short ? "scored lower" : "scored lower than in the baseline") :
+        (short ? "scored higher" : "scored higher than in the baseline");
+    }
+    return fl === "regressed" ? (short ? "was correct" : "correct in the baseline, wrong now") :
+      (short ? "was wrong" : "wrong in the baseline, correct now");
+  }
   var data = JSON.parse(document.getElementById("llmeval-data").textContent);
   var root = document.getElementById("browser");
   var state = fresh(0);
@@ -107,7 +119,7 @@
     }
     if (task.flips) {
       var fsel = el("select", { "aria-label": "flipped against the baseline", "data-filter": "flip" },
-        FLIPS.map(function (f) { return option(f[0], f[1], state.flip === f[0]); }));
+        (task.flips_scored ? FLIPS_SCORED : FLIPS).map(function (f) { return option(f[0], f[1], state.flip === f[0]); }));
       fsel.addEventListener("change", function () { state.flip = fsel.value; state.page = 0; render(); });
       bar.appendChild(fsel);
     }
@@ -187,8 +199,7 @@
         status === "error" ? "error: not evaluated (" + it.er + ")" :
         (it.ok ? "correct" : "wrong") + (it.sc !== undefined ? " (score " + it.sc + ")" : "")],
       ["failure class", it.fc ? words(it.fc) : null],
-      ["vs baseline", it.fl === "regressed" ? "correct in the baseline, wrong now" :
-        it.fl === "improved" ? "wrong in the baseline, correct now" : null],
+      ["vs baseline", it.fl ? flipWords(task, it.fl, false) : null],
       ["subset", it.s !== undefined ? task.subsets[it.s] : null],
       ["extracted answer", it.ch ? null : code(it.x)],
       ["model's choice", it.ch && it.pr !== undefined ? code(it.ch[it.pr]) : null],
@@ -236,7 +247,7 @@
       el("span", { cls: "iid", text: it.id }),
       it.s !== undefined && task.subsets.length > 1 ? el("span", { cls: "tag", text: task.subsets[it.s] }) : null,
       it.fc ? el("span", { cls: "tag", text: words(it.fc) }) : null,
-      it.fl ? el("span", { cls: "tag flip", text: it.fl === "regressed" ? "was correct" : "was wrong" }) : null,
+      it.fl ? el("span", { cls: "tag flip", text: flipWords(task, it.fl, true) }) : null,
       el("small", { text: "answer " + clip(answer, 50) + " \u00b7 target " + clip(it.t, 50) })
     ];
     return el("summary", null, kids);
