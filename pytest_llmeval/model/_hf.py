@@ -375,6 +375,12 @@ class HFBackend(TokenizerSide):
         store.write_text(json.dumps(known, indent=1))
         return size, f"auto (measured now{where})"
 
+    def batch_sizes_by_width(self) -> dict[str, int]:
+        """Under ``auto`` on a GPU: the batch size found for rows up to each width probed so
+        far, in tokens (a width is probed when a batch first needs it, so this grows during
+        a run); empty otherwise."""
+        return {str(w): n for w, n in sorted(self._by_width.items())}
+
     def _rows(self, longest: int) -> int:
         """How many rows of up to ``longest`` tokens (cached prefix included) one batch
         takes: the batch size, except under ``auto`` on a GPU, where rows longer than the
@@ -425,7 +431,7 @@ class HFBackend(TokenizerSide):
             "batch_size": self.batch_size,
             "batch_size_source": self.batch_size_source,
             # auto on a GPU: the size used for rows up to each probed width, in tokens
-            "batch_size_by_width": {str(w): n for w, n in sorted(self._by_width.items())},
+            "batch_size_by_width": self.batch_sizes_by_width(),
             "device_map": self.settings.device_map,
             "prefix_sharing": self._share,
             "decode_step": self.decode_step_info(),

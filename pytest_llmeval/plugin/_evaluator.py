@@ -107,6 +107,25 @@ class TaskState:
 WHOLE_TASK_DIST = ("load", "loadfile", "loadscope", "loadgroup", "each", "no")
 
 
+# Fields of a backend's info() that change while it runs, with the method that reads each
+# cheaply: taken again after each item and sent to the controller when they moved.
+LIVE_BACKEND_INFO = (
+    ("decode_step", "decode_step_info"),
+    ("batch_size_by_width", "batch_sizes_by_width"),
+)
+
+
+def _batch_size_text(backend: Backend) -> str:
+    """The batch size for the log, with the sizes per width where ``auto`` on a GPU has
+    probed more than one width so far."""
+    by_width = getattr(backend, "batch_sizes_by_width", None)
+    widths = by_width() if callable(by_width) else {}
+    text = f"batch size {backend.batch_size}"
+    if len(widths) > 1:
+        text += f", by width so far {', '.join(f'{w}: {n}' for w, n in widths.items())}"
+    return text
+
+
 class Evaluator:
     def __init__(self, options: Options, code_dir: Path) -> None:
         self.options = options
@@ -322,23 +341,28 @@ class Evaluator:
             took = time.perf_counter() - started
             log.append(
                 f"{name}: computed {len(results)} item(s) in {took:.1f}s "
-                f"({self.options.repeat} repeat(s), batch size {backend.batch_size})"
+                f"({self.options.repeat} repeat(s), {_batch_size_text(backend)})"
             )
         return self.cache.pop(wanted.id), log
 
-    def decode_step_changed(self) -> dict[str, Any] | None:
-        """How decode steps ran, when that changed since the environment was taken (the
-        record says ``none`` until a generation runs); the environment is updated."""
+    def backend_info_changed(self) -> dict[str, Any] | None:
+        """The fields of the backend's record that the run itself moves
+        (:data:`LIVE_BACKEND_INFO`: how decode steps ran, ``none`` until a generation runs;
+        the batch size per width, probed as batches first need a width), those that changed
+        since the environment was taken; the environment is updated."""
         backend = self._backend
         env = (self.environment or {}).get("backend")
-        info = getattr(backend, "decode_step_info", None)
-        if not callable(info) or not isinstance(env, dict):
+        if backend is None or not isinstance(env, dict):
             return None
-        now: dict[str, Any] = _json(info())
-        if env.get("decode_step") == now:
-            return None
-        env["decode_step"] = now
-        return now
+        changed: dict[str, Any] = {}
+        for key, method in LIVE_BACKEND_INFO:
+            info = getattr(backend, method, None)
+            if not callable(info):
+                continue
+            now = _json(info())
+            if env.get(key) != now:
+                env[key] = changed[key] = now
+        return changed or None
 
     def take_computed_ahead(self) -> list[ItemResult]:
         """Results computed for items that have not asked for them (finished, without an
@@ -408,7 +432,7 @@ class Evaluator:
                 if runner.spec.mode == "generate"
                 else f"scoring {len(to_compute)} item(s), all handed over at once"
             )
-            log.append(f"{name}: {how} (batch size {backend.batch_size})")
+            log.append(f"{name}: {how} ({_batch_size_text(backend)})")
         started = time.perf_counter()
         computed = 0
         while wanted.id not in self.cache:

@@ -630,11 +630,12 @@ class LlmEvalSession:
         props: list[Any] = [("llmeval_result", result.to_dict())]
         if log:
             props.append(("llmeval_log", log))
-        # The decode step that ran ("none" until a generation runs in this process).
-        decode_step = self.evaluator.decode_step_changed()
-        if decode_step is not None and self.environment_sent:
+        # What the run moved in the backend's record: the decode step that ran ("none"
+        # until a generation runs in this process), the batch sizes probed per width.
+        changed = self.evaluator.backend_info_changed()
+        if changed is not None and self.environment_sent:
             worker = (self.evaluator.environment or {}).get("worker") or "main"
-            props.append(("llmeval_decode_step", {"worker": worker, "decode_step": decode_step}))
+            props.append(("llmeval_backend_update", {"worker": worker, "fields": changed}))
         if not self.environment_sent and self.evaluator.environment is not None:
             self.environment_sent = True
             props.append(("llmeval_environment", self.evaluator.environment))
@@ -811,11 +812,11 @@ class LlmEvalSession:
         environment = props.get("llmeval_environment")
         if isinstance(environment, dict):
             self._adopt_environment(environment)
-        decode_step = props.get("llmeval_decode_step")
-        if isinstance(decode_step, dict):
-            sent = self.environments.get(str(decode_step.get("worker")))
+        update = props.get("llmeval_backend_update")
+        if isinstance(update, dict) and isinstance(update.get("fields"), dict):
+            sent = self.environments.get(str(update.get("worker")))
             if sent is not None and isinstance(sent.get("backend"), dict):
-                sent["backend"]["decode_step"] = decode_step.get("decode_step")
+                sent["backend"].update(update["fields"])
         task_config = props.get("llmeval_task_config")
         if isinstance(task_config, dict):
             tally.config = task_config

@@ -131,6 +131,40 @@ def test_code_commit_is_the_projects_run_from_another_folder(
     assert f"git `{commit[:7]}`" in (run / "summary.md").read_text()
 
 
+def test_batch_sizes_probed_during_the_run_reach_the_record(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:
+    """Under ``--llm-batch-size=auto`` on a GPU the backend probes a batch size for each
+    width as batches first need it: the record took the backend's info once, at load, and
+    kept the first width only. A pretend GPU (a conftest) probes three widths at the first
+    batch; eval_config.json lists all three."""
+    write_project(pytester)
+    pytester.makeconftest(
+        """
+from pytest_llmeval.model._hf import HFBackend
+
+_rows = HFBackend._rows
+
+
+def rows(self, longest):
+    self._by_width.update({16: 8, 32: 4, 64: 2})
+    return _rows(self, longest)
+
+
+HFBackend._rows = rows
+"""
+    )
+    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-output=out", "-k", "arith"))
+    assert result.ret == 0, result.stdout.str()
+    (run,) = (pytester.path / "out").iterdir()
+    config = json.loads((run / "eval_config.json").read_text())
+    assert config["environment"]["backend"]["batch_size_by_width"] == {
+        "16": 8,
+        "32": 4,
+        "64": 2,
+    }
+
+
 def test_wrong_answers_are_their_own_outcome(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project
 ) -> None:
