@@ -489,6 +489,14 @@ class TaskRunner:
         """The ids of a subset's few-shot examples, in prompt order."""
         return self._shots_for(subset, {"subset": subset}).ids
 
+    def fewshot_shown(self, subset: str | None) -> Any:
+        """What a subset's few-shot set shows the model, as plain data (the description,
+        each example's question and target as rendered, or the verbatim text block): its
+        digest goes into the prompt hash, so an edit to a few-shot file that keeps the
+        examples' ids still moves it. None where the runner renders no few-shot set."""
+        shots = self._shots_for(subset, {"subset": subset})
+        return [shots.description, [list(pair) for pair in shots.examples], shots.text]
+
     # What the run record keeps of the task (a runner for another task format overrides).
 
     def subsets(self) -> list[str | None]:

@@ -259,6 +259,9 @@ class LmEvalRunner(TaskRunner):
     def fewshot_ids(self, subset: str | None) -> tuple[str, ...]:
         return ()  # the harness's few-shot documents have no ids; the config is recorded
 
+    def fewshot_shown(self, subset: str | None) -> Any:
+        return None  # the harness picks and renders its few-shot documents itself
+
     def subsets(self) -> list[str | None]:
         return [None]
 

@@ -32,6 +32,7 @@ from pytest_llmeval._digest import (
 __all__ = [
     "META_PATTERNS",
     "SAMPLE_BLOCK",
+    "TOKENIZER_PATTERNS",
     "WEIGHT_PATTERNS",
     "HashCache",
     "content_sample",
@@ -43,19 +44,28 @@ __all__ = [
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.msgpack", "*.h5")
 """Weight files, at the top level of a model directory or in any subfolder."""
 
-META_PATTERNS = (
-    "config.json",
-    "generation_config.json",
+TOKENIZER_PATTERNS = (
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
-    "*.model",
+    "added_tokens.json",
+    "chat_template.json",
+    "chat_template.jinja",
+    "*.jinja",  # additional_chat_templates/NAME.jinja
+    "tokenizer.model",
+    "*.tiktoken",
+    "spiece.model",
     "vocab.*",
     "merges.txt",
-    "chat_template.jinja",
 )
+"""The files a tokenizer is loaded from (transformers' AutoTokenizer and chat templates),
+matched by name at any depth of the model directory, hidden folders skipped."""
+
+META_PATTERNS = ("config.json", "generation_config.json", "*.model", *TOKENIZER_PATTERNS)
 """Config and tokenizer files digested with the weights where present (matched by name,
-at any depth, like the weights)."""
+at any depth, like the weights): every file the tokenizer reads is in the model's digest,
+so an edit to one (an added token, another chat template) moves ``model_sha256`` and the
+drift snapshot."""
 
 
 def stable_hash(obj: object, length: int = 12) -> str:

@@ -30,7 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmeval.record._env import git_info
-from pytest_llmeval.record._hash import HashCache, file_sha256, stable_hash
+from pytest_llmeval.record._hash import (
+    TOKENIZER_PATTERNS,
+    HashCache,
+    file_sha256,
+    stable_hash,
+)
 
 DIGEST_FIELDS = ("doc_hash", "prompt_hash", "target_hash")
 DISTRIBUTION = "pytest-llm-evaluation"
@@ -126,24 +131,6 @@ def resume_key(
     if settings is not None:
         key["settings"] = settings
     return stable_hash(key, length=16)
-
-
-# The files a tokenizer is loaded from (transformers' AutoTokenizer and chat templates),
-# matched by name at any depth of the model directory, hidden folders skipped.
-TOKENIZER_PATTERNS = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.json",
-    "chat_template.jinja",
-    "*.jinja",  # additional_chat_templates/NAME.jinja
-    "tokenizer.model",
-    "*.tiktoken",
-    "spiece.model",
-    "vocab.*",
-    "merges.txt",
-)
 
 
 def tokenizer_digest(

@@ -26,13 +26,17 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
     """Everything in a task's spec that affects its scores, with the few-shot ids in order."""
     spec = runner.spec
     fewshot_ids: dict[str, list[str] | None] = {}
+    shown: dict[str, str | None] = {}
     for subset in sorted(set(subsets), key=lambda s: s or ""):
         try:
             fewshot_ids[subset or ""] = list(runner.fewshot_ids(subset))
+            rendered = runner.fewshot_shown(subset)
+            shown[subset or ""] = None if rendered is None else stable_hash(rendered)
         except LlmEvalError:
             # That subset's few-shot set cannot be loaded: its items fail with the reason
             # (found at collection); the other subsets run.
             fewshot_ids[subset or ""] = None
+            shown[subset or ""] = None
     config: dict[str, Any] = {
         "task": spec.name,
         "mode": spec.mode,
@@ -54,6 +58,9 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
             "examples_digest": stable_hash(_tuples_as_lists(list(spec.fewshot.examples))),
             "text_file": spec.fewshot.text_file,
             "ids": fewshot_ids,
+            # the digest of what each subset's few-shot set shows, as rendered: the ids
+            # above stay the same when a few-shot file's text is edited
+            "shown_digests": shown,
         },
     }
     if runner.chat_form_applied is not None:

@@ -319,6 +319,28 @@ def test_environment_snapshot_fails_on_drift_naming_the_field(
     changed.stdout.fnmatch_lines(["*tasks.colors.prompt_hash*->*"])
 
 
+def test_prompt_hash_covers_the_text_of_fewshot_examples_read_from_a_file(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    """Few-shot examples read from a data file were in the prompt hash by their ids only
+    (row numbers): an edit to an example's text changed every prompt and left the task's
+    config and prompt hashes, and so the drift snapshot, as they were."""
+    write_project(pytester)
+    spec = pytester.path / "colors.yaml"
+    spec.write_text(spec.read_text() + "fewshot:\n  k: 1\n  source: {path: shots.jsonl}\n")
+    shots = pytester.path / "shots.jsonl"
+    shot = {"question": "Which one is a tree?", "options": ["oak", "two"], "label": 0}
+    shots.write_text(json.dumps(shot) + "\n")
+    pytester.makepyfile(test_environment=SNAPSHOT_TEST)
+    args = _args(tiny_model_dir, "-k", "environment")
+    assert pytester.runpytest(*args, "--snapshot-update").ret == 0
+    assert pytester.runpytest(*args).ret == 0
+    shots.write_text(json.dumps({**shot, "question": "Which one is a plant?"}) + "\n")
+    changed = pytester.runpytest(*args)
+    assert changed.ret == 1
+    changed.stdout.fnmatch_lines(["*tasks.colors.prompt_hash*->*"])
+
+
 def test_baseline_comparison(
     pytester: pytest.Pytester, tiny_model_dir: Path, weak_model_dir: Path, write_project
 ) -> None:  # type: ignore[no-untyped-def]

@@ -293,6 +293,29 @@ def test_model_fingerprint_files_and_digests(tmp_path: Path) -> None:
     json.dumps(fp)
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "added_tokens.json",
+        "chat_template.json",
+        "additional_chat_templates/tool_use.jinja",
+        "qwen.tiktoken",
+        "tokenizer.model",
+    ],
+)
+def test_model_fingerprint_covers_every_file_the_tokenizer_reads(tmp_path: Path, name: str) -> None:
+    """An added token or another chat template changes every prompt's tokens: it moves the
+    model's digest, and so the drift snapshot (these files were left out of it)."""
+    model = _fake_model(tmp_path / "m")
+    before = model_fingerprint(model)
+    (model / name).parent.mkdir(parents=True, exist_ok=True)
+    (model / name).write_text('{"Answer": 300}\n')
+    after = model_fingerprint(model)
+    assert name in after["files"]
+    assert after["sha256"] != before["sha256"]
+    assert after["weights_sha256"] == before["weights_sha256"]
+
+
 def test_model_fingerprint_changes_with_one_weight_byte(tmp_path: Path) -> None:
     model = _fake_model(tmp_path / "m")
     before = model_fingerprint(model)

@@ -91,12 +91,15 @@ def test_the_tokenizer_digest_covers_its_files_and_reuses_the_model_fingerprint(
     # A digest the fingerprint already took is used as it is, not taken again.
     reused = tokenizer_digest(model, {"tokenizer.json": "0" * 64}, cache)
     assert reused is not None and reused["files"]["tokenizer.json"] == "0" * 64
-    # Files the weights digest leaves out count: an added-tokens file changes tokenization.
+    # An added-tokens file changes tokenization: it moves the tokenizer's digest and the
+    # model's (which covers every tokenizer file), not the weights'.
     (model / "added_tokens.json").write_text('{"<extra>": 1}')
     grown = tokenizer_digest(model, fingerprint["files"], cache)
     assert grown is not None and "added_tokens.json" in grown["files"]
     assert grown["sha256"] != digest["sha256"]
-    assert model_fingerprint(model, cache)["sha256"] == fingerprint["sha256"]
+    after = model_fingerprint(model, cache)
+    assert after["sha256"] != fingerprint["sha256"]
+    assert after["weights_sha256"] == fingerprint["weights_sha256"]
     empty = tmp_path / "empty"
     empty.mkdir()
     assert tokenizer_digest(empty) is None
