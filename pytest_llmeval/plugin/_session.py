@@ -13,6 +13,7 @@ import hashlib
 import math
 import os
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -333,6 +334,27 @@ class TaskVerdict:
             "failed": self.failed,
             "floor_source": self.floor_source,
         }
+
+
+def summary_row(task: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A task's row of the summary table, from its ``metrics_summary.json`` entry (a task
+    another process of a combined run scored), as :meth:`TaskVerdict.row` gives it."""
+    ci = entry.get("ci95") or [math.nan, math.nan]
+    return {
+        "task": task,
+        "n": entry.get("n"),
+        "total": entry.get("total_items"),
+        "metric": entry.get("metric"),
+        "score": entry.get("score"),
+        "ci_low": ci[0],
+        "ci_high": ci[1],
+        "floor": entry.get("floor"),
+        "status": entry.get("verdict"),
+        "seconds": entry.get("seconds"),
+        "policy": entry.get("policy"),
+        "failed": entry.get("failed"),
+        "floor_source": entry.get("floor_source"),
+    }
 
 
 class LlmEvalSession:
@@ -1151,19 +1173,41 @@ class LlmEvalSession:
         write_json_atomic(self.run.path / SUMMARY, summary)
         from pytest_llmeval.record import append_github_step_summary, markdown_summary
 
-        markdown = markdown_summary(
-            f"pytest-llmeval: {self.options.model}",
-            [v.row() for v in self.verdicts if v.status != "skipped"],
-            self.environment or None,
-            self.comparison,
-            task_configs={t: tally.config for t, tally in self.tallies.items()},
-            notes=self.limit_warnings,
-            not_run=[n.to_dict() for n in self.not_run],
-            probes=self.probe_summaries,
-            interrupted=self.interrupted,
+        rows = [v.row() for v in self.verdicts if v.status != "skipped"]
+        task_configs = {t: tally.config for t, tally in self.tallies.items()}
+
+        def markdown(rows: list[dict[str, Any]], configs: Mapping[str, Any]) -> str:
+            return markdown_summary(
+                f"pytest-llmeval: {self.options.model}",
+                rows,
+                self.environment or None,
+                self.comparison,
+                task_configs=configs,
+                notes=self.limit_warnings,
+                not_run=[n.to_dict() for n in self.not_run],
+                probes=self.probe_summaries,
+                interrupted=self.interrupted,
+            )
+
+        here = markdown(rows, task_configs)
+        # A combined run (--llm-run-dir): summary.md covers every task the directory
+        # holds, as metrics_summary.json does (it showed the last process's alone); the CI
+        # step summary, appended to by each process, gets this process's tasks once.
+        others = [
+            summary_row(task, entry)
+            for task, entry in summary.items()
+            if task not in {v.task for v in self.verdicts} and entry.get("verdict") != "skipped"
+        ]
+        whole = (
+            markdown(
+                sorted([*others, *rows], key=lambda r: str(r["task"])),
+                {**config["tasks"], **task_configs},
+            )
+            if others
+            else here
         )
-        (self.run.path / MARKDOWN).write_text(markdown, encoding="utf-8")
-        append_github_step_summary(markdown, os.environ)
+        (self.run.path / MARKDOWN).write_text(whole, encoding="utf-8")
+        append_github_step_summary(here, os.environ)
         if self.resumed_from:
             mark_superseded([Path(p) for p in self.resumed_from], self.run.path)
         self.run.log(

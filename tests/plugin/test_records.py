@@ -436,6 +436,12 @@ def test_one_task_per_process_combined_into_one_record(
     assert set(config["tasks"]) == {"arith", "colors"}
     text = step_summary.read_text()
     assert "| arith |" in text and "| colors |" in text
+    # each process appended its own task to the CI step summary, once
+    assert text.count("| arith |") == text.count("| colors |") == 1
+    # the run's summary.md covers both tasks, as metrics_summary.json does (it showed the
+    # last process's task alone)
+    markdown = (run / "summary.md").read_text()
+    assert "| arith | 5/5 |" in markdown and "| colors | 4/4 |" in markdown
 
     # A task the directory already holds is refused before any model loads: its items
     # would be recorded twice under a summary of the second run alone.
