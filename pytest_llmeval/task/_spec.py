@@ -1005,7 +1005,7 @@ def _generate(gen: _Reader) -> GenerateSpec:
             else gen.str_("target") or ""
         ),
         max_new_tokens=gen.int_("max_new_tokens", default=256, minimum=1),
-        stop=gen.str_list("stop"),
+        stop=_stops(gen),
         extract=_extractors(gen, "extract"),
         compare=gen.choice("compare", COMPARISONS, default="exact"),
         scorer=scorer,
@@ -1030,6 +1030,20 @@ def _generate(gen: _Reader) -> GenerateSpec:
                 "(math-verify's LaTeX and expression extraction); remove 'extract'",
             )
     return generate
+
+
+def _stops(gen: _Reader) -> tuple[str, ...]:
+    """``generate.stop``: an empty string would be found in every output (the first token
+    would end it), so it is refused rather than ignored."""
+    stops = gen.str_list("stop")
+    for i, stop in enumerate(stops):
+        if not stop:
+            raise gen.fail(
+                "stop" if isinstance(gen.data.get("stop"), str) else f"stop[{i}]",
+                "must not be empty (an empty stop sequence would end every output at its "
+                "first token): remove it",
+            )
+    return stops
 
 
 def _multiple_choice(mc: _Reader) -> MultipleChoiceSpec:

@@ -441,6 +441,15 @@ ERROR_CASES = [
     ),
     ("unknown-compare", _generate_spec, "generate.compare", "fuzzy", "generate.compare", "fuzzy"),
     (
+        "empty-stop",
+        _generate_spec,
+        "generate.stop",
+        ["Q:", ""],
+        "generate.stop[1]",
+        "must not be empty",
+    ),
+    ("empty-stop-string", _generate_spec, "generate.stop", "", "generate.stop", "not be empty"),
+    (
         "max-new-tokens-zero",
         _generate_spec,
         "generate.max_new_tokens",
@@ -614,6 +623,7 @@ def test_chat_form_lays_its_fields_over_the_spec() -> None:
         ({"generate": {"stop": []}}, "multiple_choice", "chat_form.generate", "mode is"),
         ({"prompt": {"template": "{{ q }}"}}, "generate", "chat_form.prompt", "changes nothing"),
         ({"generate": {"max_new_tokens": -1}}, "generate", "chat_form.generate.max_new_tokens", ""),
+        ({"generate": {"stop": [""]}}, "generate", "chat_form.generate.stop[0]", "empty"),
         ("on", "generate", "chat_form", "must be a mapping"),
     ],
 )
