@@ -521,15 +521,64 @@ def _dataset(reader: _Reader, *, needs_data: bool = True) -> DatasetSpec:
     )
 
 
+class _DuplicateKey(Exception):
+    """A key given twice in one mapping of a spec's YAML (``field``: its dotted path)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
 class _SpecLoader(yaml.SafeLoader):
     """YAML's safe loader, except that dates stay strings: spec fields that hold dates
-    (``dataset.window``) are validated with a message naming the field."""
+    (``dataset.window``) are validated with a message naming the field; and a key given
+    twice in one mapping is an error (YAML keeps the last one silently)."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_duplicate_keys(self, node, "", set())
+        return super().construct_document(node)
 
 
 _SpecLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_duplicate_keys(loader: _SpecLoader, node: yaml.Node, path: str, seen: set[int]) -> None:
+    """Raise :class:`_DuplicateKey` for the first key found twice in one mapping under
+    ``node`` (its dotted path ``path``). Keys are compared as loaded (``1`` and ``01`` are
+    one key); a key that overrides one a merge key (``<<: *anchor``) brings in is not a
+    duplicate."""
+    if id(node) in seen:  # an alias of a node already checked
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicate_keys(loader, item, f"{path}[{i}]", seen)
+        return
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first: dict[Any, yaml.Node] = {}
+    for key_node, value_node in node.value:
+        name = None
+        if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
+            key = loader.construct_object(key_node)
+            name = str(key)
+            if key in first:
+                raise _DuplicateKey(
+                    f"{path}.{name}" if path else name,
+                    f"duplicate key {name!r} (lines {first[key].start_mark.line + 1} and "
+                    f"{key_node.start_mark.line + 1}): YAML would keep the second silently; "
+                    "give the key once",
+                )
+            first[key] = key_node
+        child = path if name is None else f"{path}.{name}" if path else name
+        _check_duplicate_keys(loader, value_node, child, seen)
 
 
 def _window(reader: _Reader) -> DateWindow | None:
@@ -1241,6 +1290,8 @@ def load_task_spec(path: str | Path) -> TaskSpec:
         raise SpecError(str(path), "<file>", f"cannot be read: {exc}") from None
     try:
         data = yaml.load(text, Loader=_SpecLoader)
+    except _DuplicateKey as exc:
+        raise SpecError(str(path), exc.field, exc.message) from None
     except yaml.YAMLError as exc:
         raise SpecError(str(path), "<yaml>", f"is not valid YAML: {exc}") from None
     return task_spec_from_dict(data, source=str(path))

@@ -574,6 +574,56 @@ def test_invalid_yaml(tmp_path: Path) -> None:
     assert "not valid YAML" in str(info.value)
 
 
+_SPEC_TEXT = """\
+task: toy
+dataset: {path: toy/test.jsonl}
+prompt: {template: "Q: {{ question }}\\nA:"}
+mode: generate
+generate:
+  target: "{{ answer }}"
+  stop: ["Q:"]
+  extract: [last_number]
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "lines"),
+    [
+        # Two `stop:` lines in one mapping: the second silently replaced the first.
+        (_SPEC_TEXT + '  stop: ["\\n"]\n', "generate.stop", (7, 9)),
+        # Two top-level blocks.
+        (_SPEC_TEXT + "generate:\n  target: x\n", "generate", (5, 9)),
+        # In a mapping inside a list.
+        (
+            _SPEC_TEXT.replace("[last_number]", "[{kind: regex, pattern: a, pattern: b}]"),
+            "generate.extract[0].pattern",
+            (8, 8),
+        ),
+    ],
+    ids=["nested", "top-level", "in-a-list"],
+)
+def test_duplicate_yaml_key(tmp_path: Path, text: str, field: str, lines: tuple[int, int]) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        load_task_spec(path)
+    _assert_names(info.value, path, field)
+    key = field.rsplit(".", 1)[-1]
+    assert f"duplicate key '{key}'" in str(info.value)
+    assert f"lines {lines[0]} and {lines[1]}" in str(info.value)
+
+
+def test_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
+    # A key that overrides one brought in by a YAML merge key (`<<: *anchor`) is meant.
+    path = tmp_path / "merge.yaml"
+    path.write_text(
+        _SPEC_TEXT.replace('  stop: ["Q:"]\n', "  <<: &gen {stop: [Q]}\n  stop: [A]\n"),
+        encoding="utf-8",
+    )
+    spec = load_task_spec(path)
+    assert spec.generate is not None and spec.generate.stop == ("A",)
+
+
 def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "nope.yaml"
     with pytest.raises(SpecError) as info:
