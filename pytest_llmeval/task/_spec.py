@@ -1143,6 +1143,13 @@ def _fewshot(fs: _Reader) -> FewShotSpec:
         raise fs.fail("examples", "give either 'source' or 'examples', not both")
     if text_file is not None and (fs_source is not None or raw_examples):
         raise fs.fail("text_file", "give one of 'text_file', 'source' or 'examples'")
+    if (fs_source is not None or raw_examples) and "k" not in fs.data:
+        given = "'source' is" if fs_source is not None else "'examples' are"
+        raise fs.fail(
+            "k",
+            f"{given} given but 'k' is missing, so no example would be shown: set k to the "
+            "number of examples per prompt (k: 0 explicitly for zero-shot)",
+        )
     if k > 0 and fs_source is None and not raw_examples and text_file is None:
         raise fs.fail("k", f"is {k} but neither 'source' nor 'examples' is given")
     if raw_examples and k > len(raw_examples):

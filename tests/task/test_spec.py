@@ -256,6 +256,13 @@ def test_fewshot_keeps_spec_source(fewshot: dict[str, Any]) -> None:
     assert spec.source == "specs/toy.yaml"
 
 
+def test_fewshot_zero_shot_with_examples_is_explicit() -> None:
+    # k: 0 beside a few-shot pool is allowed when written: the task runs zero-shot.
+    data = _generate_spec()
+    data["fewshot"] = {"k": 0, "examples": [{"question": "q", "answer": "1"}]}
+    assert task_spec_from_dict(data).fewshot.k == 0
+
+
 def test_error_names_python_source() -> None:
     data = _generate_spec()
     data["mode"] = "chat"
@@ -522,6 +529,23 @@ ERROR_CASES = [
         {"k": 2},
         "fewshot.k",
         "neither 'source' nor 'examples'",
+    ),
+    (
+        "fewshot-examples-without-k",
+        _generate_spec,
+        "fewshot",
+        {"examples": [{"question": "q1", "answer": "1"}]},
+        "fewshot.k",
+        "'examples' are given but 'k' is missing, so no example would be shown: set k to the "
+        "number of examples per prompt (k: 0 explicitly for zero-shot)",
+    ),
+    (
+        "fewshot-source-without-k",
+        _generate_spec,
+        "fewshot",
+        {"source": {"path": "toy/dev.jsonl"}},
+        "fewshot.k",
+        "'source' is given but 'k' is missing",
     ),
     ("fewshot-negative-k", _generate_spec, "fewshot", {"k": -1}, "fewshot.k", ">= 0"),
     ("fewshot-k-string", _generate_spec, "fewshot", {"k": "5"}, "fewshot.k", "integer"),
