@@ -37,6 +37,16 @@ CAPABILITIES = (
 KNOWN_MARKERS = (*SUITE_MARKERS, *CAPABILITIES, "contamination")
 
 EXTRACTORS = ("last_number", "first_number", "regex", "choice_letter", "boxed", "strip")
+# The fields each extractor kind uses besides ``kind`` and ``if_finished`` (scorer/_extract.py):
+# a field its kind does not use would be ignored, so a step may not give one.
+EXTRACTOR_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "last_number": (),
+    "first_number": (),
+    "regex": ("pattern", "group", "which"),
+    "choice_letter": ("letters", "which"),
+    "boxed": (),
+    "strip": (),
+}
 # `math` is our own MATH evaluator (scorer/_math.py); `math_verify` is the field's reference
 # judge (math-verify, the `reference` extra), which extracts the answer from the whole output.
 COMPARISONS = ("numeric", "exact", "exact_ignore_case", "math", "math_verify", "f1")
@@ -625,6 +635,7 @@ def _extractors(reader: _Reader, key: str) -> tuple[Extractor, ...]:
         if not isinstance(if_finished, bool):
             raise sub.fail("if_finished", f"must be true or false, got {if_finished!r}")
         kind = sub.choice("kind", EXTRACTORS, default="strip")
+        _extractor_fields(sub, kind)
         pattern = sub.str_("pattern")
         if kind == "regex":
             if pattern is None:
@@ -656,6 +667,34 @@ def _extractors(reader: _Reader, key: str) -> tuple[Extractor, ...]:
             )
         )
     return tuple(steps)
+
+
+def _extractor_fields(step: _Reader, kind: str) -> None:
+    """Refuse a field that ``kind`` does not use (it would be ignored), and a ``pattern``
+    without a ``kind`` (the step would be ``strip``, ignoring it)."""
+    given = step.has("kind")
+    if not given and step.has("pattern"):
+        raise step.fail(
+            "kind",
+            "is missing but 'pattern' is given (without a kind the step is 'strip', which "
+            "ignores the pattern): add kind: regex",
+        )
+    allowed = ("kind", *EXTRACTOR_FIELDS[kind], "if_finished")
+    for key in step.data:
+        if key in allowed:
+            continue
+        users = [k for k, fields in EXTRACTOR_FIELDS.items() if key in fields]
+        if given:
+            raise step.fail(
+                str(key),
+                f"not used by kind {kind!r} (it would be ignored); allowed with {kind!r}: "
+                f"{', '.join(allowed)}",
+            )
+        raise step.fail(
+            str(key),
+            f"not used by kind {kind!r}, the default when 'kind' is missing (it would be "
+            f"ignored): add the kind that uses it ({' or '.join(users)})",
+        )
 
 
 def _exact_match_options(metric: _Reader) -> ExactMatchOptions:

@@ -263,6 +263,20 @@ def test_fewshot_zero_shot_with_examples_is_explicit() -> None:
     assert task_spec_from_dict(data).fewshot.k == 0
 
 
+def test_extract_steps_take_the_fields_of_their_kind() -> None:
+    data = _generate_spec()
+    data["generate"]["extract"] = [
+        {"kind": "regex", "pattern": "(a)|(b)", "group": "any", "which": "first"},
+        {"kind": "choice_letter", "letters": "ABC", "which": "first", "if_finished": True},
+        {"kind": "boxed", "if_finished": True},
+        {"if_finished": True},  # no kind: strip
+    ]
+    spec = task_spec_from_dict(data)
+    assert spec.generate is not None
+    assert [e.kind for e in spec.generate.extract] == ["regex", "choice_letter", "boxed", "strip"]
+    assert spec.generate.extract[1].letters == "ABC"
+
+
 def test_error_names_python_source() -> None:
     data = _generate_spec()
     data["mode"] = "chat"
@@ -413,6 +427,62 @@ ERROR_CASES = [
         ["last_word"],
         "generate.extract[0].kind",
         "'last_word'",
+    ),
+    (
+        "extract-pattern-without-kind",
+        _generate_spec,
+        "generate.extract",
+        [{"pattern": r"answer is (\d+)"}],
+        "generate.extract[0].kind",
+        "add kind: regex",
+    ),
+    (
+        "extract-pattern-on-last-number",
+        _generate_spec,
+        "generate.extract",
+        ["boxed", {"kind": "last_number", "pattern": r"(\d+)"}],
+        "generate.extract[1].pattern",
+        "not used by kind 'last_number'",
+    ),
+    (
+        "extract-which-on-boxed",
+        _generate_spec,
+        "generate.extract",
+        [{"kind": "boxed", "which": "first"}],
+        "generate.extract[0].which",
+        "not used by kind 'boxed'",
+    ),
+    (
+        "extract-letters-on-regex",
+        _generate_spec,
+        "generate.extract",
+        [{"kind": "regex", "pattern": "(a)", "letters": "AB"}],
+        "generate.extract[0].letters",
+        "allowed with 'regex': kind, pattern, group, which, if_finished",
+    ),
+    (
+        "extract-group-on-choice-letter",
+        _generate_spec,
+        "generate.extract",
+        [{"kind": "choice_letter", "group": 1}],
+        "generate.extract[0].group",
+        "not used by kind 'choice_letter'",
+    ),
+    (
+        "extract-which-without-kind",
+        _generate_spec,
+        "generate.extract",
+        [{"which": "first"}],
+        "generate.extract[0].which",
+        "the default when 'kind' is missing",
+    ),
+    (
+        "metric-extract-unused-field",
+        _generate_spec,
+        "generate.metrics",
+        {"m": {"extract": [{"kind": "strip", "pattern": "x"}]}},
+        "generate.metrics.m.extract[0].pattern",
+        "not used by kind 'strip'",
     ),
     (
         "if-finished-not-bool",
