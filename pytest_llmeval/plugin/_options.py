@@ -785,6 +785,13 @@ _EMPTY_HINTS = {
     ),
     "llm_reference_model": ("MODEL", "give a model directory or a known name (smollm2-135m)"),
     "llm_floors_from": ("RUN", "give the reference run directory, or leave the option out"),
+    "llm_data_dir": (
+        "DIR",
+        "give the folder that holds the benchmark folders (gsm8k/, mmlu/, ...), or leave the "
+        "option out",
+    ),
+    "llm_exclude": ("FILE", "give the file of item ids to leave out, or leave the option out"),
+    "llm_baseline": ("RUN", "give the baseline run directory, or leave the option out"),
 }
 
 
@@ -792,7 +799,10 @@ def _empty_value(config: pytest.Config, ini: str) -> None:
     """``--llm-model=`` (or ``-o llm_model=``) with an empty value, as an unset variable in
     ``--llm-model=$MODEL`` gives: a usage error, not a run without a model (which collects
     every item and skips it, and would let a CI gate pass without evaluating anything);
-    the same for ``--llm-floors-from=`` (a gate that would silently make no floor)."""
+    the same for ``--llm-floors-from=`` (a gate that would silently make no floor),
+    ``--llm-baseline=`` (no comparison), ``--llm-exclude=`` (nothing left out) and
+    ``--llm-data-dir=`` (every benchmark looks not installed, its items skipped); of a
+    repeatable option (``--llm-data-dir``), any one value given empty."""
     flag = "--" + ini.replace("_", "-")
     variable, hint = _EMPTY_HINTS[ini]
     cli = config.getoption(ini)
@@ -801,8 +811,9 @@ def _empty_value(config: pytest.Config, ini: str) -> None:
         for o in config.getoption("override_ini") or []
         if o.partition("=")[0].strip() == ini
     ]
-    given = cli if cli is not None else (overrides[-1] if overrides else None)
-    if given is not None and not str(given).strip():
+    # --llm-data-dir is repeatable (a list); the last -o override is the one pytest takes.
+    given = overrides[-1:] if cli is None else cli if isinstance(cli, list) else [cli]
+    if any(not str(value).strip() for value in given):
         raise pytest.UsageError(
             f"{flag} (ini {ini}): the value is empty (an unset variable in {flag}=${variable}?); "
             + hint

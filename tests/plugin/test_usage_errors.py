@@ -109,6 +109,56 @@ def test_an_empty_reference_run_value_is_a_usage_error(
     )
 
 
+@pytest.mark.parametrize(
+    ("extra", "ini", "variable", "hint"),
+    [
+        # --llm-data-dir=$DATA with DATA unset: every benchmark would look not installed
+        # (its items skipped, exit 0); also one of several, and the ini override.
+        (["--llm-data-dir="], "llm_data_dir", "DIR", "give the folder that holds the *"),
+        (["--llm-data-dir=.", "--llm-data-dir="], "llm_data_dir", "DIR", "give the folder *"),
+        (["-o", "llm_data_dir="], "llm_data_dir", "DIR", "give the folder *"),
+        # --llm-exclude=$FILE: nothing would be left out
+        (["--llm-exclude="], "llm_exclude", "FILE", "give the file of item ids to leave out, *"),
+        (["-o", "llm_exclude="], "llm_exclude", "FILE", "give the file *"),
+        # --llm-baseline=$RUN: no comparison (and a --llm-baseline-fail gate on nothing)
+        (["--llm-baseline="], "llm_baseline", "RUN", "give the baseline run directory, *"),
+        (["-o", "llm_baseline="], "llm_baseline", "RUN", "give the baseline run directory, *"),
+    ],
+    ids=[
+        "data-dir",
+        "second-data-dir",
+        "ini-data-dir",
+        "exclude",
+        "ini-exclude",
+        "baseline",
+        "ini-baseline",
+    ],
+)
+def test_an_empty_path_value_is_a_usage_error(
+    pytester: pytest.Pytester,
+    write_project,
+    extra: list[str],
+    ini: str,
+    variable: str,
+    hint: str,
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--llm-output=out", *extra)
+    assert result.ret == USAGE
+    flag = "--" + ini.replace("_", "-")
+    result.stderr.fnmatch_lines(
+        [
+            _literal(
+                f"ERROR: {flag} (ini {ini}): the value is empty (an unset variable in "
+                f"{flag}=${variable}?); "
+            )
+            + hint
+            + "or leave the option out"
+        ]
+    )
+    assert not (pytester.path / "out").exists()
+
+
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]])
 def test_a_floor_on_the_command_line_without_a_model_is_a_usage_error(
     pytester: pytest.Pytester, write_project, xdist: list[str]
