@@ -795,6 +795,17 @@ _EMPTY_HINTS = {
 }
 
 
+def _override(config: pytest.Config, ini: str) -> str | None:
+    """The value of ``-o INI=VALUE`` on the command line (the last one, as pytest takes it),
+    or None."""
+    overrides = [
+        o.partition("=")[2]
+        for o in config.getoption("override_ini") or []
+        if o.partition("=")[0].strip() == ini
+    ]
+    return overrides[-1] if overrides else None
+
+
 def _empty_value(config: pytest.Config, ini: str) -> None:
     """``--llm-model=`` (or ``-o llm_model=``) with an empty value, as an unset variable in
     ``--llm-model=$MODEL`` gives: a usage error, not a run without a model (which collects
@@ -805,15 +816,12 @@ def _empty_value(config: pytest.Config, ini: str) -> None:
     repeatable option (``--llm-data-dir``), any one value given empty."""
     flag = "--" + ini.replace("_", "-")
     variable, hint = _EMPTY_HINTS[ini]
-    cli = config.getoption(ini)
-    overrides = [
-        o.partition("=")[2]
-        for o in config.getoption("override_ini") or []
-        if o.partition("=")[0].strip() == ini
-    ]
-    # --llm-data-dir is repeatable (a list); the last -o override is the one pytest takes.
-    given = overrides[-1:] if cli is None else cli if isinstance(cli, list) else [cli]
-    if any(not str(value).strip() for value in given):
+    value = config.getoption(ini)
+    if value is None:
+        value = _override(config, ini)
+    # --llm-data-dir is repeatable: a list of the values given.
+    given = value if isinstance(value, list) else [] if value is None else [value]
+    if any(not str(v).strip() for v in given):
         raise pytest.UsageError(
             f"{flag} (ini {ini}): the value is empty (an unset variable in {flag}=${variable}?); "
             + hint
@@ -845,6 +853,25 @@ def _floors_without_model(config: pytest.Config) -> None:
             f"{', '.join(given)}: no model to evaluate (--llm-model is not set, nor llm_model "
             "in the ini file), so no item would run and the floor would hold nothing; pass "
             "--llm-model=M (a model directory or smollm2-135m)"
+        )
+
+
+def _baseline_fail_without_baseline(config: pytest.Config, baseline: Path | None) -> None:
+    """``--llm-baseline-fail=RULE`` given for this run (on the command line, or ``-o``) with
+    no baseline to compare with (no ``--llm-baseline``, nor ``llm_baseline`` in the ini
+    file; an empty one is refused before): the gate would check nothing and the run would
+    pass whatever the scores. A rule in the ini file is the project's: it gates whenever a
+    baseline is given."""
+    if baseline is not None or not _runs_items(config):
+        return
+    given = config.getoption("llm_baseline_fail")
+    rule = str(given if given is not None else _override(config, "llm_baseline_fail") or "")
+    if rule.strip():
+        raise pytest.UsageError(
+            f"--llm-baseline-fail={rule}: no baseline to compare with (--llm-baseline is not "
+            "set, nor llm_baseline in the ini file), so the gate would check nothing and the "
+            "run would pass whatever the scores; pass --llm-baseline=RUN (an earlier run "
+            "directory), or leave --llm-baseline-fail out"
         )
 
 
@@ -1084,6 +1111,7 @@ class Options:
             lmeval_num_fewshot=_num_fewshot(config),
             progress=_choice(config, "llm_progress", ("auto", "on", "off")),
         )
+        _baseline_fail_without_baseline(config, options.baseline)
         # The model settings are checked once, by ModelSettings itself (the same checks a
         # script's settings get), before any model loads.
         try:

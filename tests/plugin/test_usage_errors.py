@@ -159,6 +159,52 @@ def test_an_empty_path_value_is_a_usage_error(
     assert not (pytester.path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("extra", "rule"),
+    [
+        (["--llm-baseline-fail=drop:2:sig"], "drop:2:sig"),
+        (["--llm-baseline-fail=sig", "--llm-model=no-such-model"], "sig"),  # named first
+        (["-o", "llm_baseline_fail=config"], "config"),
+    ],
+)
+def test_a_baseline_gate_without_a_baseline_is_a_usage_error(
+    pytester: pytest.Pytester, write_project, extra: list[str], rule: str
+) -> None:  # type: ignore[no-untyped-def]
+    """The gate would compare with nothing: the run passed (exit 0), its summary saying
+    that it gated nothing."""
+    write_project(pytester)
+    result = pytester.runpytest(*_no_model(*extra))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        [
+            _literal(
+                f"ERROR: --llm-baseline-fail={rule}: no baseline to compare with (--llm-baseline "
+                "is not set, nor llm_baseline in the ini file), so the gate would check nothing "
+                "and the run would pass whatever the scores; pass --llm-baseline=RUN (an earlier "
+                "run directory), or leave --llm-baseline-fail out"
+            )
+        ]
+    )
+    assert not (pytester.path / "out").exists()
+
+
+def test_a_baseline_from_the_ini_file_or_a_gate_set_there_is_no_error(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    """The baseline may come from the ini file; a rule in the ini file is the project's, in
+    force whenever a baseline is given; collecting runs no gate."""
+    write_project(pytester)
+    ref = _reference(pytester.path, [0.35, 0.65])
+    pytester.makeini(f"[pytest]\nllm_baseline = {ref}\n")
+    given = pytester.runpytest(*_no_model("--llm-baseline-fail=drop:2"))
+    assert given.ret == pytest.ExitCode.OK, given.stderr.str()
+    pytester.makeini("[pytest]\nllm_baseline_fail = drop:2\n")
+    project = pytester.runpytest(*_no_model())
+    assert project.ret == pytest.ExitCode.OK, project.stderr.str()
+    collected = pytester.runpytest(*_no_model("--collect-only", "--llm-baseline-fail=sig"))
+    assert collected.ret == pytest.ExitCode.OK, collected.stderr.str()
+
+
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]])
 def test_a_floor_on_the_command_line_without_a_model_is_a_usage_error(
     pytester: pytest.Pytester, write_project, xdist: list[str]
