@@ -668,8 +668,11 @@ def _markers(config: pytest.Config) -> tuple[str, str]:
 
 
 def _template_file(config: pytest.Config) -> Path | None:
-    """``--llm-chat-template-file``: a file that reads as a chat template and compiles (a
-    Jinja syntax error is named now, not when the model loads at the first item)."""
+    """``--llm-chat-template-file``: a file that reads as a chat template, compiles (a
+    Jinja syntax error is named now, not when the model loads at the first item) and
+    writes the conversation: rendered on a user message, alone and after a system message,
+    the user's text must come out (a template that never reads ``messages``, such as a
+    system prompt saved as the file by mistake, would give every item the same prompt)."""
     path = _path(config, "llm_chat_template_file")
     if path is None:
         return None
@@ -679,7 +682,7 @@ def _template_file(config: pytest.Config) -> Path | None:
         )
     from pytest_llmeval._errors import ModelError
     from pytest_llmeval.model._tokens import read_template_file
-    from pytest_llmeval.prompt import check_chat_template
+    from pytest_llmeval.prompt import chat_template_problem, check_chat_template
 
     try:
         text = read_template_file(str(path))
@@ -693,6 +696,13 @@ def _template_file(config: pytest.Config) -> Path | None:
             f"--llm-chat-template-file={path}: not a valid Jinja template: {exc}; fix the "
             "template, or leave the option out to use the model's own"
         ) from None
+    problem = chat_template_problem(text)
+    if problem is not None:
+        raise pytest.UsageError(
+            f"--llm-chat-template-file={path}: not a chat template: {problem}; give a "
+            "template that renders the messages (a system prompt for every task is "
+            "--llm-system-prompt), or leave the option out to use the model's own"
+        )
     return path
 
 

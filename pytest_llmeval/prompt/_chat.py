@@ -156,12 +156,14 @@ def messages_from_json(data: Any) -> tuple[Message, ...]:
     return tuple(out)
 
 
-def check_chat_template(source: str) -> None:
-    """Compile a chat template as transformers does (``apply_chat_template``: a sandboxed
-    Jinja environment with ``trim_blocks``, ``lstrip_blocks``, loop controls and the
-    ``{% generation %}`` block), without a model; raises ``ValueError`` with the line and
-    Jinja's message on a syntax error. Nothing is rendered: names the template reads are
-    only known when it renders."""
+def _chat_template_env() -> Any:
+    """The Jinja environment transformers renders chat templates in (``apply_chat_template``:
+    a sandboxed environment with ``trim_blocks``, ``lstrip_blocks``, loop controls, the
+    ``{% generation %}`` block, its ``tojson`` filter and its ``raise_exception`` and
+    ``strftime_now`` functions)."""
+    import json
+    from datetime import datetime
+
     import jinja2
     from jinja2 import nodes
     from jinja2.ext import Extension
@@ -170,7 +172,7 @@ def check_chat_template(source: str) -> None:
 
     class _Generation(Extension):
         """transformers' ``{% generation %}...{% endgeneration %}`` (it marks the assistant's
-        tokens); parsed here only, so its body is kept as it is."""
+        tokens); its body is kept as it is."""
 
         tags = {"generation"}  # noqa: RUF012 (a set, as jinja2.ext.Extension declares it)
 
@@ -178,10 +180,105 @@ def check_chat_template(source: str) -> None:
             next(parser.stream)
             return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(
+        x: Any,
+        ensure_ascii: bool = False,
+        indent: int | None = None,
+        separators: Any = None,
+        sort_keys: bool = False,
+    ) -> str:
+        return json.dumps(
+            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        )
+
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, "jinja2.ext.loopcontrols"]
     )
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env
+
+
+def check_chat_template(source: str) -> None:
+    """Compile a chat template as transformers does (see :func:`_chat_template_env`),
+    without a model; raises ``ValueError`` with the line and Jinja's message on a syntax
+    error. Nothing is rendered: names the template reads are only known when it renders
+    (:func:`chat_template_problem`)."""
+    import jinja2
+
     try:
-        env.from_string(source)
+        _chat_template_env().from_string(source)
     except jinja2.TemplateSyntaxError as exc:
         raise ValueError(f"line {exc.lineno}: {(exc.message or '').rstrip('.')}") from None
+
+
+def render_chat_template(
+    source: str,
+    messages: Sequence[Mapping[str, str]],
+    *,
+    add_generation_prompt: bool = True,
+    **context: Any,
+) -> str:
+    """A chat template's text for ``messages``, as transformers' ``apply_chat_template``
+    renders it (``tools`` and ``documents`` None; ``context``: the tokenizer's special
+    tokens, ``bos_token``, ``eos_token``), without a tokenizer. Raises what the template
+    raises (Jinja's ``TemplateError``, its ``raise_exception``)."""
+    template = _chat_template_env().from_string(source)
+    return str(
+        template.render(
+            messages=[dict(m) for m in messages],
+            tools=None,
+            documents=None,
+            add_generation_prompt=add_generation_prompt,
+            **context,
+        )
+    )
+
+
+#: What :func:`chat_template_problem` renders: a user message, alone and after a system
+#: message, with placeholders for the special tokens (the model's are not known before it
+#: loads).
+PROBE_USER = "User sentinel 5"
+PROBE_SYSTEM = "System sentinel 3"
+PROBE_TOKENS: dict[str, Any] = {"bos_token": "<s>", "eos_token": "</s>"}
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def chat_template_problem(source: str) -> str | None:
+    """What makes a (compiling) chat template unusable for prompts, or None: rendered with
+    its generation prompt (:func:`render_chat_template`), a user message must come out in
+    the text, alone and after a system message. A template that never reads ``messages``
+    (a system prompt saved as the template by mistake) would give every item the same
+    prompt. After a system message the template may refuse (Gemma's raise) or drop the
+    system text: the task runner then folds it into the user message, which renders
+    alone; but it must not drop the user message while keeping the system's."""
+    user = {"role": "user", "content": PROBE_USER}
+    try:
+        alone = render_chat_template(source, [user], **PROBE_TOKENS)
+    except Exception as exc:  # what the model's load would fail with at the first item
+        return f"it does not render a user message: {type(exc).__name__}: {exc}"
+    if PROBE_USER not in alone:
+        return (
+            f"it does not write the conversation: for a user message {PROBE_USER!r} it "
+            f"rendered {_clip(alone)}, so every item would get the same prompt"
+        )
+    system = {"role": "system", "content": PROBE_SYSTEM}
+    try:
+        with_system = render_chat_template(source, [system, user], **PROBE_TOKENS)
+    except Exception:  # refuses a system message: the runner folds it into the user's
+        return None
+    if PROBE_SYSTEM in with_system and PROBE_USER not in with_system:
+        return (
+            f"after a system message it drops the user message: for {PROBE_SYSTEM!r} and "
+            f"{PROBE_USER!r} it rendered {_clip(with_system)}"
+        )
+    return None

