@@ -158,7 +158,8 @@ def stop_hit(
     """Whether a generation so far contains a stop sequence (outside an open or closed
     reasoning block, when ``thinking`` markers are given)."""
     begin = _stop_start(text, thinking, opened)
-    return begin is not None and any(s in text[begin:] for s in stop)
+    # an empty stop sequence stops nothing (as in cut_at_stop; specs refuse one)
+    return begin is not None and any(s and s in text[begin:] for s in stop)
 
 
 def cut_at_stop(

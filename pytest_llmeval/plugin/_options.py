@@ -802,6 +802,10 @@ _EMPTY_HINTS = {
     ),
     "llm_exclude": ("FILE", "give the file of item ids to leave out, or leave the option out"),
     "llm_baseline": ("RUN", "give the baseline run directory, or leave the option out"),
+    "llm_baseline_fail": (
+        "RULE",
+        "give the gate's rules (drop:N, sig, config), or leave the option out",
+    ),
 }
 
 
@@ -877,6 +881,12 @@ def _baseline_fail_without_baseline(config: pytest.Config, baseline: Path | None
     given = config.getoption("llm_baseline_fail")
     rule = str(given if given is not None else _override(config, "llm_baseline_fail") or "")
     if rule.strip():
+        from pytest_llmeval.gate import parse_gate
+
+        try:  # a rule that does not parse is named as such first
+            parse_gate(rule)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--llm-baseline-fail: {exc}") from None
         raise pytest.UsageError(
             f"--llm-baseline-fail={rule}: no baseline to compare with (--llm-baseline is not "
             "set, nor llm_baseline in the ini file), so the gate would check nothing and the "

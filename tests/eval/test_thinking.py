@@ -50,6 +50,9 @@ def test_stop_sequences_apply_after_the_block(text: str, opened: bool, hit: bool
     assert cut_at_stop(text, ["\n\n"], MARKERS, opened) == (cut, hit)
     # Without markers, as before: the first stop sequence anywhere.
     assert cut_at_stop("a\n\nb</think>c", ["\n\n"]) == ("a", True)
+    # An empty stop sequence stops nothing, in both (stop_hit found it in every text, so
+    # a generation ended at its first token, uncut).
+    assert stop_hit("abc", [""]) is False and cut_at_stop("abc", [""]) == ("abc", False)
 
 
 def test_runner_strips_before_extraction_and_records_both(tmp_path: Path) -> None:

@@ -123,6 +123,8 @@ def test_an_empty_reference_run_value_is_a_usage_error(
         # --llm-baseline=$RUN: no comparison (and a --llm-baseline-fail gate on nothing)
         (["--llm-baseline="], "llm_baseline", "RUN", "give the baseline run directory, *"),
         (["-o", "llm_baseline="], "llm_baseline", "RUN", "give the baseline run directory, *"),
+        # --llm-baseline-fail=$GATE: a comparison that gates nothing
+        (["--llm-baseline-fail="], "llm_baseline_fail", "RULE", "give the gate's rules *"),
     ],
     ids=[
         "data-dir",
@@ -132,6 +134,7 @@ def test_an_empty_reference_run_value_is_a_usage_error(
         "ini-exclude",
         "baseline",
         "ini-baseline",
+        "baseline-fail",
     ],
 )
 def test_an_empty_path_value_is_a_usage_error(
@@ -186,6 +189,16 @@ def test_a_baseline_gate_without_a_baseline_is_a_usage_error(
         ]
     )
     assert not (pytester.path / "out").exists()
+
+
+def test_a_gate_rule_that_does_not_parse_is_named_before_the_missing_baseline(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    result = pytester.runpytest(*_no_model("--llm-baseline-fail=drop:lots"))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(["ERROR: --llm-baseline-fail: *drop:lots*"])
+    assert "no baseline to compare with" not in result.stderr.str()
 
 
 def test_a_baseline_from_the_ini_file_or_a_gate_set_there_is_no_error(

@@ -617,6 +617,14 @@ ERROR_CASES = [
         "fewshot.k",
         "'source' is given but 'k' is missing",
     ),
+    (
+        "fewshot-text-file-without-k",
+        _generate_spec,
+        "fewshot",
+        {"text_file": "toy/prompt.txt"},
+        "fewshot.k",
+        "'text_file' is given but 'k' is missing",
+    ),
     ("fewshot-negative-k", _generate_spec, "fewshot", {"k": -1}, "fewshot.k", ">= 0"),
     ("fewshot-k-string", _generate_spec, "fewshot", {"k": "5"}, "fewshot.k", "integer"),
     (
