@@ -58,11 +58,13 @@ def task_config(runner: TaskRunner, subsets: Iterable[str | None]) -> dict[str, 
             "examples_digest": stable_hash(_tuples_as_lists(list(spec.fewshot.examples))),
             "text_file": spec.fewshot.text_file,
             "ids": fewshot_ids,
-            # the digest of what each subset's few-shot set shows, as rendered: the ids
-            # above stay the same when a few-shot file's text is edited
-            "shown_digests": shown,
         },
     }
+    if spec.fewshot.source or spec.fewshot.text_file:
+        # Read from a file: the digest of what each subset's few-shot set shows, as
+        # rendered (the ids above stay the same when the file's text is edited; inline
+        # examples are in examples_digest, and tasks without a file keep their hashes).
+        config["fewshot"]["shown_digests"] = shown
     if runner.chat_form_applied is not None:
         # The spec has a chat form: whether the task ran in it (under a chat template).
         config["chat_form"] = runner.chat_form_applied
