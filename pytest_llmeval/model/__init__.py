@@ -10,6 +10,7 @@ from pytest_llmeval.model._resolve import (
     device_problem,
     gguf_problem,
     is_gguf_path,
+    lfs_pointer_problem,
     resolve_model_path,
 )
 from pytest_llmeval.model._types import (
@@ -72,6 +73,7 @@ __all__ = [
     "device_problem",
     "gguf_problem",
     "is_gguf_path",
+    "lfs_pointer_problem",
     "load_backend",
     "progress_to",
     "report_progress",

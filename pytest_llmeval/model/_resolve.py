@@ -133,11 +133,59 @@ def is_gguf_path(path: Path) -> bool:
     return path.suffix.lower() == ".gguf"
 
 
+# The first line of a Git LFS pointer file: what a clone without `git lfs` holds in place
+# of each large file (about 130 bytes: this line, the object's SHA256 and its size).
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+# Larger than any pointer file; files this small are read to check.
+LFS_POINTER_MAX = 1024
+# The files of a model directory that a pointer in place of would break its loading.
+MODEL_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model")
+
+
+def _lfs_pointer(path: Path) -> bool:
+    try:
+        if path.stat().st_size > LFS_POINTER_MAX:
+            return False
+        with path.open("rb") as fh:
+            return fh.read(len(LFS_POINTER)) == LFS_POINTER
+    except OSError:
+        return False
+
+
+def lfs_pointer_problem(path: Path) -> str | None:
+    """Where a model (a directory, or a file) holds Git LFS pointer files instead of its
+    weights, config or tokenizer (a clone made without ``git lfs``): which, and what to do;
+    None otherwise. Reads only files of at most :data:`LFS_POINTER_MAX` bytes."""
+    if path.is_dir():
+        found = sorted(
+            p.relative_to(path).as_posix()
+            for p in path.rglob("*")
+            if p.suffix.lower() in MODEL_FILE_SUFFIXES
+            and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            and p.is_file()
+            and _lfs_pointer(p)
+        )
+    else:
+        found = [path.name] if _lfs_pointer(path) else []
+    if not found:
+        return None
+    shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    return (
+        f"{shown} {'is a Git LFS pointer' if len(found) == 1 else 'are Git LFS pointers'}, "
+        "not the file itself (the model was cloned without git-lfs): run `git lfs pull` in "
+        "its repository, or download it again (huggingface-cli download ID --local-dir DIR)"
+    )
+
+
 def gguf_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be read as a GGUF checkpoint (not a file, unreadable, no GGUF
-    header), or None. Reads four bytes: cheap enough to check an option before loading."""
+    """Why ``path`` cannot be read as a GGUF checkpoint (not a file, unreadable, a Git LFS
+    pointer, no GGUF header), or None. Reads four bytes (a small file's first line): cheap
+    enough to check an option before loading."""
     if not path.is_file():
         return "no such file" if not path.exists() else "not a file"
+    pointer = lfs_pointer_problem(path)
+    if pointer is not None:
+        return pointer
     try:
         with path.open("rb") as fh:
             head = fh.read(len(GGUF_MAGIC))

@@ -758,7 +758,7 @@ def _model(config: pytest.Config, backend: str, ini: str = "llm_model") -> str |
     flag = "--" + ini.replace("_", "-")
     if backend == "openai":
         return model  # the name the server serves the model under
-    from pytest_llmeval.model import EMBEDDED, gguf_problem, is_gguf_path
+    from pytest_llmeval.model import EMBEDDED, gguf_problem, is_gguf_path, lfs_pointer_problem
 
     if model.lower() in EMBEDDED:
         return model
@@ -784,6 +784,9 @@ def _model(config: pytest.Config, backend: str, ini: str = "llm_model") -> str |
         raise pytest.UsageError(
             f"{flag}={model}: {path} has no config.json (not a Hugging Face model directory)"
         )
+    pointer = lfs_pointer_problem(path)
+    if pointer is not None:  # safetensors would fail at the first item: "header too large"
+        raise pytest.UsageError(f"{flag}={model}: {pointer}")
     return model
 
 

@@ -92,6 +92,44 @@ def test_a_model_file_named_gguf_that_is_not_one_is_a_usage_error(
     assert not (pytester.path / "out").exists()
 
 
+LFS_POINTER_TEXT = (
+    "version https://git-lfs.github.com/spec/v1\n"
+    "oid sha256:4d7a2146a1d1f5cbd2a6d0d1e5c6b1c9c6e1a5b1d0e1f2a3b4c5d6e7f8091a2b\n"
+    "size 269060552\n"
+)
+
+
+def test_a_model_cloned_without_git_lfs_is_a_usage_error(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    """A model repository cloned without git-lfs holds pointer files in place of its
+    weights: refused before collection, naming them and what to do (safetensors failed at
+    the first item with "header too large")."""
+    write_project(pytester)
+    model = pytester.path / "cloned"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    (model / "model.safetensors").write_text(LFS_POINTER_TEXT)
+    (model / "tokenizer.json").write_text(LFS_POINTER_TEXT)
+    result = pytester.runpytest(*_args("cloned", "--llm-output=out"))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(
+        [
+            _literal(
+                "ERROR: --llm-model=cloned: model.safetensors, tokenizer.json are Git LFS "
+                "pointers, not the file itself (the model was cloned without git-lfs): run "
+                "`git lfs pull` in its repository, or download it again"
+            )
+            + "*"
+        ]
+    )
+    (pytester.path / "model.gguf").write_text(LFS_POINTER_TEXT)
+    gguf = pytester.runpytest(*_args("model.gguf", "--llm-output=out"))
+    assert gguf.ret == USAGE
+    gguf.stderr.fnmatch_lines(["ERROR: --llm-model=model.gguf: model.gguf is a Git LFS pointer*"])
+    assert not (pytester.path / "out").exists()
+
+
 def test_an_empty_reference_run_value_is_a_usage_error(
     pytester: pytest.Pytester, write_project
 ) -> None:  # type: ignore[no-untyped-def]
