@@ -992,6 +992,7 @@ def _task_spec(top: _Reader, source: str, *, chat_form: bool = False) -> TaskSpe
     multiple_choice = None
     if mode == "generate":
         generate = _generate(_required_child(top, "generate"))
+        _budget_subsets(_required_child(top, "generate"), generate, dataset)
         if top.has("multiple_choice"):
             raise top.fail("multiple_choice", "given, but mode is 'generate'")
     else:
@@ -1118,6 +1119,25 @@ def _generate(gen: _Reader) -> GenerateSpec:
                 "(math-verify's LaTeX and expression extraction); remove 'extract'",
             )
     return generate
+
+
+def _budget_subsets(gen: _Reader, generate: GenerateSpec, dataset: DatasetSpec) -> None:
+    """``generate.max_new_tokens_by_subset`` names subsets the dataset lists: a name that is
+    none of them (a typo) would leave that subset at ``max_new_tokens`` silently. Subsets
+    found from the data (``subsets: "*"``) are not known here and are not checked."""
+    names = list(generate.max_new_tokens_by_subset)
+    if not names or dataset.subsets == "*":
+        return
+    field = "max_new_tokens_by_subset"
+    if dataset.subsets is None:
+        raise gen.fail(field, "is given, but the dataset has no subsets (dataset.subsets)")
+    unknown = [n for n in names if n not in dataset.subsets]
+    if unknown:
+        raise gen.fail(
+            f"{field}.{unknown[0]}",
+            f"is not one of dataset.subsets ({', '.join(dataset.subsets)}): a budget for a "
+            "subset that does not exist would leave the one meant at max_new_tokens",
+        )
 
 
 def _stops(gen: _Reader) -> tuple[str, ...]:

@@ -534,6 +534,14 @@ ERROR_CASES = [
         "generate.max_new_tokens",
         ">= 1",
     ),
+    (
+        "budget-for-no-subsets",
+        _generate_spec,
+        "generate.max_new_tokens_by_subset",
+        {"hard": 64},
+        "generate.max_new_tokens_by_subset",
+        "the dataset has no subsets",
+    ),
     ("missing-generate", _generate_spec, "generate", _DEL, "generate", "is required"),
     (
         "mc-with-generate",
@@ -806,3 +814,21 @@ def test_shipped_humaneval_asks_for_a_code_block_under_a_chat_template() -> None
     form = spec.chat_form
     assert form is not None and form.generate is not None
     assert form.generate.stop == () and form.prompt.template.startswith("Write a solution")
+
+
+def test_a_budget_names_a_listed_subset() -> None:
+    """A typo in ``max_new_tokens_by_subset`` left the subset meant at ``max_new_tokens``
+    silently; subsets found from the data (``"*"``) are not known when the spec loads."""
+    data = _generate_spec()
+    data["dataset"] = {"path": "toy/{subset}.jsonl", "subsets": ["easy", "hard"]}
+    data["generate"]["max_new_tokens_by_subset"] = {"hard": 64, "hrad": 32}
+    with pytest.raises(SpecError) as err:
+        task_spec_from_dict(data, source="s.yaml")
+    assert err.value.field == "generate.max_new_tokens_by_subset.hrad"
+    assert "is not one of dataset.subsets (easy, hard)" in err.value.message
+    data["generate"]["max_new_tokens_by_subset"] = {"hard": 64}
+    spec = task_spec_from_dict(data, source="s.yaml")
+    assert spec.generate is not None and spec.generate.budget("hard") == 64
+    data["dataset"]["subsets"] = "*"
+    data["generate"]["max_new_tokens_by_subset"] = {"anything": 8}
+    task_spec_from_dict(data, source="s.yaml")
