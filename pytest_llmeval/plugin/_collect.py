@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_llmeval._errors import JudgeNotInstalled, LlmEvalError
+from pytest_llmeval._errors import JudgeNotInstalled, LlmEvalError, SpecError
 from pytest_llmeval.dataset import DataNotInstalled, Item, describe_no_rows, first_n, load_items
 from pytest_llmeval.eval import ItemResult
 from pytest_llmeval.task import TaskSpec, is_task_file, load_task_spec
@@ -261,7 +261,12 @@ class TaskFile(pytest.File):
         spec = self._spec
         name = f"{spec.name if spec is not None else self.path.stem}-spec"
         node: SpecErrorItem = SpecErrorItem.from_parent(self, name=name, message=message)
-        for marker in _markers(spec) if spec is not None else []:
+        markers = _markers(spec) if spec is not None else []
+        if spec is not None and spec.probes != type(spec.probes)():
+            # its contamination probes are what `-m contamination` selects of the task: the
+            # broken spec is then this run's error, not a warning beside skipped probes
+            markers.append("contamination")
+        for marker in markers:
             node.add_marker(getattr(pytest.mark, marker))
         return node
 
@@ -280,6 +285,8 @@ class TaskFile(pytest.File):
                 spec = self._register(spec)
                 yield self._no_items(spec, "data", str(exc))
                 return
+            # before the task is registered: a spec error leaves no runner for the probes
+            probe_fields_problem(spec, items)
             try:
                 spec = session.register_task(spec)
             except JudgeNotInstalled as exc:
@@ -342,6 +349,32 @@ class TaskFile(pytest.File):
             return session.register_task(spec)
         except JudgeNotInstalled:
             return session.specs.get(spec.name, spec)
+
+
+def probe_fields_problem(spec: TaskSpec, items: list[Item]) -> None:
+    """The document fields the ``contamination:`` block names are in the data: a name no
+    item has (a typo) is the spec's error now, at collection, not a ``KeyError`` from the
+    probe after the model has loaded. A field some items lack fails those items' probes."""
+    if not items:
+        return
+    probes = spec.probes
+    named: list[tuple[str, str]] = []
+    if isinstance(probes.options, str):
+        named.append(("options", probes.options))
+    elif probes.options is not None:
+        named += [(f"options[{i}]", name) for i, name in enumerate(probes.options)]
+    for key in ("gold", "question", "solution"):
+        value = getattr(probes, key)
+        if value is not None:
+            named.append((key, value))
+    for key, name in named:
+        if not any(name in item.doc for item in items):
+            fields = sorted({str(k) for item in items[:50] for k in item.doc})
+            raise SpecError(
+                spec.source,
+                f"contamination.{key}",
+                f"no item of the data has a field {name!r} (its fields: {', '.join(fields)})",
+            )
 
 
 def collect_lmeval(parent: pytest.Collector, spec: TaskSpec) -> Iterator[pytest.Item]:

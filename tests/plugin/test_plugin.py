@@ -508,6 +508,27 @@ def _probe_args(model: Path, *extra: str) -> list[str]:
     )
 
 
+def test_a_contamination_field_no_item_has_fails_collection_naming_it(
+    pytester: pytest.Pytester, tiny_model_dir: Path
+) -> None:
+    """A typo in the ``contamination:`` block (``choises``) was a ``KeyError`` traceback
+    from the probe, after the model had loaded; now the spec's error at collection."""
+    _probe_project(pytester, "test_llm_probe_typo.py")
+    spec = pytester.path / "quiz.yaml"
+    spec.write_text(spec.read_text().replace("options: choices", "options: choises"))
+    result = pytester.runpytest(*_probe_args(tiny_model_dir))
+    result.stdout.fnmatch_lines(
+        [
+            "*quiz.yaml: field 'contamination.options': no item of the data has a field "
+            "'choises' (its fields: answer, choices, question)*"
+        ]
+    )
+    assert "KeyError" not in result.stdout.str()
+    # the probes of the broken spec are what -m contamination selects: the run stops
+    # before anything runs, as for any selected spec error
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
 def test_a_reference_model_that_cannot_load_fails_its_probes_in_one_line(
     pytester: pytest.Pytester, tiny_model_dir: Path
 ) -> None:
