@@ -12,7 +12,6 @@ import datetime as _dt
 import hashlib
 import math
 import os
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -271,7 +270,21 @@ class TaskTally:
         return counts
 
     def estimate(self) -> Estimate:
-        return accuracy([r["score"] for r in self.results.values()])
+        """The task's score and its interval, over the item scores of the median repeat
+        (:meth:`median_repeat`; the only one without ``--llm-repeat``): the score the
+        summary shows, the floor is checked on and the interval are of one set of answers
+        (the interval was the first repeat's beside the median's score)."""
+        k = self.median_repeat()
+        scores = [(r.get("repeat_scores") or [r["score"]])[k] for r in self.results.values()]
+        return accuracy(scores)
+
+    def median_repeat(self) -> int:
+        """Which repeat's task score is the median of the repeats' (of an even number, the
+        lower of the middle two): 0 without repeats."""
+        scores = self.repeat_scores()
+        if len(scores) < 2:
+            return 0
+        return sorted(range(len(scores)), key=lambda k: (scores[k], k))[(len(scores) - 1) // 2]
 
     def metric_estimates(self) -> dict[str, Estimate]:
         """Each named metric (``generate.metrics``) over the scored items that carry it,
@@ -1016,7 +1029,7 @@ class LlmEvalSession:
             tally = self.tallies[name]
             est = tally.estimate()
             repeats = tuple(tally.repeat_scores())
-            score = statistics.median(repeats) if len(repeats) > 1 else est.value
+            score = est.value  # of the median repeat, with its interval
             n = len(tally.results)
             # The items selected for the task (known here without xdist): an interrupted
             # run's verdict covers them all, not only those that ran.

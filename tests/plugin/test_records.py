@@ -418,6 +418,31 @@ def test_repeats_report_median_and_spread(
     assert "3 repeat(s)" in (run / "eval.log").read_text()
 
 
+def test_repeats_score_and_interval_are_of_the_median_repeat() -> None:
+    """With --llm-repeat the score was the median of the repeats' while its interval (and
+    the floor's interval verdict) came from the first repeat's answers: a score outside
+    its own interval. Both are now of the median repeat; an even number takes the lower
+    of the middle two."""
+    from pytest_llmeval.plugin._session import TaskTally
+
+    tally = TaskTally(name="t", metric="acc", floor=None, total_items=10)
+    # three repeats of ten items: task scores 0.2, 0.8, 0.5 (the first is the lowest)
+    for i in range(10):
+        scores = [float(i < 2), float(i < 8), float(i < 5)]
+        tally.results[f"t-{i}"] = {"score": scores[0], "repeat_scores": scores}
+    assert tally.repeat_scores() == [0.2, 0.8, 0.5]
+    assert tally.median_repeat() == 2
+    est = tally.estimate()
+    assert est.value == 0.5 and est.ci_low < 0.5 < est.ci_high
+    for result in tally.results.values():  # a fourth repeat, right on every item
+        result["repeat_scores"].append(1.0)
+    assert tally.repeat_scores()[3] == 1.0
+    assert tally.median_repeat() == 2  # 0.2, 0.5 | 0.8, 1.0: the lower middle one
+    alone = TaskTally(name="u", metric="acc", floor=None, total_items=2)
+    alone.results = {"u-0": {"score": 1.0}, "u-1": {"score": 0.0}}
+    assert alone.median_repeat() == 0 and alone.estimate().value == 0.5
+
+
 def test_one_task_per_process_combined_into_one_record(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
