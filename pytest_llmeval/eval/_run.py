@@ -617,6 +617,7 @@ class TaskRunner:
         item's own parts keeps this cheap enough to run over every selected item."""
         problems: dict[str, str] = {}
         subset_problems: dict[str | None, str] = {}
+        targets: list[str] = []  # rendered, for the numeric comparison's check below
         for item in items:
             if item.problem is not None:
                 problems[item.id] = f"{self.spec.source}: item {item.id}: {item.problem}"
@@ -635,13 +636,37 @@ class TaskRunner:
                 self._question(item, doc)
                 self._check_chat_form(item, doc)
                 render(self.spec.prompt.system_prompt, doc)
-                self._answer(item, doc)
+                answer = self._answer(item, doc)
+                targets += [answer.target, *answer.references]
                 self._check_scorer(item, doc)
             except TemplateRenderProblem as exc:
                 problems[item.id] = str(self._fail("prompt.system_prompt", item, exc))
             except LlmEvalError as exc:
                 problems[item.id] = subset_problems.get(item.subset) or str(exc)
+        self._check_numeric_targets(targets)
         return problems
+
+    def _check_numeric_targets(self, targets: Sequence[str]) -> None:
+        """``compare: numeric`` where no selected item's target is a number (a target
+        template that renders a word, or the whole solution) compares the extracted number
+        with text, which falls back to string equality: no item could be right. The spec's
+        error at collection, from three targets on (one or two selected items with text
+        targets may be a dataset's odd ones)."""
+        gen = self.spec.generate
+        if gen is None or gen.compare != "numeric" or gen.scorer != "match" or len(targets) < 3:
+            return
+        from pytest_llmeval.scorer import parse_number
+
+        if any(parse_number(t) is not None for t in targets):
+            return
+        raise SpecError(
+            self.spec.source,
+            "generate.compare",
+            f"is 'numeric', but none of the {len(targets)} targets of the selected items is a "
+            f"number (the first renders as {targets[0][:80]!r}), so no answer could match: "
+            "make generate.target render the number (GSM8K: the part after '####'), or "
+            "compare as exact",
+        )
 
     def _check_chat_form(self, item: Item, doc: dict[str, Any]) -> None:
         """The item's own templates of the spec's ``chat_form``, which a chat template

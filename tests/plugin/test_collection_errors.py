@@ -279,3 +279,25 @@ def test_a_subset_without_rows_fails_a_floor(
     result.stdout.fnmatch_lines(["mmlu *4/4 *error*"])
     assert "WARNING mmlu: subset" not in result.stdout.str()  # a failure, not a warning
     assert _summary(pytester)["verdict"] == "error"
+
+
+def test_a_numeric_comparison_with_no_numeric_target_is_a_collection_error(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    """``compare: numeric`` against targets that render as text (here the question) fell
+    back to string equality with the extracted number: no item could be right, silently."""
+    write_project(pytester)
+    spec = pytester.path / "arith.yaml"
+    spec.write_text(
+        spec.read_text().replace('  target: "{{ a }}"\n  max', '  target: "{{ q }}"\n  max')
+    )
+    assert 'target: "{{ q }}"' in spec.read_text()
+    result = pytester.runpytest("--llm-data-dir=.", "-p", "no:cacheprovider", "arith.yaml")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*arith.yaml: field 'generate.compare': is 'numeric', but none of the 5 targets of "
+            "the selected items is a number (the first renders as 'what is two plus three?'), so "
+            "no answer could match*"
+        ]
+    )
