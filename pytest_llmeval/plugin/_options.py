@@ -601,7 +601,15 @@ def _data_dirs(config: pytest.Config) -> list[Path]:
     installed); the ini default may be absent on a machine without the shared data."""
     from pytest_llmeval.dataset import env_data_dirs, path_list
 
-    dirs = [d for value in config.getoption("llm_data_dir") or [] for d in path_list(str(value))]
+    dirs = []
+    for value in config.getoption("llm_data_dir") or []:
+        named = path_list(str(value))
+        if not named:  # only separators (`--llm-data-dir=:`): an empty one is refused before
+            raise pytest.UsageError(
+                f"--llm-data-dir={value}: names no directory; give the folder that holds the "
+                "benchmark folders (gsm8k/, mmlu/, ...), or leave the option out"
+            )
+        dirs += named
     for where, named in (("--llm-data-dir", dirs), ("LLMEVAL_DATA_DIR", env_data_dirs())):
         for d in named:
             if not d.is_dir():

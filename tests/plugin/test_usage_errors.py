@@ -229,6 +229,15 @@ def test_a_baseline_gate_without_a_baseline_is_a_usage_error(
     assert not (pytester.path / "out").exists()
 
 
+def test_a_data_dir_of_separators_alone_is_a_usage_error(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    result = pytester.runpytest(*_no_model("--llm-data-dir=:"))
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(["ERROR: --llm-data-dir=:: names no directory; give the folder*"])
+
+
 def test_a_gate_rule_that_does_not_parse_is_named_before_the_missing_baseline(
     pytester: pytest.Pytester, write_project
 ) -> None:  # type: ignore[no-untyped-def]
