@@ -200,6 +200,22 @@ def load_tasks(
             name=group_name, leaves=_leaves_of(group), aggregate=_aggregate_config(group)
         )
     index = manager.task_index
+    unsafe = sorted(n for n, t in loaded["tasks"].items() if getattr(t, "UNSAFE_CODE", False))
+    if unsafe:
+        many = len(unsafe) > 1
+        # The harness scores these by running the model's code with its own evaluator
+        # (HumanEval's code_eval: exec in forks of this process); its evaluate() refuses
+        # them unless confirm_run_unsafe_code. Here model code runs only in the sandbox.
+        raise SpecError(
+            where,
+            "lmeval.task",
+            f"lm-eval task{'s' if many else ''} {', '.join(unsafe)} "
+            f"{'run' if many else 'runs'} the model's code to score "
+            f"{'them' if many else 'it'} (unsafe_code) with the harness's own evaluator, in "
+            "the test process and outside this plugin's sandbox: not run. Score code "
+            "generation with this plugin's specs instead (benchmarks/humaneval.yaml, "
+            "benchmarks/mbpp.yaml: each program runs in the sandbox)",
+        )
     for task_name, task in loaded["tasks"].items():
         _configure(task, num_fewshot, fewshot_seed)
         yaml_path = getattr(index.get(task_name), "yaml_path", None)

@@ -411,3 +411,23 @@ def test_lmeval_tasks_with_a_path_collect_both(pytester: pytest.Pytester) -> Non
         "tests/test_own.py::test_own",
     ], listed.stdout.str()
     assert "llmeval: collecting only" not in listed.stdout.str()
+
+
+def test_a_task_that_runs_model_code_is_refused(tmp_path: Path) -> None:
+    """lm-eval scores humaneval-style tasks (``unsafe_code: true``) by running the model's
+    code with its own evaluator, in this process: the plugin refuses them at load, as the
+    harness's evaluate() does without confirm_run_unsafe_code (they loaded and ran)."""
+    from pytest_llmeval._errors import SpecError
+    from pytest_llmeval.lmeval._load import load_tasks
+
+    tasks = _write_tasks(tmp_path)
+    text = (tasks / "arith_gen.yaml").read_text()
+    unsafe = text.replace("task: arith_gen", "task: arith_code") + "unsafe_code: true\n"
+    (tasks / "arith_code.yaml").write_text(unsafe)
+    loaded = load_tasks("arith_gen", [str(tasks)], where="spec.yaml", allow_hub=False)
+    assert list(loaded.tasks) == ["arith_gen"]
+    with pytest.raises(SpecError) as err:
+        load_tasks("arith_code", [str(tasks)], where="spec.yaml", allow_hub=False)
+    assert err.value.field == "lmeval.task"
+    assert "lm-eval task arith_code runs the model's code to score it" in err.value.message
+    assert "benchmarks/humaneval.yaml" in err.value.message
