@@ -96,7 +96,10 @@ def classify(record: Mapping[str, Any], compare: str | None = None) -> str:
     if status is not None:  # code execution
         if not str(record.get("extracted") or "").strip():
             return "extraction_failure"  # no code came out of the output at all
-        if status == "timeout":
+        reason = str(details.get("reason", ""))
+        # the sandbox's wall clock, or a test's own time limit (the LiveCodeBench judge's
+        # per-test limit, which the harness raises as TimeoutError)
+        if status == "timeout" or (status == "failed" and "TimeoutError" in reason):
             return "execution_timeout"
         if status == "failed" and "AssertionError" in str(details.get("reason", "")):
             return "wrong_answer"

@@ -213,7 +213,7 @@ def check(
                     f"test {number}: expected {_show(expected)}, got {_show(got)}"
                 )
         if _clock() - started > _per_test:
-            raise AssertionError(f"test {number}: time limit of {_per_test} s exceeded")
+            raise TimeoutError(f"test {number}: time limit of {_per_test} s exceeded")
 """
 
 

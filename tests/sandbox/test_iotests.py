@@ -176,11 +176,26 @@ def test_an_endless_program_times_out_within_its_budget() -> None:
 
 
 def test_a_slow_case_fails_on_the_per_case_limit() -> None:
-    # Sleeps 1.5 s on the second case only: within the run's budget, over the case's.
-    program = "import time\nn = int(input())\nif n == 2:\n    time.sleep(1.5)\ninput()\nprint(0)\n"
+    """A right program that sleeps 1.5 s on the second case only (within the run's budget,
+    over the case's) fails on that case's time limit, classed as a timeout: it was raised
+    as an AssertionError and classed a wrong answer (and the program here was wrong on the
+    first case, so the limit was never reached)."""
+    from pytest_llmeval.eval import classify
+
+    program = (
+        "import time\nn = int(input())\nif n == 2:\n    time.sleep(1.5)\n"
+        "print(sum(map(int, input().split())))\n"
+    )
+    assert check_io_program(program.replace("1.5", "0"), SUM_TESTS).status == "passed"
     result = check_io_program(program, SUM_TESTS, per_test_timeout_s=1.0)
     assert result.status == "failed"
-    assert "test 1:" in result.reason or "test 2: time limit" in result.reason
+    assert "test 2: time limit of 1.0 s exceeded" in result.reason
+    record = {
+        "output": "x",
+        "extracted": program,
+        "details": {"status": result.status, "reason": result.reason},
+    }
+    assert classify(record) == "execution_timeout"
 
 
 @pytest.mark.parametrize(
@@ -195,7 +210,7 @@ def test_a_slow_case_fails_on_the_per_case_limit() -> None:
 )
 def test_tampering_with_the_judge_is_not_a_pass(attack: str) -> None:
     result = check_io_program(attack, SUM_TESTS)
-    assert result.status != "passed"
+    assert result.status == "failed"  # judged and failed (not an error of the sandbox)
 
 
 def test_writes_outside_the_working_directory_are_refused(tmp_path: Path) -> None:
