@@ -27,6 +27,16 @@ def _no_model(*extra: str) -> list[str]:
     return ["--llm-data-dir=.", "-p", "no:cacheprovider", "--llm-output=out", *extra]
 
 
+def _refused(pytester: pytest.Pytester, args: list[str], *lines: str) -> pytest.RunResult:
+    """The tiny project run with ``args`` is a usage error whose stderr has ``lines``
+    (fnmatch patterns), before anything is written."""
+    result = pytester.runpytest(*args)
+    assert result.ret == USAGE
+    result.stderr.fnmatch_lines(list(lines))
+    assert not (pytester.path / "out").exists()
+    return result
+
+
 def _reference(root: Path, ci95: list[float]) -> Path:
     """A finished run of task ``arith`` (40 items, 20 right) as a reference for
     --llm-floors-from, its summary's interval ``ci95``."""
@@ -184,20 +194,17 @@ def test_an_empty_path_value_is_a_usage_error(
     hint: str,
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--llm-output=out", *extra)
-    assert result.ret == USAGE
     flag = "--" + ini.replace("_", "-")
-    result.stderr.fnmatch_lines(
-        [
-            _literal(
-                f"ERROR: {flag} (ini {ini}): the value is empty (an unset variable in "
-                f"{flag}=${variable}?); "
-            )
-            + hint
-            + "or leave the option out"
-        ]
+    _refused(
+        pytester,
+        ["-p", "no:cacheprovider", "--llm-output=out", *extra],
+        _literal(
+            f"ERROR: {flag} (ini {ini}): the value is empty (an unset variable in "
+            f"{flag}=${variable}?); "
+        )
+        + hint
+        + "or leave the option out",
     )
-    assert not (pytester.path / "out").exists()
 
 
 @pytest.mark.parametrize(
@@ -214,37 +221,38 @@ def test_a_baseline_gate_without_a_baseline_is_a_usage_error(
     """The gate would compare with nothing: the run passed (exit 0), its summary saying
     that it gated nothing."""
     write_project(pytester)
-    result = pytester.runpytest(*_no_model(*extra))
-    assert result.ret == USAGE
-    result.stderr.fnmatch_lines(
-        [
-            _literal(
-                f"ERROR: --llm-baseline-fail={rule}: no baseline to compare with (--llm-baseline "
-                "is not set, nor llm_baseline in the ini file), so the gate would check nothing "
-                "and the run would pass whatever the scores; pass --llm-baseline=RUN (an earlier "
-                "run directory), or leave --llm-baseline-fail out"
-            )
-        ]
+    _refused(
+        pytester,
+        _no_model(*extra),
+        _literal(
+            f"ERROR: --llm-baseline-fail={rule}: no baseline to compare with (--llm-baseline "
+            "is not set, nor llm_baseline in the ini file), so the gate would check nothing "
+            "and the run would pass whatever the scores; pass --llm-baseline=RUN (an earlier "
+            "run directory), or leave --llm-baseline-fail out"
+        ),
     )
-    assert not (pytester.path / "out").exists()
 
 
 def test_a_data_dir_of_separators_alone_is_a_usage_error(
     pytester: pytest.Pytester, write_project
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
-    result = pytester.runpytest(*_no_model("--llm-data-dir=:"))
-    assert result.ret == USAGE
-    result.stderr.fnmatch_lines(["ERROR: --llm-data-dir=:: names no directory; give the folder*"])
+    _refused(
+        pytester,
+        _no_model("--llm-data-dir=:"),
+        "ERROR: --llm-data-dir=:: names no directory; give the folder*",
+    )
 
 
 def test_a_gate_rule_that_does_not_parse_is_named_before_the_missing_baseline(
     pytester: pytest.Pytester, write_project
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
-    result = pytester.runpytest(*_no_model("--llm-baseline-fail=drop:lots"))
-    assert result.ret == USAGE
-    result.stderr.fnmatch_lines(["ERROR: --llm-baseline-fail: *drop:lots*"])
+    result = _refused(
+        pytester,
+        _no_model("--llm-baseline-fail=drop:lots"),
+        "ERROR: --llm-baseline-fail: *drop:lots*",
+    )
     assert "no baseline to compare with" not in result.stderr.str()
 
 
@@ -447,19 +455,26 @@ def test_a_data_dir_named_twice_is_searched_and_recorded_once(
 def test_a_chat_template_with_a_syntax_error_is_a_usage_error(
     pytester: pytest.Pytester, write_project, name: str, text: str, where: str
 ) -> None:  # type: ignore[no-untyped-def]
+    _refused_template(
+        pytester,
+        write_project,
+        name,
+        text,
+        f"not a valid Jinja template: {where}; fix the template, or leave the option out to "
+        "use the model's own",
+    )
+
+
+def _refused_template(  # type: ignore[no-untyped-def]
+    pytester: pytest.Pytester, write_project, name: str, text: str, error: str
+) -> None:
+    """``--llm-chat-template-file`` holding ``text`` (in ``name``) is refused with ``error``
+    before collection; the model path does not exist, as the template is checked first."""
     write_project(pytester)
     (pytester.path / name).write_text(text)
-    # A model path that does not exist: the template is checked before it (nothing loads).
     result = pytester.runpytest(*_args("no-such-model", f"--llm-chat-template-file={name}"))
     assert result.ret == USAGE
-    result.stderr.fnmatch_lines(
-        [
-            _literal(
-                f"ERROR: --llm-chat-template-file={name}: not a valid Jinja template: {where}; "
-                "fix the template, or leave the option out to use the model's own"
-            )
-        ]
-    )
+    result.stderr.fnmatch_lines([_literal(f"ERROR: --llm-chat-template-file={name}: {error}")])
 
 
 _LONG_SYSTEM_PROMPT = "You are a careful grader; answer with the letter only. " * 4
@@ -503,19 +518,14 @@ _NO_CHAT = [
 def test_a_chat_template_that_does_not_write_the_messages_is_a_usage_error(
     pytester: pytest.Pytester, write_project, name: str, text: str, problem: str
 ) -> None:  # type: ignore[no-untyped-def]
-    write_project(pytester)
-    (pytester.path / name).write_text(text)
-    # A model path that does not exist: the template is checked before it (nothing loads).
-    result = pytester.runpytest(*_args("no-such-model", f"--llm-chat-template-file={name}"))
-    assert result.ret == USAGE
-    result.stderr.fnmatch_lines(
-        [
-            _literal(
-                f"ERROR: --llm-chat-template-file={name}: not a chat template: {problem}; give "
-                "a template that renders the messages (a system prompt for every task is "
-                "--llm-system-prompt), or leave the option out to use the model's own"
-            )
-        ]
+    _refused_template(
+        pytester,
+        write_project,
+        name,
+        text,
+        f"not a chat template: {problem}; give a template that renders the messages (a system "
+        "prompt for every task is --llm-system-prompt), or leave the option out to use the "
+        "model's own",
     )
 
 
