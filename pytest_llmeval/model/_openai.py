@@ -10,7 +10,8 @@ template (``--llm-chat-template`` on, or auto on a server that has one): ``POST
 template renders it (``chat_template()`` says ``source: server``; the text it renders is not
 known here). Whether the server has a template is probed once, when first asked. With
 reasoning-block markers, stop sequences are applied client-side only after the block
-(the server would cut the reasoning itself).
+(the server would cut the reasoning itself); the finish reason is then ``stop`` only when
+one cut the text there, else the server's ``length``, or ``eos`` for its ``stop``.
 
 Log-likelihood: prompt log-probabilities, as lm-evaluation-harness's ``local-completions``
 model gets them. Trailing whitespace of the context moves to the continuation (as in the
@@ -814,8 +815,11 @@ class OpenAIBackend:
             body["messages"] = [{"role": r, "content": c} for r, c in req.messages]
         else:
             body["prompt"] = prompt
-        if req.stop and req.thinking is None:  # stops inside a reasoning block: cut here
-            body["stop"] = list(req.stop)
+        # Stop sequences would cut a reasoning block on the server: with markers they are
+        # applied here only, after the block.
+        sent_stop = list(req.stop) if req.thinking is None else []
+        if sent_stop:
+            body["stop"] = sent_stop
         path = "/chat/completions" if chat else "/completions"
         try:
             data = self._completion(body, path=path)
@@ -847,7 +851,9 @@ class OpenAIBackend:
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         assert isinstance(usage, dict)
         text, hit = cut_at_stop(text, req.stop, req.thinking, req.thinking_open)
-        finish = "stop" if hit else _finish_reason(choice, text, req.stop)
+        # A stop sequence that cut the text here (outside a reasoning block) ended it;
+        # otherwise the server's reason, read against the stop sequences it was sent.
+        finish = "stop" if hit else _finish_reason(choice, sent_stop)
         n_tokens = usage.get("completion_tokens")
         server_prompt = usage.get("prompt_tokens")
         return GenerateResult(
@@ -917,19 +923,19 @@ def _is_context_error(exc: HTTPStatusError) -> bool:
     return bool(_CONTEXT_MESSAGE.search(exc.message))
 
 
-def _finish_reason(choice: Mapping[str, Any], text: str, stop: Sequence[str]) -> str:
-    """Ours from the server's: a stop sequence found in the text is ``stop``; ``length`` is
-    ``length``; the server's ``stop`` is ``eos`` when the request had no stop sequences or
-    the server says the end-of-sequence token stopped it (vLLM's ``stop_reason`` None,
-    SGLang's ``matched_stop`` a token id), else ``stop`` (servers cut a matched stop
-    sequence out of the text, so without those fields a stop-sequence hit and EOS look
-    alike; with stop sequences, a stop-sequence hit is the likelier)."""
-    if any(s in text for s in stop):
-        return "stop"
+def _finish_reason(choice: Mapping[str, Any], sent: Sequence[str]) -> str:
+    """Ours from the server's, for a text that no stop sequence cut client-side (a stop
+    sequence left in such a text is inside a reasoning block, where stops do not apply):
+    ``length`` is ``length``; the server's ``stop`` is ``eos`` when the request was sent
+    no stop sequences (none, or held back for a reasoning block) or the server says the
+    end-of-sequence token stopped it (vLLM's ``stop_reason`` None, SGLang's
+    ``matched_stop`` a token id), else ``stop`` (servers cut a matched stop sequence out
+    of the text, so without those fields a stop-sequence hit and EOS look alike; with
+    stop sequences sent, a stop-sequence hit is the likelier)."""
     reason = choice.get("finish_reason")
     if reason == "length":
         return "length"
-    if not stop:
+    if not sent:
         return "eos"
     if "stop_reason" in choice:
         return "eos" if choice["stop_reason"] is None else "stop"

@@ -264,6 +264,31 @@ def test_generate_request_and_stop_handling(fake_openai: FakeServer) -> None:
     assert body["repeat_penalty"] == 1.0  # llama.cpp servers default to 1.1
 
 
+def test_with_reasoning_markers_the_finish_reason_follows_the_server(
+    fake_openai: FakeServer,
+) -> None:
+    """With reasoning-block markers the stop sequences are not sent (the server would cut
+    the reasoning) and apply only after the block: a stop sequence inside the block ends
+    nothing, so the server's ``length`` stays ``length`` and its ``stop`` is the
+    end-of-sequence token; one after the block that cut the text is ``stop``."""
+    replies = {
+        "p-budget": _completion("<think>Let me see.\n\nQuestion: what if x is 3? Then", "length"),
+        "p-eos": _completion("<think>short</think> 4", "stop"),
+        "p-cut": _completion("<think>a\n\nb</think> 4\n\nQuestion: next", "length"),
+    }
+    backend = _backend(fake_openai)
+    fake_openai.completions = lambda body: replies[body["prompt"]]
+    markers = ("<think>", "</think>")
+    stop = ("Question:", "\n\n")
+    results = backend.generate([GenerateRequest(p, 16, stop, thinking=markers) for p in replies])
+    assert [(r.text, r.finish_reason) for r in results] == [
+        ("<think>Let me see.\n\nQuestion: what if x is 3? Then", "length"),
+        ("<think>short</think> 4", "eos"),
+        ("<think>a\n\nb</think> 4", "stop"),
+    ]
+    assert all("stop" not in body for body in fake_openai.completion_bodies())
+
+
 def test_a_rejected_sampling_extra_is_dropped_for_good(fake_openai: FakeServer) -> None:
     def strict(body: dict[str, Any]) -> Reply:
         if "repeat_penalty" in body:
