@@ -854,12 +854,22 @@ class OpenAIBackend:
         # A stop sequence that cut the text here (outside a reasoning block) ended it;
         # otherwise the server's reason, read against the stop sequences it was sent.
         finish = "stop" if hit else _finish_reason(choice, sent_stop)
+        error = None
+        if finish is None:  # a content filter, an aborted request, no reason at all
+            finish = "error"
+            error = (
+                f"the server at {self.base_url} ended the generation with finish_reason "
+                f"{choice.get('finish_reason')!r} (neither 'stop' nor 'length'): the text may "
+                f"be cut short ({len(text)} characters, ending {text[-60:]!r}), so it is not "
+                "scored"
+            )
         n_tokens = usage.get("completion_tokens")
         server_prompt = usage.get("prompt_tokens")
         return GenerateResult(
             text=text,
             n_tokens=int(n_tokens) if isinstance(n_tokens, int) else 0,
             finish_reason=finish,
+            error=error,
             n_prompt_tokens=(
                 n_prompt
                 if n_prompt is not None
@@ -923,18 +933,22 @@ def _is_context_error(exc: HTTPStatusError) -> bool:
     return bool(_CONTEXT_MESSAGE.search(exc.message))
 
 
-def _finish_reason(choice: Mapping[str, Any], sent: Sequence[str]) -> str:
+def _finish_reason(choice: Mapping[str, Any], sent: Sequence[str]) -> str | None:
     """Ours from the server's, for a text that no stop sequence cut client-side (a stop
     sequence left in such a text is inside a reasoning block, where stops do not apply):
-    ``length`` is ``length``; the server's ``stop`` is ``eos`` when the request was sent
-    no stop sequences (none, or held back for a reasoning block) or the server says the
-    end-of-sequence token stopped it (vLLM's ``stop_reason`` None, SGLang's
-    ``matched_stop`` a token id), else ``stop`` (servers cut a matched stop sequence out
-    of the text, so without those fields a stop-sequence hit and EOS look alike; with
-    stop sequences sent, a stop-sequence hit is the likelier)."""
+    ``length`` is ``length``; any reason but ``stop`` (``content_filter``, vLLM's
+    ``abort``, none) is None: the text may be cut short. The server's ``stop`` is ``eos``
+    when the request was sent no stop sequences (none, or held back for a reasoning
+    block) or the server says the end-of-sequence token stopped it (vLLM's
+    ``stop_reason`` None, SGLang's ``matched_stop`` a token id), else ``stop`` (servers
+    cut a matched stop sequence out of the text, so without those fields a stop-sequence
+    hit and EOS look alike; with stop sequences sent, a stop-sequence hit is the
+    likelier)."""
     reason = choice.get("finish_reason")
     if reason == "length":
         return "length"
+    if reason != "stop":
+        return None
     if not sent:
         return "eos"
     if "stop_reason" in choice:

@@ -289,6 +289,41 @@ def test_with_reasoning_markers_the_finish_reason_follows_the_server(
     assert all("stop" not in body for body in fake_openai.completion_bodies())
 
 
+@pytest.mark.parametrize("reason", ["content_filter", "abort", None, "missing", "eos_token"])
+def test_a_generation_ended_for_another_reason_is_the_items_error(
+    fake_openai: FakeServer, reason: str | None
+) -> None:
+    """A finish reason other than ``stop`` or ``length`` (a content filter, an aborted
+    request, none at all) may have cut the text short: that request's result is an
+    error naming the server's reason, and the rest of the batch is scored. A text that
+    one of the request's stop sequences cut client-side ended there: it is whole."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if body["prompt"] == "fine":
+            return _completion(" 4")
+        text = " 5\n\nQ: next" if body["prompt"] == "stopped" else " The answer is"
+        reply = _completion(text, "length")
+        choice = reply.body["choices"][0]
+        if reason == "missing":
+            del choice["finish_reason"]
+        else:
+            choice["finish_reason"] = reason
+        return reply
+
+    backend = _backend(fake_openai)
+    fake_openai.completions = answer
+    for stop in ((), ("\n\n",)):
+        cut, fine = backend.generate(
+            [GenerateRequest("cut", 64, stop), GenerateRequest("fine", 64)]
+        )
+        assert cut.finish_reason == "error" and cut.error is not None
+        assert f"finish_reason {None if reason == 'missing' else reason!r}" in cut.error
+        assert "not scored" in cut.error
+        assert (fine.text, fine.finish_reason, fine.error) == (" 4", "eos", None)
+    (stopped,) = backend.generate([GenerateRequest("stopped", 64, ("\n\n",))])
+    assert (stopped.text, stopped.finish_reason, stopped.error) == (" 5", "stop", None)
+
+
 def test_a_rejected_sampling_extra_is_dropped_for_good(fake_openai: FakeServer) -> None:
     def strict(body: dict[str, Any]) -> Reply:
         if "repeat_penalty" in body:
