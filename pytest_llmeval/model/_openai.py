@@ -37,7 +37,9 @@ prompt log-probabilities belong to their own tokens (where a model copies, the t
 alternative at position ``i`` is token ``i``, not ``i + 1``): llama-cpp-python 0.3 returns
 them one position off for models that add no BOS token, and log-likelihood requests to
 such a server, or to one without prompt log-probabilities, fail with a ``ModelError``
-saying so (``info()["prompt_logprobs"]`` records the probe's verdict).
+saying so (``info()["prompt_logprobs"]`` records the probe's verdict). The probe has the
+retries of any request; when it still gets no answer (``not probed: why``) it runs again at
+the first log-likelihood request, and those requests fail while it cannot run.
 
 Context windows: the window is ``--llm-max-length`` or, when the server reports it,
 ``max_model_len`` from ``/models``. When the server also has a tokenize endpoint (found once
@@ -131,6 +133,9 @@ _WINDOW = (
 # A text whose second and third copies any language model predicts token by token (it
 # copies): the prompt-logprob alignment probe.
 PROBE_TEXT = "; ".join(["red apple, blue river, green stone, yellow house, purple cloud"] * 3)
+# The alignment probe's verdict when it got no answer (no connection, or a retryable
+# status after its retries): it runs again at the first log-likelihood request.
+NOT_PROBED = "not probed"
 NO_PROMPT_LOGPROBS = (
     "returned no prompt log-probabilities (a completions request with echo and logprobs): "
     "multiple-choice tasks and other log-likelihood requests need a server that scores the "
@@ -274,6 +279,7 @@ class OpenAIBackend:
             else None
         )
         self.tokenizer = self._probe_tokenizer()
+        self._probe_lock = threading.Lock()  # one alignment probe at a time
         self.prompt_logprobs = self._probe_prompt_logprobs()
         self._chat: ChatTemplate | None = None
         self._chat_probed: str | None = None  # what the chat probe found, once run
@@ -325,7 +331,7 @@ class OpenAIBackend:
             try:
                 return self._once(url, body)
             except HTTPStatusError as exc:
-                retryable = exc.status in _RETRY_STATUSES or exc.status >= 500
+                retryable = _retryable(exc.status)
                 # A server that cannot score prompts says so with a 500; retrying won't help.
                 if not retryable or attempt == retries or "logits_all" in exc.message:
                     raise
@@ -506,21 +512,25 @@ class OpenAIBackend:
     def _probe_prompt_logprobs(self) -> str:
         """Whether the server scores prompts, and whether each log-probability belongs to
         its own token: ``aligned``, ``shifted`` (one token off: llama-cpp-python 0.3 does
-        this for models that add no BOS token), ``unavailable: why`` or ``unknown``.
+        this for models that add no BOS token), ``unavailable: why``, ``unknown`` (the
+        answer decides neither) or ``not probed: why`` (no answer: the server could not
+        be reached, or a retryable status persisted through the retries).
 
-        A text repeated three times is echoed; where the top-1 alternative at position ``i``
-        names token ``i`` the values are aligned, where it names token ``i + 1`` they belong
-        to the next position."""
+        A text repeated three times is echoed (with the retries of any request); where
+        the top-1 alternative at position ``i`` names token ``i`` the values are aligned,
+        where it names token ``i + 1`` they belong to the next position."""
         text = PROBE_TEXT
         try:
-            data = self._completion(self._echo_body(text), retries=1)
+            data = self._completion(self._echo_body(text))
         except HTTPStatusError as exc:
             lowered = exc.message.lower()
-            if exc.status < 500 or any(w in lowered for w in ("echo", "logprobs", "logits_all")):
+            if not _retryable(exc.status) or any(
+                w in lowered for w in ("echo", "logprobs", "logits_all")
+            ):
                 return f"unavailable: HTTP {exc.status}: {exc.message}"
-            return f"unknown: HTTP {exc.status}: {exc.message}"
+            return f"{NOT_PROBED}: HTTP {exc.status}: {exc.message}"
         except ModelError as exc:
-            return f"unknown: {exc}"
+            return f"{NOT_PROBED}: {exc}"
         logprobs = data["choices"][0].get("logprobs")
         if not isinstance(logprobs, dict):
             return "unavailable: no logprobs in an echoed completion"
@@ -641,6 +651,21 @@ class OpenAIBackend:
     # ------------------------------------------------------------------ log-likelihood
 
     def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+        if self.prompt_logprobs.startswith(NOT_PROBED):
+            # The start-up probe got no answer: ask again before any value is returned.
+            with self._probe_lock:
+                if self.prompt_logprobs.startswith(NOT_PROBED):
+                    self.prompt_logprobs = self._probe_prompt_logprobs()
+            if self.prompt_logprobs.startswith(NOT_PROBED):
+                raise ModelError(
+                    f"the server at {self.base_url}: whether its prompt log-probabilities "
+                    "belong to their own tokens (llama-cpp-python 0.3 returns them one token "
+                    "off for models that add no BOS token) could not be checked: the probe "
+                    "got no answer at start-up nor now "
+                    f"({self.prompt_logprobs.removeprefix(NOT_PROBED + ': ')}), so no "
+                    "log-likelihood is computed unchecked; it is tried again with the next "
+                    "requests"
+                )
         if self.prompt_logprobs.startswith("unavailable"):
             raise ModelError(
                 f"the server at {self.base_url} {NO_PROMPT_LOGPROBS} ({self.prompt_logprobs})"
@@ -920,6 +945,11 @@ def _split(context: str, continuation: str) -> tuple[str, int]:
 
 def _ll_error(message: str) -> LoglikelihoodResult:
     return LoglikelihoodResult(logprob=0.0, is_greedy=False, n_tokens=0, error=message)
+
+
+def _retryable(status: int) -> bool:
+    """A status worth retrying: the request may succeed later."""
+    return status in _RETRY_STATUSES or status >= 500
 
 
 def _is_context_error(exc: HTTPStatusError) -> bool:

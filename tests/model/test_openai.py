@@ -20,7 +20,7 @@ from pytest_llmeval.model import (
     ModelSettings,
     load_backend,
 )
-from pytest_llmeval.model._openai import OpenAIBackend
+from pytest_llmeval.model._openai import PROBE_TEXT, OpenAIBackend
 
 
 def _backend(server: FakeServer, **kw: Any) -> OpenAIBackend:
@@ -207,6 +207,58 @@ def test_prompt_logprobs_one_token_off_are_refused(fake_openai: FakeServer) -> N
     assert backend.info()["prompt_logprobs"] == "shifted"
     with pytest.raises(ModelError, match="shifted by one token"):
         backend.loglikelihood([LoglikelihoodRequest("Answer:", " 5")])
+
+
+def test_the_alignment_probe_is_retried_like_any_request(
+    fake_openai: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server still loading (HTTP 503 twice) gets the probe's retries, so the shift is
+    found at start-up."""
+    monkeypatch.setattr(OpenAIBackend, "backoff_base", 0.01)
+    failures = [Reply(503, {"error": {"message": "Loading model"}})] * 2
+
+    def loading(body: dict[str, Any]) -> Reply:
+        if failures:
+            return failures.pop()
+        return Reply(body={"choices": [echo_logprobs(body["prompt"], shifted=True)]})
+
+    fake_openai.completions = loading
+    backend = _backend(fake_openai)
+    assert backend.info()["prompt_logprobs"] == "shifted"
+    with pytest.raises(ModelError, match="shifted by one token"):
+        backend.loglikelihood([LoglikelihoodRequest("Answer:", " 5")])
+
+
+@pytest.mark.parametrize("later", ["shifted", "aligned", "down"])
+def test_an_alignment_probe_that_could_not_run_runs_again_before_scoring(
+    fake_openai: FakeServer, monkeypatch: pytest.MonkeyPatch, later: str
+) -> None:
+    """When the probe gets no answer at start-up (5xx after its retries), it runs again
+    at the first log-likelihood request: values are never returned unchecked, and a
+    server that still cannot be asked fails those requests saying so."""
+    monkeypatch.setattr(OpenAIBackend, "backoff_base", 0.01)
+    state = {"up": False}
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if not state["up"]:
+            return Reply(503, {"error": {"message": "Loading model"}})
+        return Reply(body={"choices": [echo_logprobs(body["prompt"], shifted=later == "shifted")]})
+
+    fake_openai.completions = answer
+    backend = _backend(fake_openai, max_retries=1)
+    assert backend.info()["prompt_logprobs"] == "not probed: HTTP 503: Loading model"
+    state["up"] = later != "down"
+    request = LoglikelihoodRequest("Answer:", " 5")
+    if later == "aligned":
+        assert backend.loglikelihood([request])[0].n_tokens == 1
+        assert backend.info()["prompt_logprobs"] == "aligned"
+        assert [b["prompt"] for b in fake_openai.completion_bodies()] == [PROBE_TEXT, "Answer: 5"]
+        return
+    match = "shifted by one token" if later == "shifted" else "could not be checked"
+    with pytest.raises(ModelError, match=match):
+        backend.loglikelihood([request])
+    # only the probe was sent (twice, with its retry, while the server was down)
+    assert {b["prompt"] for b in fake_openai.completion_bodies()} == {PROBE_TEXT}
 
 
 def test_a_server_without_prompt_logprobs_still_generates(fake_openai: FakeServer) -> None:
