@@ -62,6 +62,7 @@ never recorded.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import email.utils
 import http.client
@@ -103,8 +104,8 @@ _IDENTITY_HEADERS = ("server", "x-powered-by", "via", "openai-version")
 _RETRY_STATUSES = frozenset({408, 429})
 # Sampling parameters outside the OpenAI API that some servers apply by default and that
 # change greedy decoding: llama.cpp's servers default to repeat_penalty 1.1, a default of
-# the server, not of the model. They are sent set to neutral and dropped for good when a
-# server rejects them by name.
+# the server, not of the model. They are sent set to neutral; one the server rejects by
+# name at start-up is dropped then, before the record says what every request sends.
 _NEUTRAL_EXTRAS: dict[str, Any] = {"repeat_penalty": 1.0}
 # Under --llm-generation-config=neutral, also the model's own: vLLM applies the model's
 # generation_config.json (its repetition_penalty) unless a request sets it.
@@ -268,6 +269,10 @@ class OpenAIBackend:
         self._extras = dict(_NEUTRAL_EXTRAS)
         if settings.generation_config == "neutral":
             self._extras.update(_NEUTRAL_MODEL_EXTRAS)
+        # Where a request with the extras was first answered (the start-up check), and
+        # whether they are fixed: after start-up a rejected one is an error, not dropped.
+        self._extras_checked: str | None = None
+        self._extras_settled = False
         self.requests_sent = 0
         self.server_headers: dict[str, str] = {}
         self.server_model: dict[str, Any] | None = None
@@ -281,6 +286,9 @@ class OpenAIBackend:
         self.tokenizer = self._probe_tokenizer()
         self._probe_lock = threading.Lock()  # one alignment probe at a time
         self.prompt_logprobs = self._probe_prompt_logprobs()
+        if self._extras_checked is None:  # the echo probe got no answer
+            self._probe_extras()
+        self._extras_settled = True
         self._chat: ChatTemplate | None = None
         self._chat_probed: str | None = None  # what the chat probe found, once run
 
@@ -364,7 +372,8 @@ class OpenAIBackend:
         self, body: dict[str, Any], retries: int | None = None, path: str = "/completions"
     ) -> dict[str, Any]:
         """POST /completions (or ``path``) with the neutral sampling extras the server
-        accepts."""
+        accepts. One it rejects by name is dropped during start-up only; afterwards the
+        record states what every request sends, so such a rejection is an error."""
         url = self.base_url + path
         while True:
             with self._lock:
@@ -375,15 +384,35 @@ class OpenAIBackend:
                 rejected = [k for k in extras if exc.status in (400, 422) and k in exc.message]
                 if not rejected:
                     raise
+                if self._extras_settled:
+                    raise self._late_rejection(url, rejected, extras, exc) from None
                 with self._lock:
                     for key in rejected:
                         self._extras.pop(key, None)
                 continue
+            if self._extras_checked is None:
+                self._extras_checked = path
             if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
                 raise ModelError(f"{url}: unexpected answer (no 'choices'): {str(data)[:300]}")
             if not data["choices"] or not isinstance(data["choices"][0], dict):
                 raise ModelError(f"{url}: the answer has no completion choice")
             return data
+
+    def _late_rejection(
+        self, url: str, rejected: list[str], extras: dict[str, Any], exc: HTTPStatusError
+    ) -> ModelError:
+        checked = (
+            f"which {self._extras_checked} accepted at start-up"
+            if self._extras_checked is not None
+            else "which could not be checked at start-up (the server answered no request)"
+        )
+        return ModelError(
+            f"{url}: the server rejected {', '.join(rejected)} (HTTP {exc.status}: "
+            f"{exc.message}), {checked}; the run's record says every request sends "
+            f"{extras} (decoding.generation_config.sent, the environment's "
+            "backend.sampling_extras), so no request is sent without it. Run again once "
+            "the server answers consistently: the fields are checked again at start-up."
+        )
 
     def _map(self, fn: Callable[[K], V], keys: Sequence[K]) -> dict[K, V]:
         """``fn`` over the distinct ``keys`` with at most ``concurrency`` calls at once."""
@@ -495,6 +524,31 @@ class OpenAIBackend:
                 tokenizer.can_detokenize = False
             return tokenizer
         return None
+
+    def _probe_extras(self) -> None:
+        """Which sampling extras the server takes, when the echo probe could not tell (it
+        was refused for its own reason, or got no answer): a one-token generation on
+        /completions or, where that endpoint refuses it, /chat/completions. A field
+        rejected by name is dropped here, before anything records what requests send."""
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "n": 1,
+            "seed": self.settings.seed,
+        }
+        try:
+            self._completion({**body, "prompt": "Hello"})
+            return
+        except HTTPStatusError as exc:
+            if _retryable(exc.status):  # no answer: the chat endpoint would not give one
+                return
+        except ModelError:
+            return
+        chat = {**body, "messages": [{"role": "user", "content": "Hello"}]}
+        with contextlib.suppress(HTTPStatusError, ModelError):
+            self._completion(chat, path="/chat/completions")
 
     def _echo_body(self, prompt: str) -> dict[str, Any]:
         return {

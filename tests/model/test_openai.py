@@ -376,18 +376,74 @@ def test_a_generation_ended_for_another_reason_is_the_items_error(
     assert (stopped.text, stopped.finish_reason, stopped.error) == (" 5", "stop", None)
 
 
-def test_a_rejected_sampling_extra_is_dropped_for_good(fake_openai: FakeServer) -> None:
-    def strict(body: dict[str, Any]) -> Reply:
-        if "repeat_penalty" in body:
-            return Reply(400, {"error": {"message": "Unrecognized argument: repeat_penalty"}})
-        return _completion(" ok")
+REJECT_PENALTY = Reply(400, {"error": {"message": "Unrecognized argument: repeat_penalty"}})
 
-    backend = _backend(fake_openai, concurrency=1)
+
+def _generation_bodies(server: FakeServer) -> list[dict[str, Any]]:
+    return [b for b in server.completion_bodies() if not b.get("echo")]
+
+
+def test_a_rejected_sampling_extra_is_dropped_at_start_up(fake_openai: FakeServer) -> None:
+    """The start-up probe (the echo request) finds out which extras the server takes, so
+    what the record says is sent, before any generation, is what every request sends."""
+
+    def strict(body: dict[str, Any]) -> Reply:
+        return REJECT_PENALTY if "repeat_penalty" in body else default_completion(body)
+
     fake_openai.completions = strict
+    backend = _backend(fake_openai, concurrency=1)
+    assert backend.info()["sampling_extras"] == {}
+    assert backend.decoding()["generation_config"]["sent"] == {}
     assert [r.text for r in backend.generate([GenerateRequest("a", 4), GenerateRequest("b", 4)])]
     bodies = fake_openai.completion_bodies()
-    assert len(bodies) == 3  # one rejected, then both without the extra
+    assert len(bodies) == 2 and not any("repeat_penalty" in b for b in bodies)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_extras_are_checked_at_start_up_when_the_echo_probe_cannot_tell(
+    fake_openai: FakeServer, endpoint: str
+) -> None:
+    """A server that refuses the echo request for its own reason (no prompt
+    log-probabilities) gets a one-token generation at start-up, on /completions or, where
+    that endpoint fails, /chat/completions; a field it rejects is dropped then."""
+
+    def completions(body: dict[str, Any]) -> Reply:
+        if endpoint == "chat":
+            return Reply(404, {"error": {"message": "This is a chat model"}})
+        if body.get("echo"):
+            return Reply(400, {"error": {"message": "echo is not supported"}})
+        return REJECT_PENALTY if "repeat_penalty" in body else _completion(" 4")
+
+    fake_openai.completions = completions
+    fake_openai.routes["/v1/chat/completions"] = lambda body: (
+        REJECT_PENALTY
+        if "repeat_penalty" in body
+        else Reply(body={"choices": [{"message": {"content": "4"}, "finish_reason": "stop"}]})
+    )
+    backend = _backend(fake_openai)
     assert backend.info()["sampling_extras"] == {}
+    assert backend.decoding()["generation_config"]["sent"] == {}
+    if endpoint == "completions":
+        assert backend.generate([GenerateRequest("q", 4)])[0].text == " 4"
+        assert "repeat_penalty" not in fake_openai.completion_bodies()[-1]
+
+
+def test_a_field_rejected_after_start_up_is_never_dropped_unrecorded(
+    fake_openai: FakeServer,
+) -> None:
+    """A field the server took at start-up and rejects later: the record (bound into the
+    tasks' config) says every request sends it, so the request fails naming the field
+    instead of going out without it."""
+    backend = _backend(fake_openai)
+    sent = backend.decoding()["generation_config"]["sent"]
+    assert sent == {"repeat_penalty": 1.0}
+    fake_openai.completions = lambda body: (
+        REJECT_PENALTY if "repeat_penalty" in body else _completion(" 4")
+    )
+    with pytest.raises(ModelError, match=r"rejected repeat_penalty .*accepted at start-up"):
+        backend.generate([GenerateRequest("q", 4)])
+    assert all(b["repeat_penalty"] == 1.0 for b in fake_openai.completion_bodies())
+    assert backend.decoding()["generation_config"]["sent"] == sent
 
 
 @pytest.mark.parametrize("rule", ["model", "neutral"])
