@@ -946,7 +946,7 @@ class OpenAIBackend:
         server_prompt = usage.get("prompt_tokens")
         return GenerateResult(
             text=text,
-            n_tokens=int(n_tokens) if isinstance(n_tokens, int) else 0,
+            n_tokens=int(n_tokens) if isinstance(n_tokens, int) else None,  # not said
             finish_reason=finish,
             error=error,
             n_prompt_tokens=(

@@ -186,12 +186,13 @@ class GenerateResult:
     ``finish_reason``: ``stop``, ``length``, ``eos``, or ``context_overflow`` (not run: the
     prompt does not fit, see the module docstring). ``stop_token`` names the token that
     ended an ``eos`` generation (``<|eot_id|>``, ``<end_of_turn>``, ``</s>``), when the
-    backend knows it. ``n_prompt_tokens`` is the prompt's length in tokens before any
-    truncation, ``truncated_tokens`` how many were dropped.
+    backend knows it. ``n_tokens`` is the number of generated tokens, None where it is not
+    known (a server that reports no usage). ``n_prompt_tokens`` is the prompt's length in
+    tokens before any truncation, ``truncated_tokens`` how many were dropped.
     """
 
     text: str
-    n_tokens: int
+    n_tokens: int | None
     finish_reason: str
     n_prompt_tokens: int | None = None
     truncated_tokens: int = 0

@@ -54,10 +54,9 @@ def describe(result: dict[str, Any]) -> str:
         if result.get("output_stripped") is not None:
             lines += ["--- output after the thinking block ---", result["output_stripped"]]
         stop = f" ({result['stop_token']})" if result.get("stop_token") else ""
-        lines.append(
-            f"--- finish: {result.get('finish_reason')}{stop}, "
-            f"{result.get('n_output_tokens')} tokens"
-        )
+        n_tokens = result.get("n_output_tokens")
+        count = "tokens not reported" if n_tokens is None else f"{n_tokens} tokens"
+        lines.append(f"--- finish: {result.get('finish_reason')}{stop}, {count}")
     lines.append(f"extracted answer: {result.get('extracted')!r} (by {result.get('extractor')})")
     lines.append(f"target: {result['target']!r}")
     lines.append(f"correct: {result['correct']}")

@@ -21,6 +21,7 @@ from pytest_llmeval.model import (
     load_backend,
 )
 from pytest_llmeval.model._openai import PROBE_TEXT, OpenAIBackend
+from pytest_llmeval.plugin._collect import describe
 
 
 def _backend(server: FakeServer, **kw: Any) -> OpenAIBackend:
@@ -374,6 +375,24 @@ def test_a_generation_ended_for_another_reason_is_the_items_error(
         assert (fine.text, fine.finish_reason, fine.error) == (" 4", "eos", None)
     (stopped,) = backend.generate([GenerateRequest("stopped", 64, ("\n\n",))])
     assert (stopped.text, stopped.finish_reason, stopped.error) == (" 5", "stop", None)
+
+
+def test_a_token_count_the_server_does_not_report_is_unknown(fake_openai: FakeServer) -> None:
+    """Without ``usage`` (or its ``completion_tokens``) the number of generated tokens is
+    not known: None, not 0; the prompt's count likewise."""
+    no_usage = Reply(
+        body={"choices": [{"index": 0, "text": " four five", "finish_reason": "length"}]}
+    )
+    replies = {"none": no_usage, "said": _completion(" 4")}
+    backend = _backend(fake_openai)
+    fake_openai.completions = lambda body: replies[body["prompt"]]
+    unknown, said = backend.generate([GenerateRequest("none", 3), GenerateRequest("said", 3)])
+    assert (unknown.text, unknown.finish_reason) == (" four five", "length")
+    assert (unknown.n_tokens, unknown.n_prompt_tokens) == (None, None)
+    assert (said.n_tokens, said.n_prompt_tokens) == (7, 11)
+    record = {"prompt": "none", "output": unknown.text, "finish_reason": "length"}
+    shown = describe({**record, "n_output_tokens": unknown.n_tokens, "target": "4", "correct": 0})
+    assert "--- finish: length, tokens not reported" in shown
 
 
 REJECT_PENALTY = Reply(400, {"error": {"message": "Unrecognized argument: repeat_penalty"}})
