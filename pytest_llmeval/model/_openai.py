@@ -1020,8 +1020,9 @@ def _is_context_error(exc: HTTPStatusError) -> bool:
 def _finish_reason(choice: Mapping[str, Any], sent: Sequence[str]) -> str | None:
     """Ours from the server's, for a text that no stop sequence cut client-side (a stop
     sequence left in such a text is inside a reasoning block, where stops do not apply):
-    ``length`` is ``length``; any reason but ``stop`` (``content_filter``, vLLM's
-    ``abort``, none) is None: the text may be cut short. The server's ``stop`` is ``eos``
+    ``length`` is ``length``; TGI's own ``eos_token`` and ``stop_sequence`` are ``eos`` and
+    ``stop``; any other reason but ``stop`` (``content_filter``, vLLM's ``abort``, none)
+    is None: the text may be cut short. The server's ``stop`` is ``eos``
     when the request was sent no stop sequences (none, or held back for a reasoning
     block) or the server says the end-of-sequence token stopped it (vLLM's
     ``stop_reason`` None, SGLang's ``matched_stop`` a token id), else ``stop`` (servers
@@ -1031,6 +1032,12 @@ def _finish_reason(choice: Mapping[str, Any], sent: Sequence[str]) -> str | None
     reason = choice.get("finish_reason")
     if reason == "length":
         return "length"
+    # Text Generation Inference before 2.2.1 (and servers built on it) named its reasons
+    # itself: the end-of-sequence token, a stop sequence.
+    if reason == "eos_token":
+        return "eos"
+    if reason == "stop_sequence":
+        return "stop"
     if reason != "stop":
         return None
     if not sent:

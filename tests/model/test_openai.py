@@ -342,7 +342,7 @@ def test_with_reasoning_markers_the_finish_reason_follows_the_server(
     assert all("stop" not in body for body in fake_openai.completion_bodies())
 
 
-@pytest.mark.parametrize("reason", ["content_filter", "abort", None, "missing", "eos_token"])
+@pytest.mark.parametrize("reason", ["content_filter", "abort", None, "missing", "tool_calls"])
 def test_a_generation_ended_for_another_reason_is_the_items_error(
     fake_openai: FakeServer, reason: str | None
 ) -> None:
@@ -375,6 +375,24 @@ def test_a_generation_ended_for_another_reason_is_the_items_error(
         assert (fine.text, fine.finish_reason, fine.error) == (" 4", "eos", None)
     (stopped,) = backend.generate([GenerateRequest("stopped", 64, ("\n\n",))])
     assert (stopped.text, stopped.finish_reason, stopped.error) == (" 5", "stop", None)
+
+
+@pytest.mark.parametrize(("reason", "ours"), [("eos_token", "eos"), ("stop_sequence", "stop")])
+def test_text_generation_inference_reasons_are_normal_endings(
+    fake_openai: FakeServer, reason: str, ours: str
+) -> None:
+    """TGI before 2.2.1 says ``eos_token`` and ``stop_sequence`` where OpenAI says
+    ``stop``: normal endings, not the item's error."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        reply = _completion(" 4", "length")
+        reply.body["choices"][0]["finish_reason"] = reason
+        return reply
+
+    backend = _backend(fake_openai)
+    fake_openai.completions = answer
+    (result,) = backend.generate([GenerateRequest("q", 64, ("\n\n",))])
+    assert (result.text, result.finish_reason, result.error) == (" 4", ours, None)
 
 
 def test_a_token_count_the_server_does_not_report_is_unknown(fake_openai: FakeServer) -> None:
