@@ -260,13 +260,10 @@ class TaskFile(pytest.File):
         spec = self._spec
         name = f"{spec.name if spec is not None else self.path.stem}-spec"
         node: SpecErrorItem = SpecErrorItem.from_parent(self, name=name, message=message)
-        markers = _markers(spec) if spec is not None else []
-        if spec is not None and spec.probes != type(spec.probes)():
-            # its contamination probes are what `-m contamination` selects of the task: the
-            # broken spec is then this run's error, not a warning beside skipped probes
-            markers.append("contamination")
-        for marker in markers:
+        for marker in _markers(spec) if spec is not None else []:
             node.add_marker(getattr(pytest.mark, marker))
+        if spec is not None:  # its probes fail with this message, not skip as not collected
+            get_session(self.config).broken_specs[spec.name] = message
         return node
 
     def _collect(self) -> Iterator[pytest.Item]:

@@ -278,6 +278,13 @@ class ProbeRunner:
         if probe not in PROBES:
             raise ValueError(f"unknown probe {probe!r}; known: {', '.join(PROBES)}")
         runner = self.session.runners.get(task)
+        if runner is None and task in self.session.broken_specs:
+            # Its spec was found but cannot be collected: the probe fails with the reason
+            # (a skip would read as a probe this run did not ask for).
+            pytest.fail(
+                f"{task} {probe}: its spec cannot be collected: {self.session.broken_specs[task]}",
+                pytrace=False,
+            )
         if runner is None:
             pytest.skip(f"task {task!r} is not collected (run the probes with its spec)")
         rewrite_problem = getattr(runner, "rewrite_problem", None)

@@ -423,6 +423,7 @@ class LlmEvalSession:
         self.collect_warnings: list[str] = []
         self.task_warnings: dict[str, list[str]] = {}  # shown when the task is selected
         self.spec_errors: dict[str, str] = {}
+        self.broken_specs: dict[str, str] = {}  # task name -> its spec's collection error
         # Controller: each process's environment (xdist workers by id), and why the run
         # stopped before its end (None: it ran to the end).
         self.environments: dict[str, dict[str, Any]] = {}
