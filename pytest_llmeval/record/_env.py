@@ -143,7 +143,8 @@ def git_info(path: Path, *, tracked: bool = False) -> dict[str, Any] | None:
         return None
     if _run([git, "rev-parse", "--is-inside-work-tree"], folder) != "true":
         return None
-    if tracked and not _run([git, "ls-files", "--", str(path)], folder):
+    # (the pathspec relative to the folder git runs in: a relative path is not)
+    if tracked and not _run([git, "ls-files", "--", "." if path.is_dir() else path.name], folder):
         return None
     commit = _run([git, "rev-parse", "--verify", "-q", "HEAD"], folder) or None
     branch = _run([git, "symbolic-ref", "--short", "-q", "HEAD"], folder) or None

@@ -100,6 +100,15 @@ def test_git_info_tracked_needs_files_git_tracks(repo: Path) -> None:
     assert git_info(repo / "weights" / "model.gguf", tracked=True) is None
 
 
+def test_git_info_tracked_takes_a_relative_path(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--llm-model=models/m`` as typed: a relative path names the same tracked files."""
+    monkeypatch.chdir(repo)
+    assert git_info(Path("sub"), tracked=True) == git_info(repo)
+    assert git_info(Path("sub") / "file.py", tracked=True) == git_info(repo)
+
+
 def test_git_info_detached_head(repo: Path) -> None:
     _git(repo, "checkout", "-q", "--detach")
     info = git_info(repo)
