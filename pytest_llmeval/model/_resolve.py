@@ -18,6 +18,7 @@ package's digest cache (``_digest.HashCache``), so an unchanged file is read who
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import importlib.metadata
 import os
@@ -138,8 +139,11 @@ def is_gguf_path(path: Path) -> bool:
 LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 # Larger than any pointer file; files this small are read to check.
 LFS_POINTER_MAX = 1024
-# The files of a model directory that a pointer in place of would break its loading.
-MODEL_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model")
+# The files at the top of a model directory that transformers reads: its config and
+# tokenizer files, and its weights (safetensors; .bin only where there are none). Files it
+# does not read (a subfolder's original checkpoint, .bin beside safetensors) are not
+# checked: a partial `git lfs pull --include=...` leaves them as pointers and loads.
+_LOADED_NAMES = ("*.json", "*.model", "*.tiktoken", "vocab.*", "merges.txt", "*.jinja")
 
 
 def _lfs_pointer(path: Path) -> bool:
@@ -157,14 +161,12 @@ def lfs_pointer_problem(path: Path) -> str | None:
     weights, config or tokenizer (a clone made without ``git lfs``): which, and what to do;
     None otherwise. Reads only files of at most :data:`LFS_POINTER_MAX` bytes."""
     if path.is_dir():
-        found = sorted(
-            p.relative_to(path).as_posix()
-            for p in path.rglob("*")
-            if p.suffix.lower() in MODEL_FILE_SUFFIXES
-            and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            and p.is_file()
-            and _lfs_pointer(p)
-        )
+        files = [p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")]
+        weights = [p for p in files if p.suffix == ".safetensors"] or [
+            p for p in files if p.suffix == ".bin"
+        ]
+        loaded = [p for p in files if any(fnmatch.fnmatchcase(p.name, n) for n in _LOADED_NAMES)]
+        found = sorted({p.name for p in [*weights, *loaded] if _lfs_pointer(p)})
     else:
         found = [path.name] if _lfs_pointer(path) else []
     if not found:

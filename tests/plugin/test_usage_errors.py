@@ -133,6 +133,17 @@ def test_a_model_cloned_without_git_lfs_is_a_usage_error(
             + "*"
         ]
     )
+    # What transformers does not read may stay a pointer (git lfs pull --include=...): the
+    # original checkpoint in a subfolder, a .bin beside the safetensors.
+    partial = pytester.path / "partial"
+    (partial / "original").mkdir(parents=True)
+    (partial / "config.json").write_text('{"model_type": "llama"}')
+    (partial / "model.safetensors").write_bytes(b"\x08" + b"\0" * 2047)
+    (partial / "pytorch_model.bin").write_text(LFS_POINTER_TEXT)
+    (partial / "original" / "consolidated.00.pth").write_text(LFS_POINTER_TEXT)
+    from pytest_llmeval.model import lfs_pointer_problem
+
+    assert lfs_pointer_problem(partial) is None
     (pytester.path / "model.gguf").write_text(LFS_POINTER_TEXT)
     gguf = pytester.runpytest(*_args("model.gguf", "--llm-output=out"))
     assert gguf.ret == USAGE
