@@ -1202,14 +1202,16 @@ def _fewshot(fs: _Reader) -> FewShotSpec:
         raise fs.fail("examples", "give either 'source' or 'examples', not both")
     if text_file is not None and (fs_source is not None or raw_examples):
         raise fs.fail("text_file", "give one of 'text_file', 'source' or 'examples'")
-    if (fs_source is not None or raw_examples or text_file is not None) and "k" not in fs.data:
-        given = (
-            "'source' is"
-            if fs_source is not None
-            else "'text_file' is"
-            if text_file is not None
-            else "'examples' are"
+    if text_file is not None and k < 1:
+        # The file is shown whole: k records how many examples it holds.
+        raise fs.fail(
+            "k",
+            ("is missing" if "k" not in fs.data else f"is {k}")
+            + ", but 'text_file' is shown whole, whatever k says: set k to the number of "
+            "examples the file holds (the record states it as the task's shots)",
         )
+    if (fs_source is not None or raw_examples) and "k" not in fs.data:
+        given = "'source' is" if fs_source is not None else "'examples' are"
         raise fs.fail(
             "k",
             f"{given} given but 'k' is missing, so no example would be shown: set k to the "

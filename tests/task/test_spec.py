@@ -631,7 +631,16 @@ ERROR_CASES = [
         "fewshot",
         {"text_file": "toy/prompt.txt"},
         "fewshot.k",
-        "'text_file' is given but 'k' is missing",
+        "is missing, but 'text_file' is shown whole, whatever k says: set k to the number of "
+        "examples the file holds",
+    ),
+    (
+        "fewshot-text-file-zero-k",
+        _generate_spec,
+        "fewshot",
+        {"text_file": "toy/prompt.txt", "k": 0},
+        "fewshot.k",
+        "is 0, but 'text_file' is shown whole",
     ),
     ("fewshot-negative-k", _generate_spec, "fewshot", {"k": -1}, "fewshot.k", ">= 0"),
     ("fewshot-k-string", _generate_spec, "fewshot", {"k": "5"}, "fewshot.k", "integer"),
