@@ -91,6 +91,44 @@ def test_run_prints_table_and_writes_records(
     assert config["environment"]["backend"]["dtype"] == "float32"
 
 
+def test_batch_sizes_probed_after_the_first_item_reach_the_record_from_a_worker(
+    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
+) -> None:
+    """Under xdist the environment goes to the controller with a worker's first item; the
+    widths probed later travel as updates with later items (llmeval_backend_update). A
+    pretend GPU (a conftest) adds a width after each item."""
+    write_project(pytester)
+    pytester.makeconftest(
+        """
+from pytest_llmeval.model._hf import HFBackend
+
+done = [0]
+
+
+def pytest_runtest_teardown(item):
+    done[0] += 1
+
+
+def widths(self):
+    return {str(16 * 2**i): 8 >> i for i in range(min(done[0], 2) + 1)}
+
+
+HFBackend.batch_sizes_by_width = widths
+"""
+    )
+    result = pytester.runpytest_subprocess(
+        *_args(tiny_model_dir, "--llm-output=out", "-k", "arith", "-n", "1")
+    )
+    assert result.ret == 0, result.stdout.str()
+    (run,) = (pytester.path / "out").iterdir()
+    config = json.loads((run / "eval_config.json").read_text())
+    assert config["environment"]["backend"]["batch_size_by_width"] == {
+        "16": 8,
+        "32": 4,
+        "64": 2,
+    }
+
+
 def test_code_commit_is_the_projects_run_from_another_folder(
     pytester: pytest.Pytester,
     tiny_model_dir: Path,
