@@ -622,7 +622,13 @@ def _data_dirs(config: pytest.Config) -> list[Path]:
     ini = config.getini("llm_data_dir")
     if ini:
         base = config.inipath.parent if config.inipath else config.rootpath
-        dirs += [(base / Path(p).expanduser()) for p in str(ini).split(os.pathsep) if p]
+        named = [(base / Path(p).expanduser()) for p in str(ini).split(os.pathsep) if p]
+        if not named:  # `llm_data_dir = :`, or -o llm_data_dir=:
+            raise pytest.UsageError(
+                f"llm_data_dir = {ini} (ini, or -o): names no directory; give the folder "
+                "that holds the benchmark folders (gsm8k/, mmlu/, ...), or leave it out"
+            )
+        dirs += named
     # One folder named twice (on the command line and as the ini default) is searched once
     # and recorded once, at its first place.
     return list(dict.fromkeys(d.resolve() if d.exists() else d for d in dirs))
@@ -886,9 +892,12 @@ def _baseline_fail_without_baseline(config: pytest.Config, baseline: Path | None
     no baseline to compare with (no ``--llm-baseline``, nor ``llm_baseline`` in the ini
     file; an empty one is refused before): the gate would check nothing and the run would
     pass whatever the scores. A rule in the ini file is the project's: it gates whenever a
-    baseline is given."""
+    baseline is given, and so is one in the ini file's ``addopts``."""
     if baseline is not None or not _runs_items(config):
         return
+    typed = [str(a) for a in config.invocation_params.args]
+    if not any(a.startswith(("--llm-baseline-fail", "llm_baseline_fail")) for a in typed):
+        return  # from addopts: the project's rule, as in the ini file
     given = config.getoption("llm_baseline_fail")
     rule = str(given if given is not None else _override(config, "llm_baseline_fail") or "")
     if rule.strip():

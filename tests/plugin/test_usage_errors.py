@@ -282,6 +282,21 @@ def test_a_baseline_from_the_ini_file_or_a_gate_set_there_is_no_error(
     assert project.ret == pytest.ExitCode.OK, project.stderr.str()
     collected = pytester.runpytest(*_no_model("--collect-only", "--llm-baseline-fail=sig"))
     assert collected.ret == pytest.ExitCode.OK, collected.stderr.str()
+    # a rule in the ini file's addopts is the project's too
+    pytester.makeini("[pytest]\naddopts = --llm-baseline-fail=drop:2\n")
+    addopts = pytester.runpytest(*_no_model())
+    assert addopts.ret == pytest.ExitCode.OK, addopts.stderr.str()
+
+
+def test_an_ini_data_dir_of_separators_alone_is_a_usage_error(
+    pytester: pytest.Pytester, write_project
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    _refused(
+        pytester,
+        ["-p", "no:cacheprovider", "--llm-output=out", "-o", "llm_data_dir=:"],
+        "ERROR: llm_data_dir = : (ini, or -o): names no directory*",
+    )
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]])
