@@ -91,44 +91,6 @@ def test_run_prints_table_and_writes_records(
     assert config["environment"]["backend"]["dtype"] == "float32"
 
 
-def test_batch_sizes_probed_after_the_first_item_reach_the_record_from_a_worker(
-    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
-) -> None:
-    """Under xdist the environment goes to the controller with a worker's first item; the
-    widths probed later travel as updates with later items (llmeval_backend_update). A
-    pretend GPU (a conftest) adds a width after each item."""
-    write_project(pytester)
-    pytester.makeconftest(
-        """
-from pytest_llmeval.model._hf import HFBackend
-
-done = [0]
-
-
-def pytest_runtest_teardown(item):
-    done[0] += 1
-
-
-def widths(self):
-    return {str(16 * 2**i): 8 >> i for i in range(min(done[0], 2) + 1)}
-
-
-HFBackend.batch_sizes_by_width = widths
-"""
-    )
-    result = pytester.runpytest_subprocess(
-        *_args(tiny_model_dir, "--llm-output=out", "-k", "arith", "-n", "1")
-    )
-    assert result.ret == 0, result.stdout.str()
-    (run,) = (pytester.path / "out").iterdir()
-    config = json.loads((run / "eval_config.json").read_text())
-    assert config["environment"]["backend"]["batch_size_by_width"] == {
-        "16": 8,
-        "32": 4,
-        "64": 2,
-    }
-
-
 def test_code_commit_is_the_projects_run_from_another_folder(
     pytester: pytest.Pytester,
     tiny_model_dir: Path,
@@ -169,16 +131,10 @@ def test_code_commit_is_the_projects_run_from_another_folder(
     assert f"git `{commit[:7]}`" in (run / "summary.md").read_text()
 
 
-def test_batch_sizes_probed_during_the_run_reach_the_record(
-    pytester: pytest.Pytester, tiny_model_dir: Path, write_project
-) -> None:
-    """Under ``--llm-batch-size=auto`` on a GPU the backend probes a batch size for each
-    width as batches first need it: the record took the backend's info once, at load, and
-    kept the first width only. A pretend GPU (a conftest) probes three widths at the first
-    batch; eval_config.json lists all three."""
-    write_project(pytester)
-    pytester.makeconftest(
-        """
+# A pretend GPU (auto batch size probes a width as batches first need it): in one process,
+# three widths probed at the first batch; under xdist, a width more after each item (so
+# the widths after a worker's first item travel as updates, llmeval_backend_update).
+_WIDTHS_AT_FIRST_BATCH = """
 from pytest_llmeval.model._hf import HFBackend
 
 _rows = HFBackend._rows
@@ -191,8 +147,43 @@ def rows(self, longest):
 
 HFBackend._rows = rows
 """
-    )
-    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-output=out", "-k", "arith"))
+_A_WIDTH_PER_ITEM = """
+from pytest_llmeval.model._hf import HFBackend
+
+done = [0]
+
+
+def pytest_runtest_teardown(item):
+    done[0] += 1
+
+
+def widths(self):
+    return {str(16 * 2**i): 8 >> i for i in range(min(done[0], 2) + 1)}
+
+
+HFBackend.batch_sizes_by_width = widths
+"""
+
+
+@pytest.mark.parametrize(
+    ("conftest", "xdist"),
+    [(_WIDTHS_AT_FIRST_BATCH, []), (_A_WIDTH_PER_ITEM, ["-n", "1"])],
+    ids=["in-process", "worker"],
+)
+def test_batch_sizes_probed_during_the_run_reach_the_record(
+    pytester: pytest.Pytester,
+    tiny_model_dir: Path,
+    write_project,
+    conftest: str,
+    xdist: list[str],
+) -> None:
+    """Under ``--llm-batch-size=auto`` on a GPU the backend probes a batch size for each
+    width as batches first need it: the record took the backend's info once, at load, and
+    kept the first width only. eval_config.json lists every width probed."""
+    write_project(pytester)
+    pytester.makeconftest(conftest)
+    run_pytest = pytester.runpytest_subprocess if xdist else pytester.runpytest
+    result = run_pytest(*_args(tiny_model_dir, "--llm-output=out", "-k", "arith", *xdist))
     assert result.ret == 0, result.stdout.str()
     (run,) = (pytester.path / "out").iterdir()
     config = json.loads((run / "eval_config.json").read_text())
