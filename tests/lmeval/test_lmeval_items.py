@@ -15,11 +15,16 @@ pytest.importorskip("torch")
 pytest.importorskip(
     "lm_eval", reason="lm-eval not installed: pip install 'pytest-llm-evaluation[lmeval]'"
 )
-# lm-eval's HF model module is imported here, at collection, not first inside a test: the
-# pytester fixture drops the modules a test imported, while lm-eval's registry (imported
-# earlier by other tests) keeps the class, so a later import of the module by any test
-# collides with it ("'model' alias 'hf-auto' already registered").
+# The plugin's runs below are in process (pytester.runpytest): a subprocess each cost an
+# import of torch, transformers and lm-eval. pytester drops the modules an in-process run
+# imported, and a later import of them collides with what they registered and kept (lm-eval's
+# registry: "'model' alias 'hf-auto' already registered"; datasets' Arrow extension types:
+# "ArrowKeyError: ... already defined"), so every module the harness's path imports is
+# imported here, at collection, and is kept by each run.
 pytest.importorskip("lm_eval.models.huggingface")
+pytest.importorskip("datasets")
+pytest.importorskip("lm_eval.tasks")
+pytest.importorskip("lm_eval.evaluator")
 
 COLORS = [
     {"question": "Which one is a color?", "options": ["red", "table", "seven"], "label": 0},
@@ -160,7 +165,7 @@ def test_lmeval_tasks_run_as_items_with_the_harness_own_results(
     pytester: pytest.Pytester, tiny_model_dir: Path
 ) -> None:
     tasks_dir = _write_tasks(pytester.path)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         f"--llm-model={tiny_model_dir}",
         f"--llm-lmeval-tasks={TASKS}",
         f"--llm-lmeval-include-path={tasks_dir}",
@@ -225,9 +230,9 @@ def test_one_item_selected_by_id_gets_the_context_of_the_whole_run(
         "-p",
         "no:cacheprovider",
     ]
-    full = pytester.runpytest_subprocess(*common, "--llm-output=full")
+    full = pytester.runpytest(*common, "--llm-output=full")
     assert full.ret in (0, 1)
-    one = pytester.runpytest_subprocess(*common, "--llm-output=one", "-k", "lmeval-colors_mc-0003")
+    one = pytester.runpytest(*common, "--llm-output=one", "-k", "lmeval-colors_mc-0003")
     one.assert_outcomes(**({"passed": 1} if one.ret == 0 else {}))
     a, b = _records(pytester.path / "full"), _records(pytester.path / "one")
     assert list(b) == ["lmeval-colors_mc-0003"]
@@ -254,7 +259,7 @@ def test_lmeval_spec_with_markers_floor_and_resume(
         "-m",
         "regression",
     ]
-    first = pytester.runpytest_subprocess(*common)
+    first = pytester.runpytest(*common)
     out = first.stdout.str()
     assert first.ret == 1
     assert "lmeval-colors_mc" in out and "FAIL" in out
@@ -262,9 +267,9 @@ def test_lmeval_spec_with_markers_floor_and_resume(
     assert "colors_mc.yaml" not in out
     # An interrupted run (-x at the first wrong answer) is resumed: its finished items are
     # reused when the harness builds the same requests for them.
-    stopped = pytester.runpytest_subprocess(*common, "--llm-output=cut", "--llm-strict", "-x")
+    stopped = pytester.runpytest(*common, "--llm-output=cut", "--llm-strict", "-x")
     assert stopped.ret == 1
-    resumed = pytester.runpytest_subprocess(*common, "--llm-output=cut")
+    resumed = pytester.runpytest(*common, "--llm-output=cut")
     assert resumed.ret == 1
     logs = [p.read_text() for p in sorted((pytester.path / "cut").rglob("eval.log"))]
     assert "reused" in logs[-1], logs[-1]
@@ -295,10 +300,10 @@ def test_errors_name_the_task_and_what_to_do(
         "-p",
         "no:cacheprovider",
     ]
-    sampled = pytester.runpytest_subprocess(*base, "--llm-lmeval-tasks=arith_sampled")
+    sampled = pytester.runpytest(*base, "--llm-lmeval-tasks=arith_sampled")
     assert sampled.ret == pytest.ExitCode.USAGE_ERROR
     sampled.stderr.fnmatch_lines(["*arith_sampled asks for do_sample=True*greedily*"])
-    hub = pytester.runpytest_subprocess(*base, "--llm-lmeval-tasks=hub_task")
+    hub = pytester.runpytest(*base, "--llm-lmeval-tasks=hub_task")
     assert hub.ret == pytest.ExitCode.USAGE_ERROR
     hub.stderr.fnmatch_lines(["*hub_task*without the Hugging Face hub*--llm-hub*"])
 
@@ -339,7 +344,7 @@ def test_option_shuffle_probe_on_an_lmeval_task(
             f"lmeval: {{task: {name}, include_path: {tasks_dir.name}}}\n"
         )
     pytester.makepyfile(test_probes=PROBE_TEST)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         f"--llm-model={tiny_model_dir}",
         "--llm-chat-template=off",
         "--llm-output=runs",
@@ -385,23 +390,23 @@ def _project_with_other_tests(pytester: pytest.Pytester) -> list[str]:
 
 def test_lmeval_tasks_without_paths_collect_only_the_tasks(pytester: pytest.Pytester) -> None:
     args = _project_with_other_tests(pytester)
-    listed = pytester.runpytest_subprocess(*args, "--collect-only", "-q")
+    listed = pytester.runpytest(*args, "--collect-only", "-q")
     assert listed.ret == pytest.ExitCode.OK, listed.stdout.str()
     ids = [line for line in listed.stdout.lines if "::" in line]
     assert ids == ["lmeval::lmeval-arith_gen-0000", "lmeval::lmeval-arith_gen-0001"]
-    header = pytester.runpytest_subprocess(*args, "--collect-only")
+    header = pytester.runpytest(*args, "--collect-only")
     header.stdout.fnmatch_lines(
         ["llmeval: collecting only --llm-lmeval-tasks=arith_gen (no path was named; *"]
     )
     # The same in a project whose ini names testpaths (pytest's other default).
     pytester.makeini("[pytest]\ntestpaths = tests\n")
-    listed = pytester.runpytest_subprocess(*args, "--collect-only", "-q")
+    listed = pytester.runpytest(*args, "--collect-only", "-q")
     assert [line for line in listed.stdout.lines if "::" in line] == ids
 
 
 def test_lmeval_tasks_with_a_path_collect_both(pytester: pytest.Pytester) -> None:
     args = _project_with_other_tests(pytester)
-    listed = pytester.runpytest_subprocess(*args, "--collect-only", "-q", "tests", "own_spec.yaml")
+    listed = pytester.runpytest(*args, "--collect-only", "-q", "tests", "own_spec.yaml")
     assert listed.ret == pytest.ExitCode.OK, listed.stdout.str()
     ids = [line for line in listed.stdout.lines if "::" in line]
     assert sorted(ids) == [
