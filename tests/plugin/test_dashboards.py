@@ -163,7 +163,7 @@ def pytest_sessionfinish(session):
 """
 
 
-@pytest.mark.parametrize("dist", [[], ["-n", "2"]], ids=["no-xdist", "xdist"])
+@pytest.mark.parametrize("dist", [[], ["-n", "1"]], ids=["no-xdist", "xdist"])
 def test_x_does_not_stop_on_a_wrong_answer(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project, dist: list[str]
 ) -> None:  # type: ignore[no-untyped-def]

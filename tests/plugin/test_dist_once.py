@@ -51,6 +51,7 @@ def _workers(stdout: str, marker: str) -> set[str]:
     return set(re.findall(rf"\[(gw\d)\] .*?{re.escape(marker)}", stdout))
 
 
+@pytest.mark.two_workers
 @pytest.mark.parametrize("dist", ["loadgroup", "load"])
 def test_each_item_is_computed_once(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project, dist: str
@@ -114,6 +115,7 @@ metadata: {{version: 1.0}}
 ARITH = [{"q": f"what is {i} plus one?", "a": str(i + 1)} for i in range(6)]
 
 
+@pytest.mark.two_workers
 def test_lmeval_option_task_items_stay_on_one_worker(
     pytester: pytest.Pytester, tiny_model_dir: Path
 ) -> None:

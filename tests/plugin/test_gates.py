@@ -293,7 +293,7 @@ def test_floors_from_under_xdist(
     reference = _run(pytester.path / "ref")
     # the floor's source travels from the worker to the controller's records
     ok = pytester.runpytest_subprocess(
-        *_args(tiny_model_dir, "-n", "2", "--llm-output=par", f"--llm-floors-from={reference}"),
+        *_args(tiny_model_dir, "-n", "1", "--llm-output=par", f"--llm-floors-from={reference}"),
         "-k",
         "colors",
     )

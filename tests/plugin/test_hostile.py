@@ -686,6 +686,7 @@ def test_an_interrupted_run_is_recorded_as_such_and_resumed(
 # ------------------------------------------------------------------ records state facts
 
 
+@pytest.mark.two_workers
 def test_records_state_the_real_settings_of_each_worker(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project
 ) -> None:  # type: ignore[no-untyped-def]

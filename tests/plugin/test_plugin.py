@@ -328,6 +328,7 @@ def test_model_load_error_is_one_clear_line(
     result.stderr.fnmatch_lines(["ERROR: --llm-model=./no-such-model: no such directory*"])
 
 
+@pytest.mark.two_workers
 def test_xdist_aggregates_on_the_controller(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project
 ) -> None:
@@ -920,7 +921,7 @@ def test_stable_and_fresh_tasks_of_a_capability_are_compared(
 def test_contamination_probes_under_xdist_reach_every_report(
     pytester: pytest.Pytester, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Under ``-n 2`` the probes run in workers: their reports, the terminal's probe
+    """Under xdist (``-n 1``) the probes run in a worker: their reports, the terminal's probe
     section, the Markdown (CI step) summary, the JUnit XML properties and the model's
     digest in the record all come from the controller, as without xdist (they were lost);
     pytest-html shows each probe's verdict on its test and all of them in its summary
@@ -929,7 +930,7 @@ def test_contamination_probes_under_xdist_reach_every_report(
     summary_file = pytester.path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
     result = pytester.runpytest_subprocess(
-        *_probe_args(tiny_model_dir, "-n", "2", "--junitxml=junit.xml", "--html=pytest.html")
+        *_probe_args(tiny_model_dir, "-n", "1", "--junitxml=junit.xml", "--html=pytest.html")
     )
     result.assert_outcomes(passed=2, skipped=2)
     result.stdout.fnmatch_lines(
@@ -991,7 +992,7 @@ def test_probes_that_finished_before_ctrl_c_under_xdist_are_kept(
     reports and terminal lines, and summary.md says the run was interrupted."""
     _probe_project(pytester, "test_llm_probe_ctrlc.py")
     pytester.makeconftest(INTERRUPT_CONFTEST)
-    result = pytester.runpytest_subprocess(*_probe_args(tiny_model_dir, "-n", "2"))
+    result = pytester.runpytest_subprocess(*_probe_args(tiny_model_dir, "-n", "1"))
     assert result.ret == pytest.ExitCode.INTERRUPTED
     run = next((pytester.path / "out").iterdir())
     reports = sorted((run / "contamination").glob("*.json"))

@@ -123,7 +123,7 @@ def test_on_under_xdist_the_controller_shows_the_workers_progress(
     pytest.importorskip("xdist")
     write_project(pytester)
     result = pytester.runpytest_subprocess(
-        *_args(tiny_model_dir, "--llm-progress=on", "-n", "2", "--junitxml=junit.xml")
+        *_args(tiny_model_dir, "--llm-progress=on", "-n", "1", "--junitxml=junit.xml")
     )
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.OK, out

@@ -56,6 +56,7 @@ def _check(run: Path) -> str:
     return html
 
 
+@pytest.mark.two_workers
 def test_single_process_and_xdist_runs_have_the_same_report_data(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project
 ) -> None:  # type: ignore[no-untyped-def]
@@ -139,7 +140,7 @@ def test_pytest_html_gets_the_summary_and_item_extras(
 ) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("pytest_html")
     write_project(pytester)
-    for extra in ((), ("-n", "2")):
+    for extra in ((), ("-n", "1")):
         html_file = pytester.path / f"pytest-html{len(extra)}.html"
         result = pytester.runpytest_subprocess(
             *_args(tiny_model_dir, "--llm-output=out", f"--html={html_file}", *extra)

@@ -299,7 +299,7 @@ def test_an_ini_data_dir_of_separators_alone_is_a_usage_error(
     )
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]])
+@pytest.mark.parametrize("xdist", [[], ["-n", "1"]])
 def test_a_floor_on_the_command_line_without_a_model_is_a_usage_error(
     pytester: pytest.Pytester, write_project, xdist: list[str]
 ) -> None:  # type: ignore[no-untyped-def]

