@@ -16,6 +16,49 @@ from openai_fake import FakeServer
 REPO = Path(__file__).resolve().parents[1]
 SHARED_BENCHMARKS = REPO.parent / "shared" / "benchmarks"
 
+# ------------------------------------------------------------------ scheduling under xdist
+
+#: The tests of the default model that share one process's work: the session's shared run
+#: (``default_run``) and the in-process model (``default_backend``). Under ``-n 2`` they are
+#: one unit of work on one worker, so that the run is made once while the other worker goes
+#: on (two workers reaching for it at once left one waiting for the whole run).
+DEFAULT_MODEL_MODULES = ("tests/benchmarks/test_default_model.py", "tests/test_e2e_smoke.py")
+#: The modules whose tests run the default model for minutes: scheduled first, so that no
+#: worker starts one when the other has run out of work.
+LONG_FIRST = (
+    *DEFAULT_MODEL_MODULES,
+    "tests/test_readme_gate.py",
+    "tests/record/test_report_browser.py",
+)
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests first (a stable sort: every worker collects the same order)."""
+    rank = {module: k for k, module in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The plugin's scheduler for ``--dist load`` (one task, one unit of work), with the
+    tests of :data:`DEFAULT_MODEL_MODULES` as one more unit."""
+    if config.getvalue("dist") != "load":
+        return None
+    from pytest_llmeval.plugin._schedule import TaskScheduling
+
+    class SuiteScheduling(TaskScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            if _module(nodeid) in DEFAULT_MODEL_MODULES:
+                return "default-model"
+            scope: str = super()._split_scope(nodeid)
+            return scope
+
+    return SuiteScheduling(config, log)
+
+
 _CORPUS = [
     "Question: what is two plus three? Answer: 5",
     "The answer is 42. The answer is B. Answer: A",

@@ -156,7 +156,6 @@ def default_backend(default_model: str) -> Any:
     return load_backend(ModelSettings(model=default_model, batch_size=8))
 
 
-@pytest.mark.xdist_group("default-model")
 def test_membership_and_guided_completion_on_the_default_model(
     shared_benchmarks: Path, default_backend: Any
 ) -> None:
@@ -197,7 +196,6 @@ def test_membership_and_guided_completion_on_the_default_model(
     assert all(0.0 <= i.guided_rouge_l <= 1.0 for i in guided.items)
 
 
-@pytest.mark.xdist_group("default-model")
 def test_shared_prefixes_give_the_unshared_results_on_real_items(
     shared_benchmarks: Path, default_backend: Any
 ) -> None:

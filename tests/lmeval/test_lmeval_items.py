@@ -343,7 +343,7 @@ def test_option_shuffle_probe_on_an_lmeval_task(
             "contamination: {options: options, gold: label}\n"
             f"lmeval: {{task: {name}, include_path: {tasks_dir.name}}}\n"
         )
-    pytester.makepyfile(test_probes=PROBE_TEST)
+    pytester.makepyfile(test_lmeval_probes=PROBE_TEST)
     result = pytester.runpytest(
         f"--llm-model={tiny_model_dir}",
         "--llm-chat-template=off",

@@ -1,19 +1,18 @@
 """The vllm backend against vLLM's real engine (its CPU build here: ``tox -e vllm``).
 
-Every test starts or reuses a real engine on the default model (SmolLM2-135M, float32): no
-fake engine. Compared with the hf backend on the same benchmark items, with the chat
-template on and off: the same prompts, the same argmax and log-likelihoods within
-:data:`LL_TOLERANCE`, the same greedy outputs; a model whose generation config sets
-``repetition_penalty: 1.3`` gives ``model.generate(do_sample=False)``'s tokens on both
-backends, and a field vLLM cannot apply is named before the engine starts. The plugin's
-runs are in ``test_vllm_plugin.py``.
+Every test reuses the session's real engine on the default model (SmolLM2-135M, float32;
+tests/vllm_engine/conftest.py) or starts its own: no fake engine. Compared with the hf
+backend on the same benchmark items, with the chat template on and off: the same prompts,
+the same argmax and log-likelihoods within :data:`LL_TOLERANCE`, the same greedy outputs; a
+model whose generation config sets ``repetition_penalty: 1.3`` gives
+``model.generate(do_sample=False)``'s tokens on both backends, and a field vLLM cannot
+apply is named before the engine starts. The plugin's runs are in ``test_vllm_plugin.py``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,46 +20,26 @@ import pytest
 
 pytest.importorskip("vllm")
 
+from engine_runs import run_task
+
 from pytest_llmeval._errors import ModelError
-from pytest_llmeval.dataset import first_n, load_items
-from pytest_llmeval.eval import ChatSettings, ItemResult, TaskRunner
 from pytest_llmeval.model import (
     GenerateRequest,
     ModelSettings,
     load_backend,
     resolve_model_path,
 )
-from pytest_llmeval.task import load_task_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))
 from transformers_generate import generate_alone
 
 pytestmark = pytest.mark.vllm
 
-REPO = Path(__file__).resolve().parents[2]
 #: |log-likelihood difference| between vLLM's and transformers' float32 CPU kernels on one
 #: choice: measured at most 2.2e-5 over MMLU's first 100 items (letters) and 1.1e-4 over
 #: their option texts, chat template off (docs/PARITY.md, "The vllm backend"); the bound
 #: here is about nine times the larger.
 LL_TOLERANCE = 1e-3
-
-
-@pytest.fixture(scope="module")
-def engines(default_model: str) -> Iterator[tuple[Any, Any]]:
-    """The default model on both in-process backends (vLLM's engine started once)."""
-    vllm_backend: Any = load_backend(ModelSettings(model=default_model, backend="vllm"))
-    hf_backend: Any = load_backend(ModelSettings(model=default_model))
-    try:
-        yield vllm_backend, hf_backend
-    finally:
-        vllm_backend.close()
-
-
-def _run(task: str, chat: str, backend: Any, data: Path, n: int) -> list[ItemResult]:
-    spec = load_task_spec(REPO / "benchmarks" / f"{task}.yaml")
-    runner = TaskRunner(spec, [data], ChatSettings(mode=chat, forced=True))
-    items = first_n(load_items(spec, runner.data_dirs), n)
-    return runner.run(items, backend)
 
 
 @pytest.mark.parametrize("chat", ["off", "on"])
@@ -69,8 +48,8 @@ def test_loglikelihoods_match_the_hf_backend(
     engines: tuple[Any, Any], shared_benchmarks: Path, task: str, chat: str
 ) -> None:
     vllm_backend, hf_backend = engines
-    ours = _run(task, chat, vllm_backend, shared_benchmarks, 8)
-    reference = _run(task, chat, hf_backend, shared_benchmarks, 8)
+    ours = run_task(task, chat, vllm_backend, shared_benchmarks, 8)
+    reference = run_task(task, chat, hf_backend, shared_benchmarks, 8)
     for a, b in zip(ours, reference, strict=True):
         assert a.error is None, a.error
         assert a.prompt == b.prompt
@@ -88,8 +67,8 @@ def test_greedy_outputs_match_the_hf_backend(
     engines: tuple[Any, Any], shared_benchmarks: Path, chat: str
 ) -> None:
     vllm_backend, hf_backend = engines
-    ours = _run("gsm8k", chat, vllm_backend, shared_benchmarks, 8)
-    reference = _run("gsm8k", chat, hf_backend, shared_benchmarks, 8)
+    ours = run_task("gsm8k", chat, vllm_backend, shared_benchmarks, 8)
+    reference = run_task("gsm8k", chat, hf_backend, shared_benchmarks, 8)
     for a, b in zip(ours, reference, strict=True):
         assert a.prompt == b.prompt
         assert (a.output, a.finish_reason, a.n_output_tokens, a.stop_token) == (

@@ -1,13 +1,18 @@
 """The vllm backend through the pytest plugin, as a user runs it (vLLM's real engine, its
-CPU build here: ``tox -e vllm``): the acceptance command on MMLU and GSM8K with the chat
-template on (the default) and off, data parallel 2 (two engines as Ray actors) giving data
-parallel 1's prompts, answers and outputs item by item (log-likelihoods to float32
-precision: a replica batches other requests, so its kernels may sum in another order), and
-bad engine settings named before any engine starts.
+CPU build here: ``tox -e vllm``), compared item by item with the session's engine in this
+process (tests/vllm_engine/conftest.py) on the same items:
 
-A module of its own: each run starts its engines in a pytest subprocess, and the engines
-of ``test_vllm_backend.py``'s module fixture are gone by then (an engine of the CPU build
-holds several GB).
+- MMLU and GSM8K under the chat template (the default) with data parallel 2: two engines
+  as Ray actors give one engine's prompts, answers and outputs (log-likelihoods to float32
+  precision: a replica batches other requests, so its kernels may sum in another order);
+- the same tasks with the chat template off, in a run that also probes a task against
+  ``--llm-reference-model``: a second engine beside the model's, each given half of the
+  default memory share;
+- bad engine settings named before any engine starts: in process, and one in a pytest
+  subprocess for the wiring of a usage error.
+
+Each plugin run is a pytest subprocess starting two engines while the session's is alive:
+they are given a share of the memory that fits beside it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_runs import SESSION_SHARE, run_task
 from tiny_projects import PROBED_SPEC
 
 pytest.importorskip("vllm")
@@ -24,6 +30,8 @@ pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
 REPO = Path(__file__).resolve().parents[2]
+#: Items of each task in a plugin run.
+LIMIT = 4
 
 
 def _records(runs: Path) -> dict[str, dict[str, Any]]:
@@ -36,7 +44,19 @@ def _records(runs: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _run_plugin(pytester: pytest.Pytester, data: Path, model: str, *args: str) -> Path:
+def _in_process(backend: Any, data: Path, chat: str) -> dict[str, dict[str, Any]]:
+    """The plugin run's items (MMLU and GSM8K, the first :data:`LIMIT` of each) on the
+    session's engine, as records."""
+    return {
+        r.item_id: r.to_dict()
+        for task in ("mmlu", "gsm8k")
+        for r in run_task(task, chat, backend, data, LIMIT)
+    }
+
+
+def _run_plugin(
+    pytester: pytest.Pytester, data: Path, model: str, *args: str
+) -> tuple[pytest.RunResult, Path]:
     runs = pytester.path / f"runs{len(list(pytester.path.glob('runs*')))}"
     result = pytester.runpytest_subprocess(
         str(REPO / "benchmarks" / "mmlu.yaml"),
@@ -45,75 +65,51 @@ def _run_plugin(pytester: pytest.Pytester, data: Path, model: str, *args: str) -
         f"--llm-model={model}",
         f"--llm-data-dir={data}",
         f"--llm-output={runs}",
-        "--llm-limit=4",
+        f"--llm-limit={LIMIT}",
         "-p",
         "no:cacheprovider",
         *args,
         timeout=900,
     )
-    assert result.ret == 0, result.stdout.str()[-3000:]
-    return runs
+    return result, runs
 
 
-def test_data_parallel_2_gives_the_records_of_data_parallel_1(
-    pytester: pytest.Pytester, shared_benchmarks: Path, default_model: str
-) -> None:
-    one = _records(_run_plugin(pytester, shared_benchmarks, default_model))
-    two = _records(_run_plugin(pytester, shared_benchmarks, default_model, "--llm-data-parallel=2"))
-    assert sorted(one) == sorted(two) and len(one) == 8
-    for item_id, a in one.items():
-        b = two[item_id]
+def _same_items(ran: dict[str, dict[str, Any]], here: dict[str, dict[str, Any]]) -> None:
+    assert sorted(ran) == sorted(here) and len(ran) == 2 * LIMIT
+    for item_id, a in here.items():
+        b = ran[item_id]
         for field in ("prompt", "extracted", "correct", "pred", "output", "n_output_tokens"):
             assert a.get(field) == b.get(field), (item_id, field)
+        assert b["error"] is None, (item_id, b["error"])
         # Bit-equal in most runs; one CI run of 2026-12-05 differed by 7.5e-6 on one choice
         # (a replica's batches hold other requests than the single engine's, and CPU
         # kernels need not sum in the same order for another batch shape). 1e-4 is the
         # float32 bound the hf-vs-vllm parity holds to.
         assert len(a["logprobs"]) == len(b["logprobs"]), item_id
         assert b["logprobs"] == pytest.approx(a["logprobs"], abs=1e-4, rel=0), item_id
-    assert any(r["logprobs"] for r in one.values())  # the multiple-choice items compared
-    assert a["prompt"].startswith("<|im_start|>")  # the chat template by default
+    assert any(r["logprobs"] for r in ran.values())  # the multiple-choice items compared
 
 
-def test_the_chat_template_off_runs_through_the_plugin(
-    pytester: pytest.Pytester, shared_benchmarks: Path, default_model: str
+def test_data_parallel_2_gives_the_records_of_one_engine(
+    pytester: pytest.Pytester,
+    shared_benchmarks: Path,
+    default_model: str,
+    engines: tuple[Any, Any],
 ) -> None:
-    records = _records(
-        _run_plugin(pytester, shared_benchmarks, default_model, "--llm-chat-template=off")
+    result, runs = _run_plugin(
+        pytester,
+        shared_benchmarks,
+        default_model,
+        "--llm-data-parallel=2",
+        f"--llm-memory-share={SESSION_SHARE}",
     )
-    assert len(records) == 8
-    assert not any(r["prompt"].startswith("<|im_start|>") for r in records.values())
-    assert all(r["error"] is None for r in records.values())
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (
-            ['--llm-vllm-args={"enforce_eagr": true}'],
-            "unknown vLLM engine argument(s): enforce_eagr (did you mean enforce_eager?)",
-        ),
-        (['--llm-vllm-args={"dtype": "half"}'], "dtype is set by --llm-dtype"),
-        (["--llm-tensor-parallel=64"], "needs 64 cores, and this machine has"),
-        (["--llm-memory-share=1.5"], "expected a share of the device's memory in (0, 1]"),
-        (["--llm-memory-share=0"], "expected a share of the device's memory in (0, 1]"),
-        (["--llm-vllm-args=enforce_eager"], "not JSON"),
-    ],
-)
-def test_bad_engine_settings_are_named_before_the_model_loads(
-    pytester: pytest.Pytester, shared_benchmarks: Path, args: list[str], message: str
-) -> None:
-    result = pytester.runpytest_subprocess(
-        str(REPO / "benchmarks" / "mmlu.yaml"),
-        "--llm-backend=vllm",
-        "--llm-model=smollm2-135m",
-        f"--llm-data-dir={shared_benchmarks}",
-        f"--llm-output={pytester.path / 'runs'}",
-        *args,
-    )
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert message in result.stderr.str()
-    assert not (pytester.path / "runs").exists()  # nothing ran, nothing was written
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    ran = _records(runs)
+    _same_items(ran, _in_process(engines[0], shared_benchmarks, "on"))
+    assert all(r["prompt"].startswith("<|im_start|>") for r in ran.values())  # the default
+    (run,) = [p for p in runs.iterdir() if p.is_dir()]
+    engine = json.loads((run / "eval_config.json").read_text())["framework"]["engine"]
+    assert (engine["data_parallel"], engine["memory_share"]) == (2, SESSION_SHARE)
 
 
 QUIZ_PROBES = """\
@@ -132,12 +128,16 @@ def test_probe_against_the_reference(llm_probe, probe):
 """
 
 
-def test_a_reference_model_runs_its_own_engine_beside_the_models(
-    pytester: pytest.Pytester, default_model: str
+def test_chat_template_off_and_a_reference_model_beside_the_model(
+    pytester: pytest.Pytester,
+    shared_benchmarks: Path,
+    default_model: str,
+    engines: tuple[Any, Any],
 ) -> None:
-    """--llm-reference-model on the vllm backend: a second engine on the same devices,
-    each given half of the default memory share (two engines at vLLM's default of 0.92 of
-    a GPU each cannot both start), and the canonical-order verdict against it."""
+    """One run with the chat template off: MMLU and GSM8K give the session engine's records
+    under raw prompts, and --llm-reference-model starts a second engine on the same
+    devices, each given half of the default memory share (two engines at vLLM's default
+    of 0.92 of a GPU each cannot both start), for the canonical-order verdict against it."""
     rows = [
         {"question": f"Which is number {i}?", "choices": [f"{i}", f"{i + 1}", f"{i + 2}"]}
         for i in range(4)
@@ -147,27 +147,87 @@ def test_a_reference_model_runs_its_own_engine_beside_the_models(
     )
     (pytester.path / "quiz.yaml").write_text(PROBED_SPEC)
     (pytester.path / "test_quiz_probes.py").write_text(QUIZ_PROBES)
-    runs = pytester.path / "runs"
-    result = pytester.runpytest_subprocess(
-        "--llm-backend=vllm",
-        f"--llm-model={default_model}",
+    result, runs = _run_plugin(
+        pytester,
+        shared_benchmarks,
+        default_model,
+        "quiz.yaml",
+        "test_quiz_probes.py",
+        f"--llm-data-dir={pytester.path}",
         f"--llm-reference-model={default_model}",
-        "--llm-data-dir=.",
-        f"--llm-output={runs}",
+        "--llm-chat-template=off",
         "--llm-probe-items=4",
         "-m",
-        "contamination",
-        "-p",
-        "no:cacheprovider",
-        timeout=900,
+        "regression or contamination",
+        "-rA",
     )
+    out = result.stdout.str()
     # Membership probes need the model's whole next-token distribution (Min-K%++), which
     # vLLM does not return: that probe fails with one line naming the hf backend.
-    result.assert_outcomes(passed=1, failed=1, deselected=4)
-    assert "Run membership probes with --llm-backend=hf" in result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
+    result.stdout.fnmatch_lines(
+        [
+            "PASSED test_quiz_probes.py::test_probe_against_the_reference[[]canonical_order[]]",
+            "FAILED test_quiz_probes.py::test_probe_against_the_reference[[]membership[]]*",
+        ]
+    )
+    assert "Run membership probes with --llm-backend=hf" in out
+    ran = {k: r for k, r in _records(runs).items() if r["task"] != "quiz"}
+    _same_items(ran, _in_process(engines[0], shared_benchmarks, "off"))
+    assert not any(r["prompt"].startswith("<|im_start|>") for r in ran.values())
     (run,) = [p for p in runs.iterdir() if p.is_dir()]
     engine = json.loads((run / "eval_config.json").read_text())["framework"]["engine"]
     assert engine["memory_share"] == pytest.approx(0.15)
     assert "divided between 2 engines" in engine["memory_share_source"]
     order = json.loads((run / "contamination" / "quiz-canonical_order.json").read_text())
     assert len(order["reference"]["sha256"]) == 64 and order["reference_report"]["n"] == 4
+
+
+BAD_SETTINGS = [
+    (
+        ['--llm-vllm-args={"enforce_eagr": true}'],
+        "unknown vLLM engine argument(s): enforce_eagr (did you mean enforce_eager?)",
+    ),
+    (['--llm-vllm-args={"dtype": "half"}'], "dtype is set by --llm-dtype"),
+    (["--llm-tensor-parallel=64"], "needs 64 cores, and this machine has"),
+    (["--llm-memory-share=1.5"], "expected a share of the device's memory in (0, 1]"),
+    (["--llm-memory-share=0"], "expected a share of the device's memory in (0, 1]"),
+    (["--llm-vllm-args=enforce_eager"], "not JSON"),
+]
+
+
+def _bad_settings_run(
+    pytester: pytest.Pytester, data: Path, args: list[str], subprocess: bool
+) -> pytest.RunResult:
+    run = pytester.runpytest_subprocess if subprocess else pytester.runpytest
+    result = run(
+        str(REPO / "benchmarks" / "mmlu.yaml"),
+        "--llm-backend=vllm",
+        "--llm-model=smollm2-135m",
+        f"--llm-data-dir={data}",
+        f"--llm-output={pytester.path / 'runs'}",
+        *args,
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    return result
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_SETTINGS)
+def test_bad_engine_settings_are_named_before_the_model_loads(
+    pytester: pytest.Pytester, shared_benchmarks: Path, args: list[str], message: str
+) -> None:
+    """In process: vLLM is imported here already, and no engine starts."""
+    result = _bad_settings_run(pytester, shared_benchmarks, args, subprocess=False)
+    assert message in result.stderr.str()
+    assert not (pytester.path / "runs").exists()  # nothing ran, nothing was written
+
+
+def test_a_bad_engine_setting_ends_a_pytest_process_with_a_usage_error(
+    pytester: pytest.Pytester, shared_benchmarks: Path
+) -> None:
+    """The same check as a user meets it: a pytest process that imports vLLM to check the
+    settings, exits 4 and names the setting."""
+    args, message = BAD_SETTINGS[0]
+    result = _bad_settings_run(pytester, shared_benchmarks, args, subprocess=True)
+    assert message in result.stderr.str()
+    assert not (pytester.path / "runs").exists()
