@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 import itertools
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 import pytest_llmeval
 
 PACKAGE_DIR = Path(pytest_llmeval.__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[1]
 ROOT = "pytest_llmeval"
 
 
@@ -132,6 +135,36 @@ def test_no_import_cycle_between_packages() -> None:
         + "\nmove the code that needs both into the package that sits above, or the shared "
         "part into the package below"
     )
+
+
+#: What a package whose work is plain data must not load when imported: the evaluation
+#: stack (which reaches the backends) and the pytest wiring.
+HEAVY_PACKAGES = ("pytest_llmeval.eval", "pytest_llmeval.model", "pytest_llmeval.plugin")
+
+
+@pytest.mark.parametrize("package", ["gate", "record", "scorer"])
+def test_a_data_package_loads_no_evaluation_stack(package: str) -> None:
+    """``import pytest_llmeval.gate`` (record, scorer) in a fresh interpreter loads that
+    package and what it uses, not ``eval``, ``model`` or ``plugin`` (the root package's
+    names are imported when first used)."""
+    code = (
+        f"import sys, pytest_llmeval.{package}\n"
+        "print('\\n'.join(m for m in sys.modules if m.startswith('pytest_llmeval')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    loaded = done.stdout.split()
+    assert f"pytest_llmeval.{package}" in loaded
+    heavy = [m for m in loaded if m.startswith(HEAVY_PACKAGES)]
+    assert heavy == [], f"pytest_llmeval.{package} loads {heavy}"
+
+
+def test_the_root_package_still_gives_its_names() -> None:
+    assert pytest_llmeval.TaskRunner.__name__ == "TaskRunner"
+    assert pytest_llmeval.load_backend.__module__ == "pytest_llmeval.model"
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        pytest_llmeval.nothing  # noqa: B018
 
 
 def private_imports(path: Path, package_dir: Path) -> Iterator[tuple[str, int]]:

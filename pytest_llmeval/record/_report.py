@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmeval._errors import LlmEvalError
-from pytest_llmeval.eval import FAILURE_CLASSES, classify
 from pytest_llmeval.gate import Comparison, format_diff, item_score, item_scored
 from pytest_llmeval.record._compare import RunRecord, compare_runs, load_run
 from pytest_llmeval.record._report_charts import (
@@ -1231,6 +1230,9 @@ def item_entry(
 ) -> dict[str, Any]:
     """One item as the browser reads it (short keys: the page of a full MMLU run holds
     14,042 of them)."""
+    # The evaluation stack loads only where a report is built, not with the package.
+    from pytest_llmeval.eval import classify
+
     item_id = str(record.get("item_id"))
     entry: dict[str, Any] = {"id": item_id, "q": rest, "t": str(record.get("target", ""))}
     if prefix >= 0:
@@ -1292,6 +1294,9 @@ def browser_data(
 ) -> dict[str, Any]:
     """The JSON block the item browser reads: per task its items (in record order), the
     shared prompt prefixes, subsets, the failure classes present, and flips."""
+    # The evaluation stack loads only where a report is built, not with the package.
+    from pytest_llmeval.eval import FAILURE_CLASSES
+
     flips: dict[str, dict[str, str]] = {}
     partial: set[str] = set()  # tasks compared on partial scores: flips are lower/higher
     if comparison is not None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_llmeval._errors import LlmEvalError
-from pytest_llmeval.eval import TaskRunner
 from pytest_llmeval.record._hash import stable_hash
 from pytest_llmeval.task import TaskSpec
+
+if TYPE_CHECKING:  # a type only: reading records never loads the evaluation stack
+    from pytest_llmeval.eval import TaskRunner
 
 # Greedy decoding is the only sampling mode; recorded explicitly so that records say so.
 # A backend states how it decodes (``decoding`` in its info: what of the model's generation
