@@ -1,4 +1,4 @@
-"""Command-line and ini options: one ``llmeval`` group; every option also works as ini."""
+"""Command-line and ini options: one ``llmeval`` group; most options also work as ini keys."""
 
 from __future__ import annotations
 
