@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from engine_runs import run_task
+from engine_runs import EAGER, run_task
 
 from pytest_llmeval._errors import ModelError
 from pytest_llmeval.model import (
@@ -150,7 +150,9 @@ def test_a_repetition_penalty_gives_model_generate_on_both_backends(
     assert expected != neutral  # the penalty changes these outputs
     requests = [GenerateRequest(p, 24) for p in PROMPTS]
     assert [r.text for r in hf.generate(requests)] == expected
-    vllm_backend: Any = load_backend(ModelSettings(model=str(model), backend="vllm"))
+    vllm_backend: Any = load_backend(
+        ModelSettings(model=str(model), backend="vllm", vllm_args=EAGER)
+    )
     try:
         assert [r.text for r in vllm_backend.generate(requests)] == expected
         described = vllm_backend.info()["decoding"]["generation_config"]

@@ -12,7 +12,9 @@ process (tests/vllm_engine/conftest.py) on the same items:
   subprocess for the wiring of a usage error.
 
 Each plugin run is a pytest subprocess starting two engines while the session's is alive:
-they are given a share of the memory that fits beside it.
+they are given a share of the memory that fits beside it, and start without torch.compile
+(``engine_runs.EAGER``); the session's engine, compiled as vLLM starts it by default, is
+what they are compared with.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_runs import SESSION_SHARE, run_task
+from engine_runs import EAGER, SESSION_SHARE, first_results
 from tiny_projects import PROBED_SPEC
 
 pytest.importorskip("vllm")
@@ -46,11 +48,11 @@ def _records(runs: Path) -> dict[str, dict[str, Any]]:
 
 def _in_process(backend: Any, data: Path, chat: str) -> dict[str, dict[str, Any]]:
     """The plugin run's items (MMLU and GSM8K, the first :data:`LIMIT` of each) on the
-    session's engine, as records."""
+    session's engine, as records (those test_vllm_backend.py computed, where it ran)."""
     return {
         r.item_id: r.to_dict()
         for task in ("mmlu", "gsm8k")
-        for r in run_task(task, chat, backend, data, LIMIT)
+        for r in first_results(task, chat, backend, data, LIMIT)
     }
 
 
@@ -66,6 +68,7 @@ def _run_plugin(
         f"--llm-data-dir={data}",
         f"--llm-output={runs}",
         f"--llm-limit={LIMIT}",
+        f"--llm-vllm-args={EAGER}",
         "-p",
         "no:cacheprovider",
         *args,
