@@ -137,6 +137,52 @@ def test_no_import_cycle_between_packages() -> None:
     )
 
 
+#: Modules that import another package's private module (``pytest_llmeval.X._y`` from
+#: outside X): what was there when this rule came, each to go (the package's public names,
+#: or the code moved to where it belongs), never to grow. Keyed by importer and target.
+PRIVATE_MODULE_IMPORTS = {
+    ("contamination/_resume.py", "pytest_llmeval.model._types"),
+    ("eval/_run.py", "pytest_llmeval.scorer._judges"),
+    ("eval/_run.py", "pytest_llmeval.scorer._math_verify"),
+    ("gate/_verdict.py", "pytest_llmeval.scorer._metrics"),
+    ("model/_types.py", "pytest_llmeval.task._spec"),
+    ("plugin/_options.py", "pytest_llmeval.model._tokens"),
+    ("plugin/_options.py", "pytest_llmeval.model._vllm"),
+    ("plugin/_options.py", "pytest_llmeval.record._rundir"),
+    ("plugin/_outcomes.py", "pytest_llmeval.record._junit"),
+    ("plugin/_session.py", "pytest_llmeval.record._rundir"),
+}
+
+
+def private_module_imports(package_dir: Path) -> set[tuple[str, str]]:
+    """(importer, ``pytest_llmeval.X._y``) for each import of a private module of package
+    X from a module outside X (those inside functions included)."""
+    found: set[tuple[str, str]] = set()
+    for path in sorted(package_dir.rglob("*.py")):
+        source = source_node(path, package_dir)
+        for target, _ in imported_modules(path, package_dir):
+            parts = target.split(".")
+            if parts[0] != ROOT or len(parts) < 3 or parts[1] in (source, "__init__"):
+                continue
+            if parts[1].startswith("_") or not (package_dir / parts[1]).is_dir():
+                continue  # a root module (_errors, _json, _digest) is the package's own
+            if parts[2].startswith("_") and not parts[2].startswith("__"):
+                importer = path.relative_to(package_dir).as_posix()
+                found.add((importer, ".".join(parts[:3])))
+    return found
+
+
+def test_no_new_import_of_another_packages_private_module() -> None:
+    found = private_module_imports(PACKAGE_DIR)
+    new = sorted(found - PRIVATE_MODULE_IMPORTS)
+    assert new == [], (
+        "a module imports another package's private module: import the package's public "
+        f"name (add it to that package's __init__) instead: {new}"
+    )
+    gone = sorted(PRIVATE_MODULE_IMPORTS - found)
+    assert gone == [], f"no longer imported: remove from PRIVATE_MODULE_IMPORTS: {gone}"
+
+
 #: What a package whose work is plain data must not load when imported: the evaluation
 #: stack (which reaches the backends) and the pytest wiring.
 HEAVY_PACKAGES = ("pytest_llmeval.eval", "pytest_llmeval.model", "pytest_llmeval.plugin")
