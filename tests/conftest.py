@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))
 
 
-@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown where xdist is not loaded
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before the plugin's; xdist's hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """The plugin's scheduler for ``--dist load`` (one task, one unit of work), with the
     tests of :data:`DEFAULT_MODEL_MODULES` as one more unit."""
