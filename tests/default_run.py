@@ -74,8 +74,16 @@ def shared_default_run(folder: Path, data: Path, model: str) -> DefaultRun:
             saved.write_text(json.dumps(_run(folder, data, model)))
     got = json.loads(saved.read_text())
     result = pytest.RunResult(got["ret"], got["stdout"], got["stderr"], got["duration"])
-    (run,) = [p for p in (folder / "runs").iterdir() if p.is_dir()]
-    return DefaultRun(result, run, folder / "junit.xml")
+    out = folder / "runs"
+    runs = [p for p in out.iterdir() if p.is_dir()] if out.is_dir() else []
+    if len(runs) != 1:  # the run crashed before (or while) writing its record: say how
+        output = "\n".join([*got["stdout"][-60:], *got["stderr"][-60:]])
+        pytest.fail(
+            f"the shared default-model run (exit {got['ret']}) left {len(runs)} run "
+            f"folder(s) in {out}, not 1; its output ends:\n{output}",
+            pytrace=False,
+        )
+    return DefaultRun(result, runs[0], folder / "junit.xml")
 
 
 def _run(folder: Path, data: Path, model: str) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""Gates that decide: floors from a reference run, verdicts with their uncertainty, the
-paired gate against a baseline run, and the item budget a gate needs (plain Python: no
-pytest, no torch; ``record`` reads the runs). See docs/GATES.md."""
+"""Gates that decide: a task's verdict from its item records, floors from a reference run,
+verdicts with their uncertainty, the paired gate against a baseline run, and the item
+budget a gate needs (plain Python: no pytest, no torch; ``record`` reads the runs). See
+docs/GATES.md."""
 
 from pytest_llmeval.gate._baseline import (
     ABSENT,
@@ -19,6 +20,7 @@ from pytest_llmeval.gate._baseline import (
     parse_gate,
     sign_flip_test,
 )
+from pytest_llmeval.gate._decide import TaskTally, TaskVerdict, decide_task
 from pytest_llmeval.gate._plan import (
     DROPS,
     PlanSettings,
@@ -77,6 +79,8 @@ __all__ = [
     "Simulated",
     "TaskDelta",
     "TaskPlan",
+    "TaskTally",
+    "TaskVerdict",
     "binom_cdf",
     "binom_pmf",
     "binom_sf",
@@ -85,6 +89,7 @@ __all__ = [
     "binomial_sample_size",
     "check_policy",
     "connor_size",
+    "decide_task",
     "detectable_floor_drop",
     "floor_gate_power",
     "floor_need",

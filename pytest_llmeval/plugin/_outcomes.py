@@ -32,7 +32,7 @@ import pytest
 from pytest_llmeval.record._junit import gate_case, present_report
 
 if TYPE_CHECKING:
-    from ._session import TaskVerdict
+    from pytest_llmeval.gate import TaskVerdict
 
 # The last part of a gate's node id: SPEC::TASK::gate.
 GATE_NAME = "gate"

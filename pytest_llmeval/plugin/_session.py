@@ -13,7 +13,7 @@ import hashlib
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,7 +23,13 @@ from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import SpecError
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import FailureReport, ItemResult, TaskRunner, analyse_failures
-from pytest_llmeval.gate import gate_failures, interval_verdict, parse_gate, policy_fails
+from pytest_llmeval.gate import (
+    TaskTally,
+    TaskVerdict,
+    decide_task,
+    gate_failures,
+    parse_gate,
+)
 from pytest_llmeval.record import (
     CONFIG,
     MARKDOWN,
@@ -32,9 +38,11 @@ from pytest_llmeval.record import (
     mark_superseded,
     new_run_dir,
     output_file,
+    skipped_entry,
+    summary_entry,
+    summary_row,
     write_json_atomic,
 )
-from pytest_llmeval.scorer import Estimate, accuracy
 from pytest_llmeval.task import TaskSpec
 
 from ._evaluator import WHOLE_TASK_DIST, Evaluator
@@ -108,17 +116,6 @@ def _defined_twice(name: str, first: str, second: str) -> SpecError:
 def _item_line(item_id: str, message: str) -> str:
     """An item's error as one line that names the item once."""
     return message if item_id in message else f"{item_id}: {message}"
-
-
-def _no_score(tally: TaskTally) -> str:
-    """Why a task with a floor has no score to hold to it."""
-    if tally.not_fitting:
-        window = next(iter(tally.not_fitting.values())).get("context_window")
-        return (
-            f"none of its {len(tally.not_fitting)} selected items fits the context window "
-            f"({window} tokens), so no score holds its floor {tally.floor}"
-        )
-    return f"no item was scored, so no score holds its floor {tally.floor}"
 
 
 def _read_reference(path: Path | None) -> ReferenceRun | None:
@@ -221,153 +218,6 @@ def _lmeval_meta(spec: TaskSpec) -> dict[str, Any] | None:
     from pytest_llmeval.lmeval import lmeval_meta
 
     return lmeval_meta(spec)
-
-
-@dataclass
-class TaskTally:
-    """What the controller has seen of one task (from reports, so it works under xdist)."""
-
-    name: str
-    metric: str
-    floor: float | None
-    total_items: int
-    source: str = ""
-    saturation: str = ""
-    successor: str | None = None
-    capability: str | None = None
-    freshness: str = "stable"
-    selected: int = 0
-    skipped: int = 0
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    nondeterministic: list[str] = field(default_factory=list)
-    # Items whose prompt does not fit the model's context window: reported, not scored.
-    not_fitting: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Items scored on a prompt cut to fit the window (the spec's overflow policy).
-    truncated: list[str] = field(default_factory=list)
-    # Generations that show behavioural cues of recall (a benchmark's name, a split, ...).
-    recall_cues: dict[str, list[str]] = field(default_factory=dict)
-    seconds: float = 0.0
-    config: dict[str, Any] = field(default_factory=dict)
-    # Where the floor came from (the spec, an option, a reference run with its rule).
-    floor_source: dict[str, Any] | None = None
-    # An lm-evaluation-harness task: how the harness aggregates it and its groups.
-    lmeval: dict[str, Any] | None = None
-    # Whether the task has subsets, and those whose data has no rows (subset -> its file).
-    has_subsets: bool = False
-    empty_subsets: dict[str, str] = field(default_factory=dict)
-    # Why its items were skipped at setup (reason -> count), and the kind of its stand-in
-    # item when it runs none (data, judge, empty: ``_collect._no_items``): ``_notrun``.
-    skip_reasons: dict[str, int] = field(default_factory=dict)
-    no_items: str | None = None
-
-    def subsets_ran(self) -> dict[str, int]:
-        """The scored items of each subset (the subsets that ran, in their order)."""
-        counts: dict[str, int] = {}
-        for r in self.results.values():
-            if r.get("subset") is not None:
-                counts[str(r["subset"])] = counts.get(str(r["subset"]), 0) + 1
-        return counts
-
-    def estimate(self) -> Estimate:
-        """The task's score and its interval, over the item scores of the median repeat
-        (:meth:`median_repeat`; the only one without ``--llm-repeat``): the score the
-        summary shows, the floor is checked on and the interval are of one set of answers
-        (the interval was the first repeat's beside the median's score)."""
-        k = self.median_repeat()
-        scores = [(r.get("repeat_scores") or [r["score"]])[k] for r in self.results.values()]
-        return accuracy(scores)
-
-    def median_repeat(self) -> int:
-        """Which repeat's task score is the median of the repeats' (of an even number, the
-        lower of the middle two): 0 without repeats."""
-        scores = self.repeat_scores()
-        if len(scores) < 2:
-            return 0
-        return sorted(range(len(scores)), key=lambda k: (scores[k], k))[(len(scores) - 1) // 2]
-
-    def metric_estimates(self) -> dict[str, Estimate]:
-        """Each named metric (``generate.metrics``) over the scored items that carry it,
-        in the order the spec names them."""
-        scores: dict[str, list[float]] = {}
-        for r in self.results.values():
-            for name, value in (r.get("metrics") or {}).items():
-                scores.setdefault(name, []).append(float(value["score"]))
-        return {name: accuracy(values) for name, values in scores.items()}
-
-    def repeat_scores(self) -> list[float]:
-        """The task score of each repeat (one entry when --llm-repeat is 1)."""
-        per_item = [r.get("repeat_scores") or [r["score"]] for r in self.results.values()]
-        if not per_item:
-            return []
-        repeats = min(len(s) for s in per_item)
-        return [sum(s[k] for s in per_item) / len(per_item) for k in range(repeats)]
-
-
-@dataclass(frozen=True)
-class TaskVerdict:
-    task: str
-    n: int
-    selected: int
-    total: int
-    metric: str
-    estimate: Estimate
-    score: float  # the estimate, or the median over repeats
-    repeats: tuple[float, ...]
-    floor: float | None
-    seconds: float
-    # pass | FAIL | undecided (the floor against the 95% interval) | error | incomplete |
-    # no floor | skipped
-    status: str
-    policy: str = "point"
-    floor_fails: bool = False  # the floor fails the run under the policy
-    floor_source: dict[str, Any] | None = None
-
-    @property
-    def failed(self) -> bool:
-        return self.status in ("error", "incomplete") or self.floor_fails
-
-    @property
-    def spread(self) -> float:
-        return max(self.repeats) - min(self.repeats) if self.repeats else float("nan")
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "task": self.task,
-            "n": self.n,
-            "total": self.total,
-            "metric": self.metric,
-            "score": self.score,
-            "ci_low": self.estimate.ci_low,
-            "ci_high": self.estimate.ci_high,
-            "floor": self.floor,
-            "status": self.status,
-            "seconds": self.seconds,
-            "policy": self.policy,
-            "failed": self.failed,
-            "floor_source": self.floor_source,
-        }
-
-
-def summary_row(task: str, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """A task's row of the summary table, from its ``metrics_summary.json`` entry (a task
-    another process of a combined run scored), as :meth:`TaskVerdict.row` gives it."""
-    ci = entry.get("ci95") or [math.nan, math.nan]
-    return {
-        "task": task,
-        "n": entry.get("n"),
-        "total": entry.get("total_items"),
-        "metric": entry.get("metric"),
-        "score": entry.get("score"),
-        "ci_low": ci[0],
-        "ci_high": ci[1],
-        "floor": entry.get("floor"),
-        "status": entry.get("verdict"),
-        "seconds": entry.get("seconds"),
-        "policy": entry.get("policy"),
-        "failed": entry.get("failed"),
-        "floor_source": entry.get("floor_source"),
-    }
 
 
 class LlmEvalSession:
@@ -1025,59 +875,15 @@ class LlmEvalSession:
             )
 
     def decide(self) -> list[TaskVerdict]:
-        verdicts = []
-        for name in sorted(self.tallies):
-            tally = self.tallies[name]
-            est = tally.estimate()
-            repeats = tuple(tally.repeat_scores())
-            score = est.value  # of the median repeat, with its interval
-            n = len(tally.results)
-            # The items selected for the task (known here without xdist): an interrupted
-            # run's verdict covers them all, not only those that ran.
-            selected = max(tally.selected, len(self.selected.get(name, ())))
-            if (
-                n == 0
-                and tally.floor is not None
-                and tally.selected > tally.skipped
-                and not tally.errors
-            ):
-                why = _no_score(tally)
-                if why not in tally.errors:
-                    tally.errors.append(why)
-            if tally.errors or tally.nondeterministic:
-                status = "error"
-            elif tally.selected and tally.skipped == tally.selected:
-                status = "skipped"
-            elif n < selected - tally.skipped - len(tally.not_fitting):
-                status = "incomplete"
-            elif self.interrupted and name not in self.selected:
-                status = "incomplete"  # under xdist: which of its items ran is not known
-            elif tally.floor is None:
-                status = "no floor"
-            else:
-                decided = interval_verdict(est.ci_low, est.ci_high, tally.floor)
-                status = "FAIL" if decided == "fail" else decided
-            floor_fails = status in ("pass", "FAIL", "undecided") and policy_fails(
-                self.options.floor_policy, score, est.ci_low, est.ci_high, float(tally.floor or 0)
+        verdicts = [
+            decide_task(
+                self.tallies[name],
+                selected=len(self.selected.get(name, ())),
+                policy=self.options.floor_policy,
+                interrupted_unknown=bool(self.interrupted) and name not in self.selected,
             )
-            verdicts.append(
-                TaskVerdict(
-                    task=name,
-                    n=n,
-                    selected=selected,
-                    total=tally.total_items,
-                    metric=tally.metric,
-                    estimate=est,
-                    score=score,
-                    repeats=repeats if len(repeats) > 1 else (),
-                    floor=tally.floor,
-                    seconds=tally.seconds,
-                    status=status,
-                    policy=self.options.floor_policy,
-                    floor_fails=floor_fails,
-                    floor_source=tally.floor_source,
-                )
-            )
+            for name in sorted(self.tallies)
+        ]
         self.verdicts = verdicts
         self.not_run = tasks_not_run(
             [
@@ -1114,72 +920,13 @@ class LlmEvalSession:
         self.run.write_json(CONFIG, config)
         not_run = {n.task: n for n in self.not_run}
         for v in self.verdicts:
-            if v.status == "skipped":
+            if v.status != "skipped":
+                tally = self.tallies[v.task]
+                summary[v.task] = summary_entry(v, tally, records_entry(self.run.path, v.task))
+            elif v.task in not_run and v.task not in summary:
                 # Listed with why and what to pass (a task another process of a combined
                 # run scored keeps its entry).
-                if v.task in not_run and v.task not in summary:
-                    summary[v.task] = {
-                        "n": 0,
-                        "total_items": v.total,
-                        "metric": v.metric,
-                        "verdict": "skipped",
-                        "reason": not_run[v.task].reason,
-                        "fix": not_run[v.task].fix,
-                    }
-                continue
-            entry: dict[str, Any] = {
-                "n": v.n,
-                "total_items": v.total,
-                "partial": v.n + len(self.tallies[v.task].not_fitting) < v.total,
-                "metric": v.metric,
-                "score": v.score,
-                "mean": v.estimate.value,
-                "stderr": v.estimate.stderr,
-                "ci95": [v.estimate.ci_low, v.estimate.ci_high],
-                "floor": v.floor,
-                "verdict": v.status,
-                "seconds": round(v.seconds, 3),
-                "config_hash": self.tallies[v.task].config.get("config_hash"),
-                "prompt_hash": self.tallies[v.task].config.get("prompt_hash"),
-                # what the output file holds: the report and the record commands check it
-                "records": records_entry(self.run.path, v.task),
-            }
-            if v.floor is not None:
-                entry["floor_source"] = v.floor_source
-                entry["policy"] = v.policy
-                entry["failed"] = v.failed
-            cues = self.tallies[v.task].recall_cues
-            if cues:
-                entry["recall_cues"] = {"n": len(cues), "items": dict(sorted(cues.items()))}
-            not_fitting = self.tallies[v.task].not_fitting
-            if not_fitting:
-                entry["not_fitting"] = {"n": len(not_fitting), "items": sorted(not_fitting)}
-            truncated = self.tallies[v.task].truncated
-            if truncated:
-                entry["truncated"] = {"n": len(truncated), "items": sorted(truncated)}
-            errors = self.tallies[v.task].errors
-            if errors:
-                entry["errors"] = {"n": len(errors), "items": list(errors)}
-            if v.repeats:
-                entry["repeats"] = list(v.repeats)
-                entry["spread"] = v.spread
-            if self.tallies[v.task].has_subsets:  # scored items per subset; empty ones
-                entry["subsets"] = {
-                    "ran": self.tallies[v.task].subsets_ran(),
-                    "empty": dict(self.tallies[v.task].empty_subsets),
-                }
-            named = self.tallies[v.task].metric_estimates()
-            if named:  # beside the primary score; the verdict is on the primary score only
-                entry["metrics"] = {
-                    name: {
-                        "n": est.n,
-                        "mean": est.value,
-                        "stderr": est.stderr,
-                        "ci95": [est.ci_low, est.ci_high],
-                    }
-                    for name, est in named.items()
-                }
-            summary[v.task] = entry
+                summary[v.task] = skipped_entry(v, not_run[v.task].reason, not_run[v.task].fix)
         self._compare_with_baseline()
         self._analyse_failures()
         self._plan()

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from pytest_llmeval.gate import TaskVerdict
 from pytest_llmeval.record import decoding_lines, deselected_lines, prompt_lines
 
 from ._collect import describe
-from ._session import LlmEvalSession, TaskVerdict
+from ._session import LlmEvalSession
 
 AUTO_SHOW_MAX_ITEMS = 5
 ERRORS_SHOWN = 5

@@ -43,6 +43,9 @@ from pytest_llmeval.record._summary import (
     floor_source_text,
     markdown_summary,
     prompt_lines,
+    skipped_entry,
+    summary_entry,
+    summary_row,
 )
 from pytest_llmeval.record._taskconfig import config_hash, prompt_hash, task_config
 
@@ -89,8 +92,11 @@ __all__ = [
     "run_identity",
     "run_state",
     "same_content",
+    "skipped_entry",
     "stable_hash",
     "strip_timing",
+    "summary_entry",
+    "summary_row",
     "task_config",
     "tokenizer_digest",
     "write_json_atomic",

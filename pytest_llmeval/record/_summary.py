@@ -13,7 +13,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_llmeval.gate import POLICY_TEXT, Comparison, format_diff, format_p
+from pytest_llmeval.gate import (
+    POLICY_TEXT,
+    Comparison,
+    TaskTally,
+    TaskVerdict,
+    format_diff,
+    format_p,
+)
 
 FAILED_STATUSES = ("FAIL", "error", "incomplete")
 MAX_FLIPPED_IDS = 20
@@ -468,3 +475,94 @@ def append_github_step_summary(
     with path.open("a", encoding="utf-8") as fh:
         fh.write(text + "\n")
     return path
+
+
+def summary_entry(v: TaskVerdict, tally: TaskTally, records: Mapping[str, Any]) -> dict[str, Any]:
+    """A scored task's entry of ``metrics_summary.json``: its verdict, its score with the
+    interval, and what the tally saw (items that did not fit, truncated, errors, recall
+    cues, repeats, subsets, named metrics); ``records``: what its output file holds (the
+    report and the record commands check it)."""
+    entry: dict[str, Any] = {
+        "n": v.n,
+        "total_items": v.total,
+        "partial": v.n + len(tally.not_fitting) < v.total,
+        "metric": v.metric,
+        "score": v.score,
+        "mean": v.estimate.value,
+        "stderr": v.estimate.stderr,
+        "ci95": [v.estimate.ci_low, v.estimate.ci_high],
+        "floor": v.floor,
+        "verdict": v.status,
+        "seconds": round(v.seconds, 3),
+        "config_hash": tally.config.get("config_hash"),
+        "prompt_hash": tally.config.get("prompt_hash"),
+        "records": dict(records),
+    }
+    if v.floor is not None:
+        entry["floor_source"] = v.floor_source
+        entry["policy"] = v.policy
+        entry["failed"] = v.failed
+    if tally.recall_cues:
+        entry["recall_cues"] = {
+            "n": len(tally.recall_cues),
+            "items": dict(sorted(tally.recall_cues.items())),
+        }
+    for name, ids in (
+        ("not_fitting", sorted(tally.not_fitting)),
+        ("truncated", sorted(tally.truncated)),
+    ):
+        if ids:
+            entry[name] = {"n": len(ids), "items": ids}
+    if tally.errors:
+        entry["errors"] = {"n": len(tally.errors), "items": list(tally.errors)}
+    if v.repeats:
+        entry["repeats"] = list(v.repeats)
+        entry["spread"] = v.spread
+    if tally.has_subsets:  # scored items per subset; empty ones
+        entry["subsets"] = {"ran": tally.subsets_ran(), "empty": dict(tally.empty_subsets)}
+    named = tally.metric_estimates()
+    if named:  # beside the primary score; the verdict is on the primary score only
+        entry["metrics"] = {
+            name: {
+                "n": est.n,
+                "mean": est.value,
+                "stderr": est.stderr,
+                "ci95": [est.ci_low, est.ci_high],
+            }
+            for name, est in named.items()
+        }
+    return entry
+
+
+def skipped_entry(v: TaskVerdict, reason: str, fix: str) -> dict[str, Any]:
+    """The ``metrics_summary.json`` entry of a task none of whose items ran: why, and what
+    to pass."""
+    return {
+        "n": 0,
+        "total_items": v.total,
+        "metric": v.metric,
+        "verdict": "skipped",
+        "reason": reason,
+        "fix": fix,
+    }
+
+
+def summary_row(task: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A task's row of the summary table, from its ``metrics_summary.json`` entry (a task
+    another process of a combined run scored), as :meth:`TaskVerdict.row` gives it."""
+    ci = entry.get("ci95") or [math.nan, math.nan]
+    return {
+        "task": task,
+        "n": entry.get("n"),
+        "total": entry.get("total_items"),
+        "metric": entry.get("metric"),
+        "score": entry.get("score"),
+        "ci_low": ci[0],
+        "ci_high": ci[1],
+        "floor": entry.get("floor"),
+        "status": entry.get("verdict"),
+        "seconds": entry.get("seconds"),
+        "policy": entry.get("policy"),
+        "failed": entry.get("failed"),
+        "floor_source": entry.get("floor_source"),
+    }

@@ -423,7 +423,7 @@ def test_repeats_score_and_interval_are_of_the_median_repeat() -> None:
     the floor's interval verdict) came from the first repeat's answers: a score outside
     its own interval. Both are now of the median repeat; an even number takes the lower
     of the middle two."""
-    from pytest_llmeval.plugin._session import TaskTally
+    from pytest_llmeval.gate import TaskTally
 
     tally = TaskTally(name="t", metric="acc", floor=None, total_items=10)
     # three repeats of ten items: task scores 0.2, 0.8, 0.5 (the first is the lowest)
