@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from pytest_llmeval.model._types import (
+from pytest_llmeval.model import (
     GenerateRequest,
     GenerateResult,
     LoglikelihoodRequest,

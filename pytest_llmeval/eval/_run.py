@@ -1020,7 +1020,7 @@ class TaskRunner:
 
     def _math_verify(self, output: str, p: PreparedItem) -> tuple[bool, Extraction, dict[str, Any]]:
         """The whole output judged by math-verify against the target (or any reference)."""
-        from pytest_llmeval.scorer._math_verify import math_verify_judge
+        from pytest_llmeval.scorer import math_verify_judge
 
         verdict = math_verify_judge(output, p.references or (p.target,))
         details = {"judge": self.judges["answer"], **verdict.details()}

@@ -20,8 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from pytest_llmeval.scorer import wilson_interval
-from pytest_llmeval.scorer._metrics import Z95
+from pytest_llmeval.scorer import Z95, wilson_interval
 
 POLICIES = ("point", "strict", "lenient")
 POLICY_TEXT = {

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pytest_llmeval._errors import ModelError
-from pytest_llmeval.task._spec import OVERFLOW_POLICIES as OVERFLOW_NAMES
+from pytest_llmeval.task import OVERFLOW_POLICIES as OVERFLOW_NAMES
 
 Overflow = Literal["skip", "truncate_middle", "truncate_left"]
 # The spec validates generate.overflow against the same tuple (task._spec.OVERFLOW_POLICIES).

@@ -750,8 +750,7 @@ def _baseline(config: pytest.Config) -> Path | None:
     if path is None:
         return None
     from pytest_llmeval._errors import LlmEvalError
-    from pytest_llmeval.record import load_run
-    from pytest_llmeval.record._rundir import refuse_damaged
+    from pytest_llmeval.record import load_run, refuse_damaged
 
     try:
         load_run(path)

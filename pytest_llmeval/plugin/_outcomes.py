@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_llmeval.record._junit import gate_case, present_report
+from pytest_llmeval.record import gate_case, present_report
 
 if TYPE_CHECKING:
     from pytest_llmeval.gate import TaskVerdict

@@ -125,7 +125,7 @@ def _read_reference(path: Path | None) -> ReferenceRun | None:
         return None
     from pytest_llmeval._errors import LlmEvalError
     from pytest_llmeval.gate import ReferenceRun
-    from pytest_llmeval.record._rundir import refuse_damaged
+    from pytest_llmeval.record import refuse_damaged
 
     try:
         refuse_damaged(path, "a floors source")
@@ -907,7 +907,7 @@ class LlmEvalSession:
 
     def _finish_record(self) -> None:
         assert self.run is not None
-        from pytest_llmeval.record._rundir import records_entry
+        from pytest_llmeval.record import records_entry
 
         config = self.eval_config()
         summary: dict[str, Any] = {}

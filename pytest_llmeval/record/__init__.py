@@ -9,7 +9,12 @@ from pytest_llmeval.record._env import (
     library_versions,
 )
 from pytest_llmeval.record._hash import HashCache, file_sha256, model_fingerprint, stable_hash
-from pytest_llmeval.record._junit import compact_properties, present_report, wrong_answer
+from pytest_llmeval.record._junit import (
+    compact_properties,
+    gate_case,
+    present_report,
+    wrong_answer,
+)
 from pytest_llmeval.record._report import prepare_report, render_report, write_report
 from pytest_llmeval.record._resume import (
     backend_code_digest,
@@ -30,6 +35,8 @@ from pytest_llmeval.record._rundir import (
     mark_superseded,
     new_run_dir,
     output_file,
+    records_entry,
+    refuse_damaged,
     resumable_chunks,
     resumable_items,
     run_state,
@@ -71,6 +78,7 @@ __all__ = [
     "file_sha256",
     "floor_source_text",
     "format_comparison",
+    "gate_case",
     "git_info",
     "library_versions",
     "load_run",
@@ -84,6 +92,8 @@ __all__ = [
     "present_report",
     "prompt_hash",
     "prompt_lines",
+    "records_entry",
+    "refuse_damaged",
     "render_report",
     "resumable_chunks",
     "resumable_items",

@@ -17,6 +17,7 @@ from pytest_llmeval.scorer._math import (
 )
 from pytest_llmeval.scorer._math_verify import MathVerifyVerdict, math_verify_judge
 from pytest_llmeval.scorer._metrics import (
+    Z95,
     Estimate,
     accuracy,
     auroc,
@@ -32,6 +33,7 @@ from pytest_llmeval.scorer._thinking import THINKING_STATES, strip_thinking, thi
 
 __all__ = [
     "THINKING_STATES",
+    "Z95",
     "Estimate",
     "Extraction",
     "MathVerifyVerdict",

@@ -3,6 +3,7 @@
 from pytest_llmeval.task._spec import (
     CAPABILITIES,
     KNOWN_MARKERS,
+    OVERFLOW_POLICIES,
     DatasetSpec,
     DateWindow,
     ExactMatchOptions,
@@ -26,6 +27,7 @@ from pytest_llmeval.task._spec import (
 __all__ = [
     "CAPABILITIES",
     "KNOWN_MARKERS",
+    "OVERFLOW_POLICIES",
     "DatasetSpec",
     "DateWindow",
     "ExactMatchOptions",
