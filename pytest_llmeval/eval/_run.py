@@ -293,7 +293,7 @@ class TaskRunner:
         """The reference judges this task's scoring names, each checked installed now (at
         collection, before any model loads) and labelled with its version for the records.
         Raises :class:`SpecError` naming the field and the extra to install."""
-        from pytest_llmeval.scorer._judges import judge_label, require_judge
+        from pytest_llmeval.scorer import judge_label, require_judge
 
         gen = self.spec.generate
         if gen is None:

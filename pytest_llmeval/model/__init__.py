@@ -13,6 +13,7 @@ from pytest_llmeval.model._resolve import (
     lfs_pointer_problem,
     resolve_model_path,
 )
+from pytest_llmeval.model._tokens import read_template_file
 from pytest_llmeval.model._types import (
     BACKENDS,
     BOS_POLICIES,
@@ -31,6 +32,7 @@ from pytest_llmeval.model._types import (
     cut_at_stop,
     stop_hit,
 )
+from pytest_llmeval.model._vllm import settings_problem as vllm_settings_problem
 
 
 def load_backend(settings: ModelSettings) -> Backend:
@@ -76,7 +78,9 @@ __all__ = [
     "lfs_pointer_problem",
     "load_backend",
     "progress_to",
+    "read_template_file",
     "report_progress",
     "resolve_model_path",
     "stop_hit",
+    "vllm_settings_problem",
 ]

@@ -507,9 +507,9 @@ def _engine(options: Options) -> None:
     """The vllm backend's settings that need vLLM itself (installed, its engine arguments'
     names, enough devices): named now, before collection and before any engine starts.
     Imports vLLM (seconds), so only for runs of that backend that evaluate a model."""
-    from pytest_llmeval.model._vllm import settings_problem
+    from pytest_llmeval.model import vllm_settings_problem
 
-    problem = settings_problem(options.model_settings())
+    problem = vllm_settings_problem(options.model_settings())
     if problem is not None:
         raise _settings_error(problem)
 
@@ -695,7 +695,7 @@ def _template_file(config: pytest.Config) -> Path | None:
             f"--llm-chat-template-file (ini llm_chat_template_file): no such file: {path}"
         )
     from pytest_llmeval._errors import ModelError
-    from pytest_llmeval.model._tokens import read_template_file
+    from pytest_llmeval.model import read_template_file
     from pytest_llmeval.prompt import chat_template_problem, check_chat_template
 
     try:

@@ -9,6 +9,7 @@ from pytest_llmeval.scorer._extract import (
     parse_number,
 )
 from pytest_llmeval.scorer._f1 import best_f1, normalize_answer, token_f1
+from pytest_llmeval.scorer._judges import judge_label, require_judge
 from pytest_llmeval.scorer._math import (
     extract_math_answer,
     last_boxed,
@@ -44,6 +45,7 @@ __all__ = [
     "binomial_upper_tail",
     "extract",
     "extract_math_answer",
+    "judge_label",
     "last_boxed",
     "lmeval_exact_match",
     "math_equal",
@@ -55,6 +57,7 @@ __all__ = [
     "numbers",
     "paired_difference",
     "parse_number",
+    "require_judge",
     "score_metric",
     "signed_rank_upper_tail",
     "strip_thinking",
