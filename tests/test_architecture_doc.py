@@ -1,5 +1,6 @@
 """docs/ARCHITECTURE.md's module map names every module of the package, and only those:
-a module added without a line there, or a line left for a module that is gone, fails."""
+a module added without a line there, or a line left for a module that is gone, fails. Every
+code name its glossary gives still exists."""
 
 from __future__ import annotations
 
@@ -29,3 +30,42 @@ def test_every_module_is_in_the_map_and_every_entry_is_a_module() -> None:
     assert len(mapped) == len(set(mapped)), "a module is listed twice"
     assert sorted(set(modules) - set(mapped)) == [], "modules missing from the module map"
     assert sorted(set(mapped) - set(modules)) == [], "the module map names modules that are gone"
+
+
+def _glossary_names() -> list[str]:
+    """The code names in the glossary's third column (``gate.TaskTally``, ``RunDir``,
+    ``load_backend``): file names, flags and record values (``verdict``, ``pass``) left
+    out."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## Glossary", 1)[1].split("\n## ", 1)[0]
+    names: list[str] = []
+    for row in re.findall(r"^\|[^|]+\|[^|]+\|([^|]*)\|$", section, re.M):
+        for name in re.findall(r"`([A-Za-z_][\w.]*)`", row):
+            if "_" in name or "." in name or name[0].isupper():
+                if not name.endswith((".json", ".jsonl", ".md", ".html")):
+                    names.append(name)
+    return names
+
+
+def _defined(name: str, source: str) -> bool:
+    """``pkg.Class.field``: ``pkg`` a package, ``Class`` a class, ``field`` a field or
+    method; ``function``: a def; ``Class``: a class."""
+    parts = name.split(".")
+    if parts[0][0].islower() and len(parts) > 1:
+        if not (PACKAGE_DIR / parts[0]).is_dir():
+            return False
+        parts = parts[1:]
+    for part in parts:
+        kind = r"(class|def) " if part[0].isupper() or part == parts[0] else r"(def )?"
+        if not re.search(rf"^\s*{kind}{re.escape(part)}\b", source, re.M):
+            return False
+    return True
+
+
+def test_every_code_name_of_the_glossary_exists() -> None:
+    source = "\n".join(p.read_text(encoding="utf-8") for p in PACKAGE_DIR.rglob("*.py"))
+    names = _glossary_names()
+    assert {"gate.TaskTally", "RunRecord", "load_backend"} <= set(names), names
+    missing = [n for n in names if not _defined(n, source)]
+    assert missing == [], f"the glossary names code that is gone: {missing}"
+    assert not _defined("gate.TaskVerdictGone", source)  # the check can fail
