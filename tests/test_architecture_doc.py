@@ -41,9 +41,9 @@ def _glossary_names() -> list[str]:
     names: list[str] = []
     for row in re.findall(r"^\|[^|]+\|[^|]+\|([^|]*)\|$", section, re.M):
         for name in re.findall(r"`([A-Za-z_][\w.]*)`", row):
-            if "_" in name or "." in name or name[0].isupper():
-                if not name.endswith((".json", ".jsonl", ".md", ".html")):
-                    names.append(name)
+            code = "_" in name or "." in name or name[0].isupper()
+            if code and not name.endswith((".json", ".jsonl", ".md", ".html")):
+                names.append(name)
     return names
 
 
