@@ -341,7 +341,9 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per job (diff, compare, floors, plan, simulate,
+    report)."""
     parser = argparse.ArgumentParser(
         prog="python -m pytest_llmeval.record",
         description=__doc__,
@@ -418,7 +420,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="folder with earlier runs for the history plots (default: the folder of RUN)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _report(args: argparse.Namespace) -> int:
+    if args.baseline:
+        refuse_damaged(Path(args.baseline), "a baseline")
+    path = write_report(
+        Path(args.run),
+        Path(args.baseline) if args.baseline else None,
+        out=Path(args.out) if args.out else None,
+        history_dir=Path(args.history) if args.history else None,
+    )
+    print(f"report written: {path} ({path.stat().st_size:,} bytes)")
+    damage = run_damage(Path(args.run))
+    if damage:
+        print(f"error: {damage_message(Path(args.run), damage)}", file=sys.stderr)
+        print(f"the report says damaged: {path}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    refuse_damaged(Path(args.run), "the run to compare")
+    refuse_damaged(Path(args.baseline), "a baseline")
+    comparison = compare_runs(load_run(Path(args.run)), load_run(Path(args.baseline)))
+    for line in format_comparison(comparison):
+        print(line)
+    failures = gate_failures(comparison, parse_gate(args.fail)) if args.fail else []
+    for failure in failures:
+        print(f"GATE ({args.fail}): {failure}")
+    return 1 if failures else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         if args.command == "diff":
             return _diff(args.run_a, args.run_b, args.tol)
@@ -429,30 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "simulate":
             return _simulate(args)
         if args.command == "report":
-            if args.baseline:
-                refuse_damaged(Path(args.baseline), "a baseline")
-            path = write_report(
-                Path(args.run),
-                Path(args.baseline) if args.baseline else None,
-                out=Path(args.out) if args.out else None,
-                history_dir=Path(args.history) if args.history else None,
-            )
-            print(f"report written: {path} ({path.stat().st_size:,} bytes)")
-            damage = run_damage(Path(args.run))
-            if damage:
-                print(f"error: {damage_message(Path(args.run), damage)}", file=sys.stderr)
-                print(f"the report says damaged: {path}", file=sys.stderr)
-                return 1
-            return 0
-        refuse_damaged(Path(args.run), "the run to compare")
-        refuse_damaged(Path(args.baseline), "a baseline")
-        comparison = compare_runs(load_run(Path(args.run)), load_run(Path(args.baseline)))
-        for line in format_comparison(comparison):
-            print(line)
-        failures = gate_failures(comparison, parse_gate(args.fail)) if args.fail else []
-        for failure in failures:
-            print(f"GATE ({args.fail}): {failure}")
-        return 1 if failures else 0
+            return _report(args)
+        return _compare(args)
     except (LlmEvalError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
