@@ -423,7 +423,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _report(args: argparse.Namespace) -> int:
+def _report_command(args: argparse.Namespace) -> int:
     if args.baseline:
         refuse_damaged(Path(args.baseline), "a baseline")
     path = write_report(
@@ -441,7 +441,7 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compare(args: argparse.Namespace) -> int:
+def _compare_command(args: argparse.Namespace) -> int:
     refuse_damaged(Path(args.run), "the run to compare")
     refuse_damaged(Path(args.baseline), "a baseline")
     comparison = compare_runs(load_run(Path(args.run)), load_run(Path(args.baseline)))
@@ -465,8 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "simulate":
             return _simulate(args)
         if args.command == "report":
-            return _report(args)
-        return _compare(args)
+            return _report_command(args)
+        return _compare_command(args)
     except (LlmEvalError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
