@@ -737,73 +737,22 @@ class LlmEvalSession:
             self.run_dir().append_item(tally.name, result)
 
     def eval_config(self) -> dict[str, Any]:
+        """``eval_config.json`` (``record.run_config``) from the options and what the
+        processes reported."""
+        from pytest_llmeval.record import run_config
+
         opts = self.options
-        env = self.environment
-        backend = env.get("backend", {}) if env else {}
-        model = (env.get("model") or {}) if env else {}
-        config: dict[str, Any] = {
-            "model": opts.model,
-            "model_path": backend.get("model_path"),
-            "model_sha256": model.get("sha256"),
-            "weights_sha256": model.get("weights_sha256"),
-            "framework": {
-                "backend": backend.get("backend"),
-                "torch": backend.get("torch"),
-                "transformers": backend.get("transformers"),
-            },
-            "dtype": backend.get("dtype", opts.dtype),
-            "device": self._per_worker("device", backend.get("device", opts.device)),
-            "batch_size": backend.get("batch_size", opts.batch_size),
-            "limit": opts.limit,
-            "seed": opts.seed,
-            # What the backend seeded and how torch was set, as it reports them (a server
-            # backend seeds nothing here: its seed travels with each request).
-            "seeds": backend.get("seeds"),
-            "torch_deterministic_algorithms": backend.get("deterministic_algorithms"),
-            "repeat": opts.repeat,
-            "check_determinism": opts.check_determinism,
-            "excluded_items": (
-                {
-                    "file": str(opts.exclude),
-                    "sha256": self.exclude_sha256,
-                    "ids": sorted(self.excluded),
-                    "unmatched": self.notes.get("unmatched_exclusions", []),
-                }
-                if opts.exclude is not None
-                else None
-            ),
-            "data_dirs": [str(d) for d in opts.data_dirs],
-            "sandbox": {"allow_unisolated_code": opts.allow_unisolated_code},
-            "started": self.started.isoformat(timespec="seconds"),
-            "tasks": {
-                name: {
-                    **t.config,
-                    "floor": t.floor,
-                    "source": t.source,
-                    "total_items": t.total_items,
-                    "selected": t.selected,
-                }
-                for name, t in sorted(self.tallies.items())
-            },
-            "environment": env,
-        }
-        if len(self.environments) > 1 or any(k != "main" for k in self.environments):
-            config["workers"] = self._workers()
-        if backend.get("backend") == "vllm":
-            # The engine: its version and settings, as asked for and as it runs.
-            config["framework"].update(vllm=backend.get("vllm"), engine=backend.get("engine"))
-        if backend.get("backend") == "openai":
-            # A served model: no weights to hash; it is identified by what the server says.
-            config["model_sha256_reason"] = model.get("reason")
-            config["framework"].update(
-                base_url=backend.get("base_url"),
-                server_model=backend.get("server_model"),
-                server=backend.get("server"),
-                concurrency=backend.get("concurrency"),
-                max_retries=backend.get("max_retries"),
-            )
+        excluded = None
+        if opts.exclude is not None:
+            excluded = {
+                "file": str(opts.exclude),
+                "sha256": self.exclude_sha256,
+                "ids": sorted(self.excluded),
+                "unmatched": self.notes.get("unmatched_exclusions", []),
+            }
+        agreement = None
         if opts.agreement is not None and self.agreement is not None:
-            config["agreement"] = {
+            agreement = {
                 "file": str(opts.agreement),
                 "sha256": self.agreement_sha256,
                 "a": (self.agreement.get("a") or {}).get("spec"),
@@ -811,40 +760,37 @@ class LlmEvalSession:
                 "limit": self.agreement.get("limit"),
                 "summary": self.agreement.get("summary"),
             }
-        return config
-
-    def _per_worker(self, key: str, default: Any) -> Any:
-        """A backend setting of the run: its value when every process had the same, else
-        the value of each xdist worker by id."""
-        values = {
-            worker: (env.get("backend") or {}).get(key)
-            for worker, env in sorted(self.environments.items())
+        asked = {
+            "model": opts.model,
+            "dtype": opts.dtype,
+            "device": opts.device,
+            "batch_size": opts.batch_size,
+            "limit": opts.limit,
+            "seed": opts.seed,
+            "repeat": opts.repeat,
+            "check_determinism": opts.check_determinism,
+            "data_dirs": opts.data_dirs,
+            "allow_unisolated_code": opts.allow_unisolated_code,
         }
-        if len(set(map(str, values.values()))) > 1:
-            return values
-        return default
-
-    def _workers(self) -> dict[str, Any]:
-        """Per process (xdist worker): its device, host and pid, and its whole environment
-        record when that differs from the first one's in anything but those."""
-        from pytest_llmeval.record import drift_fingerprint
-
-        base = drift_fingerprint(self.environment, {}) if self.environment else {}
-        workers: dict[str, Any] = {}
-        for worker, env in sorted(self.environments.items()):
-            backend = env.get("backend") or {}
-            entry: dict[str, Any] = {
-                "device": backend.get("device"),
-                "device_name": backend.get("device_name"),
-                "dtype": backend.get("dtype"),
-                "batch_size": backend.get("batch_size"),
-                "hostname": env.get("hostname"),
-                "pid": env.get("pid"),
+        tasks = {
+            name: {
+                **t.config,
+                "floor": t.floor,
+                "source": t.source,
+                "total_items": t.total_items,
+                "selected": t.selected,
             }
-            if drift_fingerprint(env, {}) != base:
-                entry["environment"] = env
-            workers[worker] = entry
-        return workers
+            for name, t in self.tallies.items()
+        }
+        return run_config(
+            asked=asked,
+            environment=self.environment,
+            environments=self.environments,
+            tasks=tasks,
+            started=self.started.isoformat(timespec="seconds"),
+            excluded=excluded,
+            agreement=agreement,
+        )
 
     def adopt_own_environment(self) -> None:
         """A run whose model loaded in this process but whose benchmark items never reported

@@ -26,6 +26,7 @@ from pytest_llmeval.record._resume import (
     same_content,
     tokenizer_digest,
 )
+from pytest_llmeval.record._runconfig import run_config
 from pytest_llmeval.record._rundir import (
     CONFIG,
     MARKDOWN,
@@ -99,6 +100,7 @@ __all__ = [
     "resumable_items",
     "resume_key",
     "resume_settings",
+    "run_config",
     "run_identity",
     "run_state",
     "same_content",
