@@ -14,7 +14,6 @@ MAX_LINES = 80
 #: ``module::function`` (methods by their own name) -> its length in lines, to shrink.
 LONG_FUNCTIONS = {
     "contamination/_guessing.py::ts_guessing_probe": 86,
-    "dataset/_source.py::read_records": 89,
     "model/_hf.py::__init__": 100,
     "model/_hf.py::_continuous": 101,
     "model/_openai.py::_generate_one": 94,

@@ -161,74 +161,13 @@ def read_records(
     kind = _infer_format(path, fmt)
     try:
         if kind == "jsonl":
-            rows = []
-            with path.open(encoding="utf-8") as fh:
-                for lineno, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise DataError(f"{path}:{lineno}: invalid JSON line: {exc}") from None
-                    if not isinstance(row, dict):
-                        raise DataError(
-                            f"{path}:{lineno}: expected a JSON object (one row of "
-                            f'{{"field": value, ...}} per line), got {_json_kind(row)}: '
-                            f"{_clip(line.strip())}"
-                        )
-                    rows.append(row)
-            return rows
+            return _read_jsonl(path)
         if kind == "json":
-            with path.open(encoding="utf-8") as fh:
-                data = json.load(fh)
-            if json_key is not None:
-                if not isinstance(data, Mapping) or json_key not in data:
-                    raise DataError(f"{path}: no top-level key {json_key!r} (dataset.json_key)")
-                data = data[json_key]
-            if not isinstance(data, list):
-                raise DataError(
-                    f"{path}: expected a JSON list of objects"
-                    + ("" if json_key else "; set dataset.json_key if the list is under a key")
-                )
-            for index, element in enumerate(data):
-                if not isinstance(element, dict):
-                    raise DataError(
-                        f"{path}: expected a JSON list of objects, but element {index} "
-                        + (f"of {json_key!r} " if json_key else "")
-                        + f"is {_json_kind(element)}: {_clip(json.dumps(element))}"
-                    )
-            return list(data)
+            return _read_json(path, json_key)
         if kind == "csv":
-            rows = []
-            with path.open(encoding="utf-8", newline="") as fh:
-                reader = csv.DictReader(fh)
-                for row in reader:
-                    width = len(reader.fieldnames or ())
-                    extra = row.pop(None, None)
-                    missing = [k for k, v in row.items() if v is None]
-                    if (missing or extra) and problems is not None:
-                        have = width - len(missing) + len(extra or ())
-                        problems[len(rows)] = (
-                            f"{path}:{reader.line_num}: a row of {have} fields where the "
-                            f"header has {width}"
-                            + (f" (no {', '.join(missing)})" if missing else "")
-                            + "; fix the row (a quote or separator is probably missing)"
-                        )
-                    rows.append(dict(row))
-            return rows
+            return _read_csv(path, problems)
         if kind == "parquet":
-            try:
-                import pyarrow.parquet as pq
-            except ImportError:
-                raise DataError(
-                    f"{path}: reading parquet needs pyarrow (pip install pyarrow)"
-                ) from None
-            import pyarrow as pa
-
-            try:
-                return list(pq.read_table(path).to_pylist())
-            except (pa.ArrowException, ValueError) as exc:  # not a parquet file, or damaged
-                raise DataError(f"{path}: cannot be read as parquet: {exc}") from None
+            return _read_parquet(path)
     except UnicodeDecodeError:
         raise not_utf8(path) from None
     except OSError as exc:
@@ -236,6 +175,81 @@ def read_records(
     except (csv.Error, json.JSONDecodeError) as exc:
         raise DataError(f"{path}: cannot be parsed as {kind}: {exc}") from None
     raise DataError(f"{path}: unknown format {kind!r}")
+
+
+def _read_jsonl(path: Path) -> list[Doc]:
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: invalid JSON line: {exc}") from None
+            if not isinstance(row, dict):
+                raise DataError(
+                    f"{path}:{lineno}: expected a JSON object (one row of "
+                    f'{{"field": value, ...}} per line), got {_json_kind(row)}: '
+                    f"{_clip(line.strip())}"
+                )
+            rows.append(row)
+    return rows
+
+
+def _read_json(path: Path, json_key: str | None) -> list[Doc]:
+    with path.open(encoding="utf-8") as fh:
+        data = json.load(fh)
+    if json_key is not None:
+        if not isinstance(data, Mapping) or json_key not in data:
+            raise DataError(f"{path}: no top-level key {json_key!r} (dataset.json_key)")
+        data = data[json_key]
+    if not isinstance(data, list):
+        raise DataError(
+            f"{path}: expected a JSON list of objects"
+            + ("" if json_key else "; set dataset.json_key if the list is under a key")
+        )
+    for index, element in enumerate(data):
+        if not isinstance(element, dict):
+            raise DataError(
+                f"{path}: expected a JSON list of objects, but element {index} "
+                + (f"of {json_key!r} " if json_key else "")
+                + f"is {_json_kind(element)}: {_clip(json.dumps(element))}"
+            )
+    return list(data)
+
+
+def _read_csv(path: Path, problems: dict[int, str] | None) -> list[Doc]:
+    rows: list[Doc] = []
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        for row in reader:
+            width = len(reader.fieldnames or ())
+            extra = row.pop(None, None)
+            missing = [k for k, v in row.items() if v is None]
+            if (missing or extra) and problems is not None:
+                have = width - len(missing) + len(extra or ())
+                problems[len(rows)] = (
+                    f"{path}:{reader.line_num}: a row of {have} fields where the "
+                    f"header has {width}"
+                    + (f" (no {', '.join(missing)})" if missing else "")
+                    + "; fix the row (a quote or separator is probably missing)"
+                )
+            rows.append(dict(row))
+    return rows
+
+
+def _read_parquet(path: Path) -> list[Doc]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
+    import pyarrow as pa
+
+    try:
+        return list(pq.read_table(path).to_pylist())
+    except (pa.ArrowException, ValueError) as exc:  # not a parquet file, or damaged
+        raise DataError(f"{path}: cannot be read as parquet: {exc}") from None
 
 
 def resolve_local(path_template: str, subset: str | None, data_dirs: Sequence[Path]) -> Path | None:
