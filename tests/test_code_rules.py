@@ -13,7 +13,6 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "pytest_llmeval"
 MAX_LINES = 80
 #: ``module::function`` (methods by their own name) -> its length in lines, to shrink.
 LONG_FUNCTIONS = {
-    "contamination/_guessing.py::ts_guessing_probe": 86,
     "model/_hf.py::__init__": 100,
     "model/_hf.py::_continuous": 101,
     "model/_openai.py::_generate_one": 94,

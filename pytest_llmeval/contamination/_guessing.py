@@ -351,31 +351,43 @@ def ts_guessing_probe(
         if out.error is not None or out.finish_reason == "context_overflow":
             failed.append((item.id, out.error or "the prompt does not fit the context window"))
             continue
-        text = out.text
-        if markers is not None:
-            text, _ = strip_thinking(text, prompt, *markers)
-        guess = _without_label(_first_line(text), letter)
         target = option_texts(item.doc, options_field)[masked]
-        scored.append(
-            GuessingItem(
-                item_id=item.id,
-                masked_index=masked,
-                masked_letter=letter,
-                masked_text=target,
-                prompt=prompt,
-                output=out.text,
-                guess=guess,
-                exact_match=bool(normalize_guess(target))
-                and normalize_guess(guess) == normalize_guess(target),
-                rouge_l=rouge_l(normalize(guess), normalize(target)),
-            )
-        )
+        scored.append(_scored(item.id, masked, letter, target, prompt, out.text, markers))
     return GuessingReport(
         task=runner.spec.name,
         seed=seed,
         items=tuple(scored),
         skipped=tuple(skipped),
         failed=tuple(failed),
+    )
+
+
+def _scored(
+    item_id: str,
+    masked: int,
+    letter: str,
+    target: str,
+    prompt: str,
+    output: str,
+    markers: tuple[str, str] | None,
+) -> GuessingItem:
+    """One answered item: the guess (its first line, without a repeated option label, a
+    reasoning block stripped under the thinking settings) against the masked option."""
+    text = output
+    if markers is not None:
+        text, _ = strip_thinking(text, prompt, *markers)
+    guess = _without_label(_first_line(text), letter)
+    return GuessingItem(
+        item_id=item_id,
+        masked_index=masked,
+        masked_letter=letter,
+        masked_text=target,
+        prompt=prompt,
+        output=output,
+        guess=guess,
+        exact_match=bool(normalize_guess(target))
+        and normalize_guess(guess) == normalize_guess(target),
+        rouge_l=rouge_l(normalize(guess), normalize(target)),
     )
 
 
