@@ -910,22 +910,20 @@ def run_selection(run: Path) -> str | None:
     return None
 
 
-def history_series(
-    run: RunRecord, rows: Sequence[TaskRow], history_dir: Path, limit: int = HISTORY_LIMIT
-) -> list[HistorySeries]:
-    """Scores of the earlier finished runs in ``history_dir`` made with the same model (same
-    weights digest, or the same name when a run has none) for each task of this run, over
-    the same item set (:func:`item_set_digest`); runs over other item sets (other limits,
-    ``-k`` debug runs) are counted, not drawn."""
+def _earlier_runs(
+    run: RunRecord, history_dir: Path, started: str
+) -> list[tuple[str, Path, dict[str, Any], dict[str, Any]]] | None:
+    """The finished runs in ``history_dir`` made with ``run``'s model before it, oldest
+    first, as (started, folder, eval_config, metrics_summary); None when ``run`` names no
+    model or there is no such folder."""
     identity = _model_identity(run.config)
-    started = _started(run.config, run.path)
     if identity is None or not history_dir.is_dir():
-        return []
-    earlier: list[tuple[str, Path, dict[str, Any], dict[str, Any]]] = []
+        return None
     try:
         candidates = sorted(p for p in history_dir.iterdir() if p.is_dir())
     except OSError:
-        return []
+        return None
+    earlier: list[tuple[str, Path, dict[str, Any], dict[str, Any]]] = []
     for path in candidates:
         if path.resolve() == run.path.resolve():
             continue
@@ -942,6 +940,20 @@ def history_series(
             continue
         earlier.append((when, path, config, metrics))
     earlier.sort(key=lambda e: (e[0], e[1].name))
+    return earlier
+
+
+def history_series(
+    run: RunRecord, rows: Sequence[TaskRow], history_dir: Path, limit: int = HISTORY_LIMIT
+) -> list[HistorySeries]:
+    """Scores of the earlier finished runs in ``history_dir`` made with the same model (same
+    weights digest, or the same name when a run has none) for each task of this run, over
+    the same item set (:func:`item_set_digest`); runs over other item sets (other limits,
+    ``-k`` debug runs) are counted, not drawn."""
+    started = _started(run.config, run.path)
+    earlier = _earlier_runs(run, history_dir, started)
+    if earlier is None:
+        return []
     selections = {path: run_selection(path) for _, path, _, _ in earlier}
     own_selection = run_selection(run.path)
     series = []
