@@ -18,7 +18,6 @@ LONG_FUNCTIONS = {
     "model/_openai.py::_generate_one": 94,
     "plugin/_options.py::add_options": 116,
     "plugin/_options.py::from_config": 94,
-    "record/_report.py::prepare_report": 108,
 }
 
 

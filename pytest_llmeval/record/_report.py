@@ -49,6 +49,7 @@ from pytest_llmeval.record._report_charts import (
 from pytest_llmeval.record._rundir import (
     DAMAGE_FIX,
     PROCESSES,
+    Damage,
     output_file,
     run_damage,
     run_state,
@@ -1387,6 +1388,67 @@ def tasks_not_run(run: RunRecord) -> list[tuple[str, str, str]]:
 # ---------------------------------------------------------------------------- prepare
 
 
+def _mark_damaged(
+    rows: list[TaskRow], damage: Sequence[Damage], has_summary: bool, ended: str
+) -> str:
+    """Mark the rows of a damaged run (in place): a score from the surviving lines alone is
+    not the run's, so it is not shown; a task whose summary holds is marked. Returns the
+    page's note on the damage."""
+    damaged_tasks = {d.task for d in damage}
+    for i, row in enumerate(rows):
+        if not row.from_summary:  # a score from surviving lines is not the run's score
+            rows[i] = dataclasses.replace(
+                row,
+                score=math.nan,
+                ci_low=math.nan,
+                ci_high=math.nan,
+                verdict="damaged",
+                damaged=True,
+                subrows=[],
+            )
+        elif row.name in damaged_tasks:
+            rows[i] = dataclasses.replace(row, damaged=True)
+    shown = (
+        " No task score is shown: without its summary, a score computed from the lines "
+        "that are left would not be the run's."
+        if not has_summary
+        else " Task scores are as its summary recorded them; the item browser shows only "
+        "the item records that are left."
+    )
+    return (
+        f"This run's records are damaged{ended}: {len(damage)} file(s) missing or not "
+        f"matching what the run recorded (listed above).{shown} {DAMAGE_FIX[0].upper()}"
+        f"{DAMAGE_FIX[1:]}."
+    )
+
+
+def _state_note(
+    state: str, reason: str | None, has_items: bool, has_summary: bool, superseded: bool
+) -> str | None:
+    """The page's note on a run that is still written or was interrupted (None for a
+    finished or damaged one: a damaged run has its own note)."""
+    computed = (
+        " Task scores are computed here from its item records; no floor was checked."
+        if not has_summary
+        else " Its summary covers the items that ran before it stopped."
+    )
+    if state == "live":
+        return (
+            "This run is still being written: a process holds its lease. The page shows "
+            "the records so far." + (computed if has_items else "")
+        )
+    if state == "interrupted" and not has_items and not has_summary:
+        return (
+            "This run has no item records and no metrics_summary.json: it ran only "
+            "contamination probes, or it stopped before its first result."
+        )
+    if state == "interrupted":
+        why = f" ({reason})" if reason else ""
+        resumable = "" if superseded else " Its finished items are offered for resume."
+        return f"This run was interrupted{why}." + computed + resumable
+    return None
+
+
 def prepare_report(
     run: Path | RunRecord,
     baseline: Path | RunRecord | None = None,
@@ -1416,55 +1478,11 @@ def prepare_report(
     if damage:
         ended = f" (its leases: {state}{f', {reason}' if reason else ''})"
         state, reason = "damaged", "; ".join(str(d) for d in damage)
-        damaged_tasks = {d.task for d in damage}
-        for i, row in enumerate(rows):
-            if not row.from_summary:  # a score from surviving lines is not the run's score
-                rows[i] = dataclasses.replace(
-                    row,
-                    score=math.nan,
-                    ci_low=math.nan,
-                    ci_high=math.nan,
-                    verdict="damaged",
-                    damaged=True,
-                    subrows=[],
-                )
-            elif row.name in damaged_tasks:
-                rows[i] = dataclasses.replace(row, damaged=True)
-        shown = (
-            " No task score is shown: without its summary, a score computed from the lines "
-            "that are left would not be the run's."
-            if not has_summary
-            else " Task scores are as its summary recorded them; the item browser shows only "
-            "the item records that are left."
-        )
-        notes.append(
-            f"This run's records are damaged{ended}: {len(damage)} file(s) missing or not "
-            f"matching what the run recorded (listed above).{shown} {DAMAGE_FIX[0].upper()}"
-            f"{DAMAGE_FIX[1:]}."
-        )
+        notes.append(_mark_damaged(rows, damage, has_summary, ended))
     finished = state == "finished"
-    has_items = any(record.items.values())
-    computed = (
-        " Task scores are computed here from its item records; no floor was checked."
-        if not has_summary
-        else " Its summary covers the items that ran before it stopped."
-    )
-    if state == "live":
-        notes.append(
-            "This run is still being written: a process holds its lease. The page shows "
-            "the records so far." + (computed if has_items else "")
-        )
-    elif state == "damaged":
-        pass
-    elif state == "interrupted" and not has_items and not has_summary:
-        notes.append(
-            "This run has no item records and no metrics_summary.json: it ran only "
-            "contamination probes, or it stopped before its first result."
-        )
-    elif state == "interrupted":
-        why = f" ({reason})" if reason else ""
-        resumable = "" if superseded.is_file() else " Its finished items are offered for resume."
-        notes.append(f"This run was interrupted{why}." + computed + resumable)
+    note = _state_note(state, reason, any(record.items.values()), has_summary, superseded.is_file())
+    if note:
+        notes.append(note)
     model = record.config.get("model") or "?"
     started = record.config.get("started")
     return ReportModel(
