@@ -23,12 +23,14 @@ from pytest_llmeval.gate._baseline import (
 from pytest_llmeval.gate._decide import TaskTally, TaskVerdict, decide_task
 from pytest_llmeval.gate._plan import (
     DROPS,
+    LIMIT_DROP,
     PlanSettings,
     TaskPlan,
     detectable_floor_drop,
     floor_gate_power,
     floor_need,
     format_plan,
+    limit_warning,
     paired_need,
     plan_task,
 )
@@ -67,6 +69,7 @@ __all__ = [
     "ABSENT",
     "DROPS",
     "GATE_FORMS",
+    "LIMIT_DROP",
     "POLICIES",
     "POLICY_TEXT",
     "Comparison",
@@ -101,6 +104,7 @@ __all__ = [
     "interval_verdict",
     "item_score",
     "item_scored",
+    "limit_warning",
     "mcnemar_critical",
     "mcnemar_power",
     "mcnemar_power_conditional",

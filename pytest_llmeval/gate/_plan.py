@@ -449,3 +449,50 @@ def format_plan(plans: Sequence[TaskPlan], settings: PlanSettings) -> list[str]:
     ):
         notes.append("!: more items than the task has")
     return lines + notes
+
+
+#: The drop a run's size is checked against (:func:`limit_warning`): 5 points.
+LIMIT_DROP = 0.05
+
+
+def limit_warning(
+    task: str,
+    results: list[dict[str, Any]],
+    *,
+    floor: bool,
+    paired: bool,
+    rule: FloorRule,
+    policy: str,
+    churn: float | None,
+    reference: tuple[float, str] | None = None,
+) -> str | None:
+    """A warning when the gates of a task cannot catch a 5-point drop (80% power) at the
+    number of items that ran; None when they can, or when the scores are not 0/1.
+
+    The budget is planned at ``reference`` (a score and what it is, e.g. the score of the
+    reference run the floor came from: more items than a ``--llm-limit`` run, and a score
+    of 0 on 10 items would plan nothing), else at this run's own score."""
+    scores = [float(r.get("score", 0.0)) for r in results]
+    n = len(scores)
+    if not n or any(s not in (0.0, 1.0) for s in scores):
+        return None
+    p0, at = math.fsum(scores) / n, "this run's score"
+    if reference is not None and 0.0 <= reference[0] <= 1.0:
+        p0, at = reference
+    parts = []
+    if floor:
+        need = floor_need(p0, LIMIT_DROP, rule, policy)
+        if need.items is not None and need.items > n:
+            parts.append(f"a floor gate ({rule.name}, policy {policy}) needs {need.items}")
+    if paired:
+        assumed = "pure drop" if not churn else f"{100 * churn:.1f}% churn as observed"
+        need = paired_need(p0, LIMIT_DROP, churn or 0.0, assumed)
+        if need.items is not None and need.items > n:
+            parts.append(f"a paired baseline gate needs {need.items} ({assumed})")
+    if not parts:
+        return None
+    return (
+        f"{task}: {n} items cannot decide a {100 * LIMIT_DROP:g}-point drop: "
+        + " and ".join(parts)
+        + f" for 80% power at {100 * p0:.1f}% ({at}; --llm-plan, docs/GATES.md)"
+    )

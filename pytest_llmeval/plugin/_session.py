@@ -28,6 +28,7 @@ from pytest_llmeval.gate import (
     TaskVerdict,
     decide_task,
     gate_failures,
+    limit_warning,
     parse_gate,
 )
 from pytest_llmeval.record import (
@@ -51,7 +52,7 @@ from ._options import CLI_FLOOR, Options
 from ._progress import install as install_progress
 
 if TYPE_CHECKING:
-    from pytest_llmeval.gate import Comparison, FloorRule, ReferenceRun, TaskPlan
+    from pytest_llmeval.gate import Comparison, ReferenceRun, TaskPlan
     from pytest_llmeval.lmeval import LmEvalRunner
 
 
@@ -134,54 +135,8 @@ def _read_reference(path: Path | None) -> ReferenceRun | None:
         raise pytest.UsageError(f"--llm-floors-from (ini llm_floors_from): {exc}") from None
 
 
-LIMIT_DROP = 0.05
 # The user property that carries a contamination probe's outcome to the controller.
 PROBE_PROPERTY = "llmeval_probe"
-
-
-def limit_warning(
-    task: str,
-    results: list[dict[str, Any]],
-    *,
-    floor: bool,
-    paired: bool,
-    rule: FloorRule,
-    policy: str,
-    churn: float | None,
-    reference: tuple[float, str] | None = None,
-) -> str | None:
-    """A warning when the gates of a task cannot catch a 5-point drop (80% power) at the
-    number of items that ran; None when they can, or when the scores are not 0/1.
-
-    The budget is planned at ``reference`` (a score and what it is, e.g. the score of the
-    reference run the floor came from: more items than a ``--llm-limit`` run, and a score
-    of 0 on 10 items would plan nothing), else at this run's own score."""
-    from pytest_llmeval.gate import floor_need, paired_need
-
-    scores = [float(r.get("score", 0.0)) for r in results]
-    n = len(scores)
-    if not n or any(s not in (0.0, 1.0) for s in scores):
-        return None
-    p0, at = math.fsum(scores) / n, "this run's score"
-    if reference is not None and 0.0 <= reference[0] <= 1.0:
-        p0, at = reference
-    parts = []
-    if floor:
-        need = floor_need(p0, LIMIT_DROP, rule, policy)
-        if need.items is not None and need.items > n:
-            parts.append(f"a floor gate ({rule.name}, policy {policy}) needs {need.items}")
-    if paired:
-        assumed = "pure drop" if not churn else f"{100 * churn:.1f}% churn as observed"
-        need = paired_need(p0, LIMIT_DROP, churn or 0.0, assumed)
-        if need.items is not None and need.items > n:
-            parts.append(f"a paired baseline gate needs {need.items} ({assumed})")
-    if not parts:
-        return None
-    return (
-        f"{task}: {n} items cannot decide a {100 * LIMIT_DROP:g}-point drop: "
-        + " and ".join(parts)
-        + f" for 80% power at {100 * p0:.1f}% ({at}; --llm-plan, docs/GATES.md)"
-    )
 
 
 def task_meta(
@@ -804,7 +759,7 @@ class LlmEvalSession:
     def keep_computed_ahead(self) -> None:
         """An interrupted run (no xdist: the results are in this process): results that
         were computed ahead of their items (a generative task's stream, a batch) but never
-        reported go to ``tasks/<task>_ahead.jsonl``, where ``--llm-resume`` finds them;
+        reported go to ``tasks/<task>_ahead.jsonl``, where a rerun's resume finds them;
         they are not part of this run's scores."""
         ahead = self.evaluator.take_computed_ahead()
         if not ahead:
@@ -817,7 +772,7 @@ class LlmEvalSession:
         for task, n in sorted(by_task.items()):
             run.log(
                 f"{task}: kept {n} result(s) computed ahead of items that did not run "
-                "(offered to --llm-resume)"
+                "(a rerun reuses them)"
             )
 
     def decide(self) -> list[TaskVerdict]:

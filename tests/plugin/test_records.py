@@ -207,8 +207,8 @@ def test_results_computed_ahead_are_kept_when_a_run_is_interrupted(
 ) -> None:  # type: ignore[no-untyped-def]
     """Ctrl-C after two items of a generative task: the items that already finished in the
     stream (computed ahead of their tests; here the stream yields the last item first) are
-    written beside the run's items and reused by --llm-resume; the interrupted run's scores
-    count only the items that ran."""
+    written beside the run's items and reused by the resumed rerun; the interrupted run's
+    scores count only the items that ran."""
     args = _with_reference(
         pytester, write_project, INTERRUPT_CONFTEST + INTERRUPT_HOOK, tiny_model_dir, 8
     )
@@ -255,8 +255,8 @@ def test_multiple_choice_streamed_keeps_what_was_scored_when_interrupted(
 ) -> None:  # type: ignore[no-untyped-def]
     """A multiple-choice task on a backend that streams log-likelihoods (the vllm engine,
     handed the whole task at once) keeps each item as soon as its choices are scored: Ctrl-C
-    after two items writes the others beside the run, --llm-resume reuses them all, and the
-    records equal those of a run that did not stream."""
+    after two items writes the others beside the run, the rerun (resume) reuses them all, and
+    the records equal those of a run that did not stream."""
     write_project(pytester)
     args = _args(tiny_model_dir, "--llm-output=out", "-k", "colors")
     reference = pytester.runpytest_subprocess(*args[:-3], "--llm-output=ref", "-k", "colors")
