@@ -2,7 +2,8 @@
 ``llm_*`` ini key (as ``pytest --help`` lists them), every ``python -m pytest_llmeval...``
 command and its subcommand, and every spec field written as ``section.field``; and every
 option the package's messages, the shipped specs and tools/ name. A name renamed or removed
-in the code and left in a page fails here, with the page and the line.
+in the code and left in a page fails here, with the page and the line. The README stays a
+front page (its length and its paragraphs').
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def _subcommands(module: str) -> set[str] | None:
 
 
 def test_every_python_m_command_a_page_names_runs() -> None:
-    named = _found(r"python -m (pytest_llmeval[\w.]*(?: [a-z][a-z-]*)?)")
+    named = _found(r"python -m (pytest_llmeval(?:\.\w+)*(?: [a-z][a-z-]*)?)")
     assert named, "no python -m command found in the pages"
     problems = {}
     for command, where in named.items():
@@ -226,3 +227,32 @@ def test_a_stale_name_fails(
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     with pytest.raises(AssertionError):
         rule()  # type: ignore[operator]
+
+
+def _paragraphs(text: str) -> Iterator[str]:
+    """The prose paragraphs of a Markdown page: blocks between blank lines, outside code
+    fences, that are not tables, lists, headings or images."""
+    in_code = False
+    block: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code:
+            continue
+        if line.strip():
+            block.append(line)
+            continue
+        if block and not block[0].lstrip().startswith(("|", "-", "#", "!", "<!--", "1.")):
+            yield " ".join(block)
+        block = []
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """At most about 140 lines, and no paragraph over 120 words: the evidence lives in
+    docs/evidence/, linked from the README's table of claims."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 145
+    long = [p[:60] for p in _paragraphs(text) if len(p.split()) > 120]
+    assert long == [], f"README paragraphs over 120 words: {long}"
+    assert "docs/evidence/MEASURED.md" in text
