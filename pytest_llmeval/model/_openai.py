@@ -904,23 +904,7 @@ class OpenAIBackend:
             data = self._completion(body, path=path)
         except HTTPStatusError as exc:
             if exc.status in (400, 413, 422) and _is_context_error(exc):
-                tokens_in_message = _first_int(_PROMPT_TOKENS, exc.message)
-                if isinstance(exc.data, dict):  # llama.cpp's server: n_prompt_tokens, n_ctx
-                    error = exc.data.get("error")
-                    if isinstance(error, dict) and isinstance(error.get("n_prompt_tokens"), int):
-                        tokens_in_message = int(error["n_prompt_tokens"])
-                if req.overflow == "skip":
-                    window = self.max_length or _first_int(_WINDOW, exc.message)
-                    return self._overflow(tokens_in_message or n_prompt, window)
-                raise ModelError(
-                    f"generate.overflow: {req.overflow} cannot be applied by --llm-backend=openai "
-                    f"here: the server at {self.base_url} rejected a prompt for its length "
-                    f"({exc.message}) and prompts can only be cut client-side when the server "
-                    "has a tokenize endpoint (vLLM /tokenize, llama.cpp /tokenize, "
-                    "llama-cpp-python /extras/tokenize) and the context window is known "
-                    f"(--llm-max-length){self._tokenizer_state()}. Use overflow: skip, or the "
-                    "hf backend."
-                ) from None
+                return self._rejected_for_length(exc, req, n_prompt)
             raise self._fail(exc) from None
         choice = data["choices"][0]
         message = choice.get("message")
@@ -959,6 +943,30 @@ class OpenAIBackend:
             truncated_tokens=truncated,
             context_window=self.max_length,
         )
+
+    def _rejected_for_length(
+        self, exc: HTTPStatusError, req: GenerateRequest, n_prompt: int | None
+    ) -> GenerateResult:
+        """The server rejected the prompt for its length: under ``overflow: skip`` the item
+        does not fit (with the prompt's tokens and the window, as the server says them);
+        another policy could not be applied here, which is an error saying why."""
+        tokens_in_message = _first_int(_PROMPT_TOKENS, exc.message)
+        if isinstance(exc.data, dict):  # llama.cpp's server: n_prompt_tokens, n_ctx
+            error = exc.data.get("error")
+            if isinstance(error, dict) and isinstance(error.get("n_prompt_tokens"), int):
+                tokens_in_message = int(error["n_prompt_tokens"])
+        if req.overflow == "skip":
+            window = self.max_length or _first_int(_WINDOW, exc.message)
+            return self._overflow(tokens_in_message or n_prompt, window)
+        raise ModelError(
+            f"generate.overflow: {req.overflow} cannot be applied by --llm-backend=openai "
+            f"here: the server at {self.base_url} rejected a prompt for its length "
+            f"({exc.message}) and prompts can only be cut client-side when the server "
+            "has a tokenize endpoint (vLLM /tokenize, llama.cpp /tokenize, "
+            "llama-cpp-python /extras/tokenize) and the context window is known "
+            f"(--llm-max-length){self._tokenizer_state()}. Use overflow: skip, or the "
+            "hf backend."
+        ) from None
 
     def _tokenizer_state(self) -> str:
         if self.tokenizer is None:
