@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import os
 import sys
@@ -40,7 +39,7 @@ from pytest_llmeval.contamination._ngram import (
     normalize,
     scan_local,
 )
-from pytest_llmeval.dataset import env_data_dirs, hub_allowed, path_list
+from pytest_llmeval.dataset import env_data_dirs, hub_allowed, jsonl_rows, path_list
 
 #: Default ``--threshold``: the fraction of an item's distinct n-grams found in the corpus
 #: at which the item is flagged (and listed in ``exclude.txt``).
@@ -65,25 +64,16 @@ def data_dirs(cli: Sequence[str] = ()) -> list[Path]:
 def _jsonl_items(path: Path) -> list[tuple[str, str]]:
     items: list[tuple[str, str]] = []
     try:
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}:{lineno}: invalid JSON line: {exc}") from None
-                if not isinstance(record, dict):
-                    raise DataError(f"{path}:{lineno}: expected a JSON object with id and text")
-                for key in ("id", "text"):
-                    if key not in record:
-                        raise DataError(
-                            f"{path}:{lineno}: benchmark record has no {key!r} field "
-                            f"(a benchmark JSONL needs 'id' and 'text')"
-                        )
-                if not isinstance(record["text"], str):
-                    raise DataError(f"{path}:{lineno}: field 'text' is not a string")
-                items.append((str(record["id"]), record["text"]))
+        for lineno, record in jsonl_rows(path):
+            for key in ("id", "text"):
+                if key not in record:
+                    raise DataError(
+                        f"{path}:{lineno}: benchmark record has no {key!r} field "
+                        f"(a benchmark JSONL needs 'id' and 'text')"
+                    )
+            if not isinstance(record["text"], str):
+                raise DataError(f"{path}:{lineno}: field 'text' is not a string")
+            items.append((str(record["id"]), record["text"]))
     except OSError as exc:
         raise DataError(f"{path}: cannot be read: {exc}") from None
     return items

@@ -12,7 +12,7 @@ import datetime
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,8 +177,9 @@ def read_records(
     raise DataError(f"{path}: unknown format {kind!r}")
 
 
-def _read_jsonl(path: Path) -> list[Doc]:
-    rows = []
+def jsonl_rows(path: Path) -> Iterator[tuple[int, Doc]]:
+    """``(line number, row)`` for each non-blank line of a JSON-lines file; a line that is
+    not a JSON object is a :class:`DataError` naming the file and the line."""
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -193,8 +194,11 @@ def _read_jsonl(path: Path) -> list[Doc]:
                     f'{{"field": value, ...}} per line), got {_json_kind(row)}: '
                     f"{_clip(line.strip())}"
                 )
-            rows.append(row)
-    return rows
+            yield lineno, row
+
+
+def _read_jsonl(path: Path) -> list[Doc]:
+    return [row for _, row in jsonl_rows(path)]
 
 
 def _read_json(path: Path, json_key: str | None) -> list[Doc]:
