@@ -21,7 +21,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-SOURCE_ROOT = REPO
 SPEC_SOURCE = REPO / "pytest_llmeval" / "task" / "_spec.py"
 #: Where ``pytest --help`` runs: a folder of the repository with no conftest of its own.
 HELP_CWD = REPO / "docs"
@@ -80,13 +79,13 @@ def test_every_option_the_code_names_exists() -> None:
     known = set(re.findall(r"(--llm-[a-z0-9-]+)", _help()))
     stale: dict[str, list[str]] = {}
     for folder in ("pytest_llmeval", "benchmarks", "tools"):
-        for path in sorted((SOURCE_ROOT / folder).rglob("*")):
+        for path in sorted((REPO / folder).rglob("*")):
             if path.suffix not in (".py", ".yaml", ".md") or "__pycache__" in path.parts:
                 continue
             text = path.read_text(encoding="utf-8")
             for name in re.findall(r"(--llm-[a-z0-9-]*[a-z0-9])(?![a-z0-9*-])", text):
                 if name not in known:
-                    stale.setdefault(name, []).append(str(path.relative_to(SOURCE_ROOT)))
+                    stale.setdefault(name, []).append(str(path.relative_to(REPO)))
     assert stale == {}, f"options named in the code that pytest does not know: {stale}"
 
 
