@@ -2,14 +2,14 @@
 
 Run with ``pytest benchmarks/ --llm-model=M -m contamination`` (the tasks' items are
 deselected by the marker; their specs are still collected), and give a model that is clean
-for the benchmarks with ``--llm-reference-model=R`` (the base model before fine-tuning, an
-older checkpoint) where you have one. Each probe uses the first ``--llm-probe-items`` items
+for the benchmarks with ``probe.reference_model=R`` (the base model before fine-tuning, an
+older checkpoint) where you have one. Each probe uses the first ``probe.items`` items
 (default 50) and fails with a named verdict when it finds a significant sign of
-contamination at ``--llm-probe-alpha`` (default 0.01), against a null that fits (the
+contamination at ``probe.alpha`` (default 0.01), against a null that fits (the
 reference model, else exchangeable items or the items' own rewrites; see
 docs/CONTAMINATION.md for each verdict's measured false-alarm rate and power). Every report
 is written to ``contamination/<task>-<probe>.json`` in the run directory, flagged items to
-``contamination/<task>-flagged.txt`` (``--llm-exclude`` format).
+``contamination/<task>-flagged.txt`` (``run.exclude`` format).
 """
 
 import pytest
@@ -21,7 +21,7 @@ PROBES = [
     ("mmlu", "canonical_order"),  # the published option order most likely? (exchangeable items)
     ("mmlu", "circular"),  # CircularEval: right only in the published rotation?
     ("mmlu", "membership"),  # Min-K%++ flags against rewrites (or the reference)
-    ("mmlu", "ts_guessing"),  # fill in a masked wrong option: needs --llm-reference-model
+    ("mmlu", "ts_guessing"),  # fill in a masked wrong option: needs --llm-set probe.reference_model
     ("ceval", "canonical_order"),
     ("ceval", "membership"),
     ("gsm8k", "number_rewrite"),  # new numbers, answers recomputed: paired McNemar

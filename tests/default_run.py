@@ -104,9 +104,9 @@ def _run(folder: Path, data: Path, model: str) -> dict[str, Any]:
         "no:cacheprovider",
         "-k",
         " or ".join([*items, PROBE_TEST]),
-        f"--llm-probe-items={PROBE_ITEMS}",
+        f"--llm-set=probe.items={PROBE_ITEMS}",
         "--llm-show=all",
-        "--llm-failures=2",
+        "--llm-set=report.failures=2",
         *(f"--llm-floor={task}=0" for task in ITEMS),
     ]
     started = time.monotonic()

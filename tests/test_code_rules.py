@@ -15,8 +15,6 @@ MAX_LINES = 80
 LONG_FUNCTIONS = {
     "model/_hf.py::__init__": 100,
     "model/_hf.py::_continuous": 101,
-    "plugin/_options.py::add_options": 116,
-    "plugin/_options.py::from_config": 94,
 }
 
 

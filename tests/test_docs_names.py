@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_llmeval.settings import BY_NAME, REMOVED
+
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 SPEC_SOURCE = REPO / "pytest_llmeval" / "task" / "_spec.py"
@@ -35,6 +37,8 @@ NOT_INI_KEYS = {
 
 #: Spec fields the pages misspell on purpose: the error a user gets for one.
 WRONG_ON_PURPOSE = {"prompt.templte", "prompt.zzz"}
+#: Settings the pages misspell on purpose: the error a user gets for one.
+WRONG_SETTINGS_ON_PURPOSE = {"vllm.tp"}
 
 
 def _lines() -> Iterator[tuple[str, int, str]]:
@@ -50,6 +54,18 @@ def _found(pattern: str) -> dict[str, list[str]]:
         for match in re.finditer(pattern, line):
             where.setdefault(match.group(1), []).append(f"{page}:{number}")
     return where
+
+
+def _about_removal(option: str, where: list[str]) -> bool:
+    """A removed option (``settings.REMOVED``) named only on lines about its removal."""
+    if option not in REMOVED:
+        return False
+    for place in where:
+        page, _, number = place.rpartition(":")
+        line = (REPO / page).read_text(encoding="utf-8").splitlines()[int(number) - 1]
+        if "removed" not in line:
+            return False
+    return True
 
 
 @cache
@@ -70,7 +86,11 @@ def test_every_option_a_page_names_exists() -> None:
     assert len(known) > 5, "pytest --help lists no --llm-* option"
     # A name followed by ``*`` or ``-`` is a family (``--llm-lmeval-*``), not an option.
     named = _found(r"(--llm-[a-z0-9-]*[a-z0-9])(?![a-z0-9*-])")
-    stale = {name: where for name, where in named.items() if name not in known}
+    stale = {
+        name: where
+        for name, where in named.items()
+        if name not in known and not _about_removal(name.removeprefix("--llm-"), where)
+    }
     assert stale == {}, f"options named in the docs that pytest does not know: {stale}"
 
 
@@ -96,7 +116,9 @@ def test_every_ini_key_a_page_names_exists() -> None:
     stale = {
         name: where
         for name, where in named.items()
-        if name not in known and name not in NOT_INI_KEYS
+        if name not in known
+        and name not in NOT_INI_KEYS
+        and not _about_removal(name.removeprefix("llm_").replace("_", "-"), where)
     }
     assert stale == {}, f"ini keys named in the docs that pytest does not know: {stale}"
     fixtures = {"llm_model", "llm_probe", "llm_drift"}
@@ -200,16 +222,67 @@ def test_every_spec_field_a_page_names_exists() -> None:
         name: where
         for name, where in named.items()
         if name not in WRONG_ON_PURPOSE
+        and name not in BY_NAME  # a setting of the same section (prompt.chat_template)
         and not all(part in keys for part in name.split(".")[1:])
         and not _is_code(name)
     }
     assert stale == {}, f"spec fields named in the docs that the spec reader does not know: {stale}"
 
 
+def _toml_settings(lines: Iterator[tuple[str, int, str]]) -> dict[str, list[str]]:
+    """The settings that ``[tool.llmeval...]`` tables in code blocks set -> where."""
+    where: dict[str, list[str]] = {}
+    table: str | None = None
+    for page, number, line in lines:
+        header = re.match(r"\s*\[tool\.llmeval(?:\.profile\.[\w-]+)?\.([a-z_]+)\]", line)
+        if header:
+            table = header.group(1)
+            continue
+        if line.startswith(("[", "```")):
+            table = None
+            continue
+        key = re.match(r"([a-z_]+)\s*=", line)
+        if table is not None and key:
+            where.setdefault(f"{table}.{key.group(1)}", []).append(f"{page}:{number}")
+    return where
+
+
+def test_every_setting_a_page_names_exists() -> None:
+    """``--llm-set SECTION.KEY=...`` and the keys of ``[tool.llmeval.SECTION]`` tables."""
+    named = _found(r"--llm-set[ =]([a-z_]+\.[a-z_]+)")
+    assert named, "no --llm-set setting found in the pages"
+    for name, where in _toml_settings(_lines()).items():
+        named.setdefault(name, []).extend(where)
+    stale = {
+        name: where
+        for name, where in named.items()
+        if name not in BY_NAME and name not in WRONG_SETTINGS_ON_PURPOSE
+    }
+    assert stale == {}, f"settings named in the docs that do not exist: {stale}"
+
+
+def test_every_setting_the_code_names_exists() -> None:
+    stale: dict[str, list[str]] = {}
+    for folder in ("pytest_llmeval", "benchmarks", "tools"):
+        for path in sorted((REPO / folder).rglob("*")):
+            if path.suffix not in (".py", ".yaml", ".md") or "__pycache__" in path.parts:
+                continue
+            text = path.read_text(encoding="utf-8")
+            for name in re.findall(r"--llm-set[ =]([a-z_]+\.[a-z_]+)", text):
+                if name not in BY_NAME:
+                    stale.setdefault(name, []).append(str(path.relative_to(REPO)))
+    assert stale == {}, f"settings named in the code that do not exist: {stale}"
+
+
 @pytest.mark.parametrize(
     ("text", "rule"),
     [
         ("pass `--llm-resum` to go on", test_every_option_a_page_names_exists),
+        ("pass `--llm-set vllm.tensor_paralel=4`", test_every_setting_a_page_names_exists),
+        (
+            "```toml\n[tool.llmeval.vllm]\ntensor_paralel = 4\n```",
+            test_every_setting_a_page_names_exists,
+        ),
         ("set `generate.max_new_tokenz`", test_every_spec_field_a_page_names_exists),
         (
             "run `python -m pytest_llmeval.record difff`",

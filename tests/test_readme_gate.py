@@ -9,6 +9,7 @@ folder, and the data folder is named explicitly.
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 import subprocess
@@ -41,8 +42,13 @@ def gate_loop(readme: str) -> list[tuple[int, list[str]]]:
 def test_the_block_names_three_commands_with_their_exit_status() -> None:
     commands = gate_loop(README.read_text(encoding="utf-8"))
     assert [status for status, _ in commands] == [0, 0, 1]
-    assert any(a.startswith("--llm-run-dir=") for a in commands[0][1])
-    assert all(any(a.startswith("--llm-floors-from=") for a in args) for _, args in commands[1:])
+    assert "run.dir=.llmeval/reference" in _settings(commands[0][1])
+    assert all("gate.floors_from=.llmeval/reference" in _settings(a) for _, a in commands[1:])
+
+
+def _settings(args: list[str]) -> list[str]:
+    """The values of ``--llm-set`` in ``args``."""
+    return [value for flag, value in itertools.pairwise(args) if flag == "--llm-set"]
 
 
 def test_readme_gate_loop_decides(

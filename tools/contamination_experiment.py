@@ -595,8 +595,8 @@ def _is_json_scalar(value: Any) -> bool:
 REFERENCE = "untouched"  # the raw files of the model every other model is compared with
 DEFAULT_MODEL = "smollm2-135m"  # the model planted and measured when --model is not given
 DEFAULT_EPOCHS = 3  # passes over the planted items (plant --epochs)
-ALPHA = 0.01  # the probes' default level (--llm-probe-alpha)
-PROBE_SEED = 1234  # the probes' default --llm-seed, with which the raw pools are measured
+ALPHA = 0.01  # the probes' default level (--llm-set probe.alpha)
+PROBE_SEED = 1234  # the probes' default --llm-set run.seed, with which the raw pools are measured
 POSITION_PREFIX = "position_"  # the models that always answer one letter: position_A, ...
 FLAG_FPR = 0.05  # the membership flags' target false-positive rate
 AUROC_SCORES = ("min_k", "min_k_plus_plus", "mean_logprob")

@@ -3,7 +3,7 @@
 ``python -m tools.contamination_experiment from-run --run DIR --task ... --items N
 --fewshot K --chat on|off --out RAW``
 
-The shipped suite (``pytest benchmarks/ -m contamination --llm-probe-items N``) computes, item
+The shipped suite (``pytest benchmarks/ -m contamination --llm-set probe.items=N``) computes, item
 by item, what the experiment's ``measure --measures answers,circular`` computes: right or
 wrong as published and in one seeded gold-moving order (option shuffling), and in every
 rotation (CircularEval). Its run folder keeps those per-item outcomes

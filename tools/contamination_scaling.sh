@@ -87,7 +87,7 @@ $E measure --task benchmarks/mmlu.yaml --items "$CIRCULAR_ITEMS" --measures circ
 # Option shuffling and CircularEval under the prompts the shipped probes use (MMLU's 5
 # shots, through the chat template): SHIPPED_ITEMS (default 300; about 5 s an item for
 # answers and 10 s for CircularEval on 2 cores). With SHIPPED_RUN, the run folder of
-# `pytest benchmarks/ -m contamination --llm-model=smollm2-135m --llm-probe-items
+# `pytest benchmarks/ -m contamination --llm-model=smollm2-135m --llm-set probe.items
 # $SHIPPED_ITEMS --llm-output ...` (the shipped suite itself), both are read from its probe
 # records instead (from-run: the same per-item outcomes, refused if its seed, shuffles,
 # prompts or items differ); a file measure wrote before is moved to OUT/measured and
@@ -180,7 +180,7 @@ SFT_RUNS="$OUT/runs/mmlu_sft_chat"
 # rerun resumes from the requests the last one kept.
 status=0
 $PY -m pytest benchmarks/ -m contamination -k "mmlu and (option_shuffle or circular)" \
-  --llm-model="$OUT/models/mmlu_sft_chat" --llm-probe-items "$SFT_CHAT_ITEMS" \
+  --llm-model="$OUT/models/mmlu_sft_chat" --llm-set probe.items="$SFT_CHAT_ITEMS" \
   --llm-output "$SFT_RUNS" -p no:cacheprovider -q || status=$?
 [ "$status" -le 1 ] || exit "$status"
 latest=$(ls -td "$SFT_RUNS"/*/ | head -1)

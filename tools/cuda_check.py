@@ -12,7 +12,7 @@ What it checks and measures, with the real model and real benchmark items:
   (per-item argmax and log-likelihoods, generated text);
 - bfloat16 against float32 (argmax agreement, accuracy of each);
 - ``--llm-batch-size auto`` (the size found and how long finding it took);
-- ``--llm-device-map auto`` (accelerate's placement) against plain placement.
+- ``--llm-set hf.device_map=auto`` (accelerate's placement) against plain placement.
 
 Every prompt goes through the model's chat template unless ``--chat off`` (default ``auto``,
 the plugin's default: on when the model has one); the report records the mode. Parity with

@@ -5,7 +5,7 @@
 runs the same harness tasks on the same documents (``--limit`` per leaf task) twice, one
 process after the other, each timed end to end as a user runs it:
 
-- ours: ``pytest --llm-model=MODEL --llm-lmeval-tasks=... --llm-lmeval-include-path=DIR
+- ours: ``pytest --llm-model=MODEL --llm-lmeval-tasks=... --llm-set lmeval.include_path=DIR
   --llm-limit N`` (the plugin's HF backend);
 - the harness: ``lm_eval --model hf --model_args pretrained=DIR --tasks ... --limit N
   --log_samples`` on the same model directory, dtype, device and batch size.
@@ -57,13 +57,13 @@ def run_ours(opts: argparse.Namespace, include: Path, out: Path, env: Mapping[st
     cmd = [
         sys.executable, "-m", "pytest", str(empty), "-q", "-p", "no:cacheprovider",
         f"--llm-model={opts.model}", f"--llm-lmeval-tasks={opts.tasks}",
-        f"--llm-lmeval-include-path={include}", f"--llm-limit={opts.limit}",
+        f"--llm-set=lmeval.include_path={include}", f"--llm-limit={opts.limit}",
         f"--llm-batch-size={opts.batch_size}", f"--llm-dtype={opts.dtype}",
-        f"--llm-device={opts.device}", f"--llm-chat-template={opts.chat}",
+        f"--llm-device={opts.device}", f"--llm-set=prompt.chat_template={opts.chat}",
         f"--llm-output={out / 'runs'}", "--llm-show=none",
     ]  # fmt: skip
     if opts.num_fewshot is not None:
-        cmd.append(f"--llm-lmeval-num-fewshot={opts.num_fewshot}")
+        cmd.append(f"--llm-set=lmeval.num_fewshot={opts.num_fewshot}")
     return _run(cmd, out / "pytest.log", env)
 
 

@@ -4,7 +4,7 @@
         [--model smollm2-135m] [--data-dir ../shared/benchmarks] [--out DIR]
 
 Runs each spec's first ``--items`` items through ``pytest`` twice, with
-``--llm-chat-template=on`` and ``=off`` (one process at a time), and reads the item
+``prompt.chat_template=on`` and ``=off`` (one process at a time), and reads the item
 records the runs wrote. Per run it prints: how many outputs a stop sequence cut within
 their first :data:`EARLY_TOKENS` generated tokens (the sign of a stop rule written for
 another prompt form: a chat answer that opens with a code fence or a blank line), how
@@ -102,9 +102,9 @@ def _pytest(spec_file: Path, run_dir: Path, template: str, args: argparse.Namesp
         f"--llm-model={args.model}",
         f"--llm-data-dir={args.data_dir}",
         f"--llm-limit={args.items}",
-        f"--llm-chat-template={template}",
-        f"--llm-run-dir={run_dir}",
-        "--llm-no-resume",
+        f"--llm-set=prompt.chat_template={template}",
+        f"--llm-set=run.dir={run_dir}",
+        "--llm-set=run.resume=false",
         "-q",
         "-p",
         "no:cacheprovider",

@@ -4,7 +4,7 @@ A verdict says "this model may have seen these items"; it is only worth printing
 stays silent on models that did not. Two nulls are used, and a verdict is never given
 without one of them:
 
-- **a reference model** (``--llm-reference-model``): any local model that is clean for the
+- **a reference model** (``probe.reference_model``): any local model that is clean for the
   items (the base model before fine-tuning, an older checkpoint, a model of the same
   family). The model under test and the reference answer the same items; a verdict needs
   the model under test to differ from the reference in the direction contamination
@@ -685,7 +685,7 @@ class Handling:
     successor: str | None
 
     def exclusion_list(self, header: Sequence[str] = ()) -> str:
-        """The flagged ids in ``--llm-exclude`` format."""
+        """The flagged ids in ``run.exclude`` format."""
         lines = [f"# {line}" for line in header] + list(self.flagged)
         return "\n".join(lines) + "\n"
 
@@ -711,7 +711,7 @@ def handling(
     successor: str | None = None,
 ) -> Handling:
     """Scores on all, clean and flagged items and the policy: with a task-level verdict,
-    under 1% of the items flagged: exclude them (``--llm-exclude``) and report the clean
+    under 1% of the items flagged: exclude them (``run.exclude``) and report the clean
     score; more: replace the benchmark (its successor from the catalog when it names
     one). Without a verdict the flags are what the threshold's false-positive rate
     predicts on clean data and nothing is excluded."""
@@ -731,7 +731,8 @@ def handling(
     elif share < POLICY_SHARE:
         policy = (
             f"{100 * share:.1f}% of the items flagged (under {100 * POLICY_SHARE:.0f}%): "
-            "exclude them with --llm-exclude and report the clean score next to the full one"
+            "exclude them with --llm-set run.exclude and report the clean score next to the "
+            "full one"
         )
     else:
         better = f" (the catalog names {successor})" if successor else ""

@@ -39,7 +39,7 @@ def env_data_dirs() -> list[Path]:
 
 
 def hub_allowed() -> bool:
-    """Whether specs may fall back to the Hugging Face hub (``--llm-hub`` or
+    """Whether specs may fall back to the Hugging Face hub (``run.hub=true`` or
     ``LLMEVAL_ALLOW_HUB=1``). Off by default: runs never touch the network unless asked."""
     return os.environ.get("LLMEVAL_ALLOW_HUB", "") not in ("", "0", "false", "no")
 
@@ -366,7 +366,7 @@ def load_rows(
     dirs = ", ".join(str(d) for d in data_dirs) or "(none configured)"
     relative = spec.path.replace("{subset}", subset) if (spec.path and subset) else spec.path
     hub = (
-        f" or allow the hub ({spec.hub.id}) with --llm-hub"
+        f" or allow the hub ({spec.hub.id}) with --llm-set run.hub=true"
         if spec.hub is not None
         else " (the spec names no hub dataset)"
     )

@@ -355,7 +355,7 @@ class TaskRunner:
         mode = self.chat_mode
         if self._mode_source.startswith("spec"):
             return f"{self.spec.source}: field 'prompt.chat' pins {mode}"
-        return f"--llm-chat-template={mode}"
+        return f"--llm-set prompt.chat_template={mode}"
 
     def _template_for(self, backend: Backend) -> ChatTemplate | None:
         """The chat template this runner's mode takes from ``backend`` (None: raw text); a
@@ -366,7 +366,8 @@ class TaskRunner:
             raise ModelError(
                 f"{self._mode_where} for task {self.spec.name}, but the model "
                 f"({backend.info().get('model')}) has no chat template: give one with "
-                "--llm-chat-template-file=PATH, or use --llm-chat-template=off"
+                "--llm-set prompt.chat_template_file=PATH, or use --llm-set "
+                "prompt.chat_template=off"
             )
         return template
 
@@ -391,7 +392,8 @@ class TaskRunner:
                 f"task {self.spec.name} is scored by the log-likelihood of its choices, which "
                 f"needs the prompt's log-probabilities; with the chat template on ({where}) "
                 f"the server at {info.get('base_url')} applies its own template through "
-                "/chat/completions, which returns none. Score it with --llm-chat-template=off "
+                "/chat/completions, which returns none. Score it with --llm-set "
+                "prompt.chat_template=off "
                 "(the raw prompt through /completions, if the server returns prompt "
                 "log-probabilities) or with --llm-backend=hf (the template applied in-process)"
             )
@@ -411,7 +413,7 @@ class TaskRunner:
                 f"{form.source}: field 'chat_form.prompt.assistant_prefix' opens the "
                 f"assistant's turn of task {self.spec.name}, which the server at "
                 f"{info.get('base_url')} cannot continue (it applies its own chat template "
-                "through /chat/completions): run it with --llm-chat-template=off (the "
+                "through /chat/completions): run it with --llm-set prompt.chat_template=off (the "
                 "completion form) or with --llm-backend=hf (the template applied in-process)"
             )
         self.spec = form

@@ -16,8 +16,8 @@ pick the same choice, or extract the same answer); ``same_correctness``; ``score
 ``score_b``, ``difference`` (B - A) with its paired 95% interval; the exact McNemar p-value
 of the correct/wrong flips; for multiple choice ``mean_abs_dlogprob`` and
 ``max_abs_dlogprob`` over every choice's log-likelihood; for generation
-``identical_output`` (share of byte-identical outputs). ``--llm-agreement FILE`` records a
-file's summary and SHA256 in a pytest run's eval config.
+``identical_output`` (share of byte-identical outputs). ``report.agreement``
+(a file) records a file's summary and SHA256 in a pytest run's eval config.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def run_agreement(
 ) -> dict[str, Any]:
     """Evaluate the tasks' first ``limit`` items on both backends (A first, then B, one
     model loaded at a time) and compare them. ``chat``: the chat template mode of both
-    (``off``: raw text; ``on``/``auto``: as ``--llm-chat-template``, given on the command
+    (``off``: raw text; ``on``/``auto``: as ``prompt.chat_template``, given on the command
     line)."""
     runners = []
     for path in tasks:

@@ -73,7 +73,7 @@ class TaskTally:
 
     def estimate(self) -> Estimate:
         """The task's score and its interval, over the item scores of the median repeat
-        (:meth:`median_repeat`; the only one without ``--llm-repeat``): the score the
+        (:meth:`median_repeat`; the only one without ``run.repeat``): the score the
         summary shows, the floor is checked on and the interval are of one set of answers
         (the interval was the first repeat's beside the median's score)."""
         k = self.median_repeat()
@@ -98,7 +98,7 @@ class TaskTally:
         return {name: accuracy(values) for name, values in scores.items()}
 
     def repeat_scores(self) -> list[float]:
-        """The task score of each repeat (one entry when --llm-repeat is 1)."""
+        """The task score of each repeat (one entry when --llm-set run.repeat is 1)."""
         per_item = [r.get("repeat_scores") or [r["score"]] for r in self.results.values()]
         if not per_item:
             return []

@@ -8,7 +8,7 @@ For each task of a reference run and each drop (in points), two gates:
   run's number right is Binomial(n, p0 - drop): a fresh sample of items from the task, the
   floor a fixed number. Power: the chance the gate fails; false alarms: the chance it
   fails a model whose score is still ``p0``. Both exact (binomial sums).
-- **Paired** (``--llm-baseline-fail sig``): the exact McNemar test on the items both runs
+- **Paired** (``gate.baseline_rule = "sig"``): the exact McNemar test on the items both runs
   share. It sees only the discordant items, so what it needs depends on how many items a
   change flips: ``pure`` assumes the change flips only the lost items (``p_regress =
   drop``, ``p_improve = 0``: the fewest items any paired gate can need); an observed
@@ -494,5 +494,5 @@ def limit_warning(
     return (
         f"{task}: {n} items cannot decide a {100 * LIMIT_DROP:g}-point drop: "
         + " and ".join(parts)
-        + f" for 80% power at {100 * p0:.1f}% ({at}; --llm-plan, docs/GATES.md)"
+        + f" for 80% power at {100 * p0:.1f}% ({at}; --llm-set report.plan=true, docs/GATES.md)"
     )

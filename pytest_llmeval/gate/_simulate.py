@@ -10,7 +10,7 @@ then gated exactly as a run would be:
 
 - **paired**: ``paired_delta`` of the copy against the drawn items (what ``compare_runs``
   runs per task), then ``gate_failures`` with the ``sig`` rule (exact McNemar, p < alpha),
-  the code ``--llm-baseline-fail`` runs;
+  the code ``gate.baseline_rule`` runs;
 - **floor, fresh items** (the plan's model): the floor the rule makes from a reference of
   ``n`` items at ``p0``; the copy's own score and 95% interval against it under the policy;
 - **floor, same items** (what a CI run on the reference's ``--llm-limit`` does): the floor

@@ -186,7 +186,8 @@ def load_tasks(
         if not allow_hub and _needs_hub(exc):
             raise DataError(
                 f"{where}: lm-eval task {name!r} could not load its dataset without the "
-                f"Hugging Face hub ({text}). Pass --llm-hub to let it download, or point the "
+                f"Hugging Face hub ({text}). Pass --llm-set run.hub=true to let it download, "
+                "or point the "
                 "task at local files (dataset_path: json or csv, with dataset_kwargs."
                 "data_files) in a YAML under an include path"
             ) from None

@@ -247,7 +247,7 @@ class LmEvalRunner(TaskRunner):
                 raise LlmEvalError(
                     f"task {self.spec.name}: lm-eval builds chat prompts as text, but the "
                     "server applies its own chat template; run lm-eval tasks with "
-                    "--llm-chat-template=off or the hf backend"
+                    "--llm-set prompt.chat_template=off or the hf backend"
                 )
             self._build(self.template)
             self._chat_built = True
@@ -562,7 +562,7 @@ def _renderer(template: ChatTemplate, task: str) -> Any:
             raise LlmEvalError(
                 f"task {task}: the harness asks to continue the assistant's turn "
                 "(gen_prefix / assistant prefill), which our chat rendering does not do; "
-                "run it with --llm-chat-template=off"
+                "run it with --llm-set prompt.chat_template=off"
             )
         return render(history)
 

@@ -7,7 +7,7 @@ minimum length change which token is the most likely one. Sampling fields (``tem
 ``top_p``, ``top_k``, ...) do not: greedy decoding takes the argmax, whatever they say.
 
 :class:`GreedyRule` is what one backend does with a model's config, under the rule the run
-asked for (``--llm-generation-config``):
+asked for (``model.generation_config``):
 
 - ``model`` (the default): follow it, as ``model.generate(do_sample=False)`` does, with
   ``transformers``' own logits processors, applied to each sequence's own tokens (its
@@ -16,7 +16,7 @@ asked for (``--llm-generation-config``):
 
 A field that changes greedy decoding and that this module does not apply (beam search,
 forced tokens, a length penalty, classifier-free guidance, a watermark) is an error under
-``model`` that names the field and the way out (``--llm-generation-config=neutral``):
+``model`` that names the field and the way out (``model.generation_config=neutral``):
 outputs that silently differ from ``model.generate`` would be worse.
 """
 
@@ -146,7 +146,7 @@ class GreedyRule:
         greedy decoding and cannot be applied is a :class:`ModelError` under ``model``."""
         if rule not in GENERATION_CONFIG_RULES:
             raise ModelError(
-                f"--llm-generation-config={rule}: expected one of "
+                f"--llm-set model.generation_config={rule}: expected one of "
                 f"{'|'.join(GENERATION_CONFIG_RULES)}"
             )
         fields = config_fields(generation_config)
@@ -156,14 +156,15 @@ class GreedyRule:
             if name in SAMPLING_FIELDS:
                 not_applied[name] = f"{value!r}: sampling only; greedy decoding takes the argmax"
             elif rule == "neutral":
-                not_applied[name] = f"{value!r}: --llm-generation-config=neutral"
+                not_applied[name] = f"{value!r}: --llm-set model.generation_config=neutral"
             elif name in UNSUPPORTED_FIELDS:
                 where = f" ({source})" if source else ""
                 raise ModelError(
                     f"--llm-model={model}: its generation config{where} sets {name}={value!r}, "
                     "which changes greedy decoding (model.generate and vLLM apply it) and which "
-                    "this backend does not apply. Pass --llm-generation-config=neutral (ini "
-                    "llm_generation_config) for a plain argmax, recorded as such, or remove "
+                    "this backend does not apply. Pass --llm-set model.generation_config=neutral "
+                    '(or generation_config = "neutral" in [tool.llmeval.model]) for a plain '
+                    "argmax, recorded as such, or remove "
                     "the field from the model's generation_config.json"
                 )
             else:

@@ -264,7 +264,7 @@ class HFBackend(TokenizerSide):
         import torch
 
         if requested == "transformers":
-            return "--llm-decode-step=transformers"
+            return "--llm-set hf.decode_step=transformers"
         if not self._share:
             return "the model's caches cannot be laid out again (no continuous batching)"
         if self.dtype != torch.float32:
@@ -1173,7 +1173,7 @@ class HFBackend(TokenizerSide):
                 f"--llm-model={self.settings.model}: {reason}; decode steps take the model's "
                 "own forward pass for this run (environment.backend.decode_step in "
                 "eval_config.json). Report it with the torch and transformers versions; "
-                "--llm-decode-step=transformers skips the fused step and its check",
+                "--llm-set hf.decode_step=transformers skips the fused step and its check",
                 RuntimeWarning,
                 stacklevel=3,
             )

@@ -5,7 +5,7 @@ only.
 Generation: ``POST {base_url}/completions`` with the prompt, ``max_tokens``, greedy settings
 (``temperature`` 0, ``top_p`` 1, ``n`` 1), the seed and the stop sequences; the text is also
 cut client-side before the first stop sequence, as the ``hf`` backend does. With a chat
-template (``--llm-chat-template`` on, or auto on a server that has one): ``POST
+template (``prompt.chat_template`` on, or auto on a server that has one): ``POST
 {base_url}/chat/completions`` with the conversation as messages, so the server's own
 template renders it (``chat_template()`` says ``source: server``; the text it renders is not
 known here). Whether the server has a template is probed once, when first asked. With
@@ -41,7 +41,7 @@ saying so (``info()["prompt_logprobs"]`` records the probe's verdict). The probe
 retries of any request; when it still gets no answer (``not probed: why``) it runs again at
 the first log-likelihood request, and those requests fail while it cannot run.
 
-Context windows: the window is ``--llm-max-length`` or, when the server reports it,
+Context windows: the window is ``model.max_length`` or, when the server reports it,
 ``max_model_len`` from ``/models``. When the server also has a tokenize endpoint (found once
 at start: llama-cpp-python's ``/extras/tokenize``, vLLM's ``/tokenize``, llama.cpp's
 ``/tokenize``), prompts are counted client-side: ``overflow: skip`` answers
@@ -107,7 +107,7 @@ _RETRY_STATUSES = frozenset({408, 429})
 # the server, not of the model. They are sent set to neutral; one the server rejects by
 # name at start-up is dropped then, before the record says what every request sends.
 _NEUTRAL_EXTRAS: dict[str, Any] = {"repeat_penalty": 1.0}
-# Under --llm-generation-config=neutral, also the model's own: vLLM applies the model's
+# Under --llm-set model.generation_config=neutral, also the model's own: vLLM applies the model's
 # generation_config.json (its repetition_penalty) unless a request sets it.
 _NEUTRAL_MODEL_EXTRAS: dict[str, Any] = {"repetition_penalty": 1.0}
 _CONTEXT_MESSAGE = re.compile(
@@ -358,8 +358,8 @@ class OpenAIBackend:
                     reason = getattr(exc, "reason", None) or exc
                     raise ModelError(
                         f"{url}: no answer from the server after {attempt + 1} attempt(s): "
-                        f"{reason} (--llm-base-url={self.settings.base_url}, "
-                        f"--llm-max-retries={self.max_retries})"
+                        f"{reason} (--llm-set openai.base_url={self.settings.base_url}, "
+                        f"--llm-set openai.max_retries={self.max_retries})"
                     ) from None
                 wait = self._backoff(attempt)
             time.sleep(wait)
@@ -452,7 +452,8 @@ class OpenAIBackend:
             data, headers = self._call(url)
         except HTTPStatusError as exc:
             raise ModelError(
-                f"{url}: HTTP {exc.status}: {exc.message} (is --llm-base-url the server's "
+                f"{url}: HTTP {exc.status}: {exc.message} (is --llm-set openai.base_url the "
+                "server's "
                 "OpenAI API root, e.g. http://host:port/v1?)"
             ) from None
         self.server_headers = {k: headers[k] for k in _IDENTITY_HEADERS if k in headers}
@@ -465,7 +466,7 @@ class OpenAIBackend:
                 # name) and parent (a LoRA's base), llama.cpp's meta (vocabulary, sizes,
                 # parameters). No server reports a revision of the weights, and "created"
                 # is the time of the answer (vLLM, llama.cpp), not of the model: a
-                # redeployed model under the same name needs --llm-model-revision.
+                # redeployed model under the same name needs --llm-set openai.model_revision.
                 self.server_model = {
                     k: entry[k]
                     for k in ("id", "max_model_len", "owned_by", "root", "parent", "meta")
@@ -795,7 +796,8 @@ class OpenAIBackend:
                 return _ll_error(
                     f"a log-likelihood request does not fit the server's context window "
                     f"({exc.message}). With multiple_choice.overflow: {overflow} this "
-                    "backend cuts such requests when the window is known (--llm-max-length, "
+                    "backend cuts such requests when the window is known (--llm-set "
+                    "model.max_length, "
                     "or max_model_len from /models) and the server has tokenize and "
                     f"detokenize endpoints{self._tokenizer_state()}; or use overflow: skip."
                 )
@@ -964,7 +966,7 @@ class OpenAIBackend:
             f"({exc.message}) and prompts can only be cut client-side when the server "
             "has a tokenize endpoint (vLLM /tokenize, llama.cpp /tokenize, "
             "llama-cpp-python /extras/tokenize) and the context window is known "
-            f"(--llm-max-length){self._tokenizer_state()}. Use overflow: skip, or the "
+            f"(--llm-set model.max_length){self._tokenizer_state()}. Use overflow: skip, or the "
             "hf backend."
         ) from None
 

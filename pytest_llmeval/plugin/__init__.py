@@ -54,14 +54,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "contamination: a contamination probe")
     config.addinivalue_line(
         "markers",
+        "llm_probe(items=N, alpha=A, fpr=F): the contamination probe settings of one test "
+        "(over the project's probe settings; --llm-set wins over it)",
+    )
+    config.addinivalue_line(
+        "markers",
         "environment: the environment drift check (syrupy snapshot of versions and hashes)",
     )
     for capability in CAPABILITIES:
         config.addinivalue_line("markers", f"{capability}: capability dimension {capability}")
-    if config.getoption("llm_hub"):
+    llm = LlmEvalSession(config)
+    if llm.options.hub:
         # An environment variable, so that xdist workers (started later) inherit it.
         os.environ["LLMEVAL_ALLOW_HUB"] = "1"
-    llm = LlmEvalSession(config)
     config.stash[SESSION_KEY] = llm
     # The session object receives item reports itself (pytest_runtest_logreport).
     config.pluginmanager.register(llm, "llmeval-session")
@@ -208,11 +213,15 @@ def llm_drift(pytestconfig: pytest.Config) -> DriftCheck:
 
 
 @pytest.fixture(scope="session")
-def llm_probe(pytestconfig: pytest.Config, llm_model: Any) -> ProbeRunner:
+def llm_probe(
+    request: pytest.FixtureRequest, pytestconfig: pytest.Config, llm_model: Any
+) -> ProbeRunner:
     """Contamination probes on collected tasks with the model under evaluation:
     ``report = llm_probe.run("mmlu", "option_shuffle")`` then ``llm_probe.check(report)``
-    (fails with the verdict at ``--llm-probe-alpha``); reports go to the run directory."""
-    return ProbeRunner(get_session(pytestconfig), llm_model)
+    (fails with the verdict at ``probe.alpha``); reports go to the run directory. A test's
+    ``@pytest.mark.llm_probe(items=200, alpha=0.05, fpr=0.05)`` sets its own."""
+    marker = request.node.get_closest_marker("llm_probe")
+    return ProbeRunner(get_session(pytestconfig), llm_model, marker.kwargs if marker else None)
 
 
 __all__ = ["DriftCheck", "EvalItem", "LlmEvalSession", "ProbeRunner"]

@@ -506,9 +506,9 @@ def lmeval_option_items(session: pytest.Session) -> list[pytest.Item]:
 
 def no_items_reason(session: LlmEvalSession, spec: TaskSpec, loaded: int) -> str:
     """Why a task whose data is installed has no item to run (its tests, its probes):
-    ``loaded`` items before ``--llm-exclude``."""
+    ``loaded`` items before ``run.exclude``."""
     if loaded:
-        return f"all {loaded} of its items are excluded by --llm-exclude {session.options.exclude}"
+        return f"all {loaded} of its items are excluded by run.exclude ({session.options.exclude})"
     return describe_no_rows(spec, session.options.data_dirs)
 
 

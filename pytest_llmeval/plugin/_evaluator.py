@@ -67,7 +67,7 @@ def _json(value: Any) -> Any:
 
 def load_failure(exc: Exception, flag: str, model: str) -> str:
     """One line saying why ``model`` (given as ``flag``: ``--llm-model`` or
-    ``--llm-reference-model``) could not be loaded: the package's own error (its
+    ``probe.reference_model``) could not be loaded: the package's own error (its
     ``--llm-model=`` prefix renamed to the flag given), the missing extra, or anything else
     a broken model or device raises, folded into one line."""
     if isinstance(exc, LlmEvalError):

@@ -19,7 +19,7 @@ import pytest
 FIXES = {
     "data": "install its data: --llm-data-dir=DIR (or LLMEVAL_DATA_DIR) with its folder",
     "judge": "install the scorer's extra named in the reason",
-    "empty": "fill its data file, or narrow --llm-exclude=FILE",
+    "empty": "fill its data file, or narrow --llm-set run.exclude=FILE",
     "model": "pass --llm-model=PATH (or set llm_model in the ini file)",
     "window": "a model with a larger context window, or the spec's overflow policy",
     "deselected": "select it with -k or -m (this run's expressions leave it out)",

@@ -1,7 +1,7 @@
 """The ``llm_probe`` fixture: contamination probes as tests, with a verdict per task.
 
 Every verdict is computed against a null that fits the data (``contamination._verdicts``):
-the reference model (``--llm-reference-model``) when one is given, else the items' own
+the reference model (``probe.reference_model``) when one is given, else the items' own
 rewrites. A probe whose null without a reference was measured to fire on clean models
 (canonical order, CircularEval, membership, TS-Guessing) reports its numbers and gives no
 verdict without one.
@@ -9,6 +9,7 @@ verdict without one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from pytest_llmeval.contamination import ContaminationVerdict, Handling
     from pytest_llmeval.dataset import Item
     from pytest_llmeval.eval import TaskRunner
+    from pytest_llmeval.settings import Settings
 
     from ._session import LlmEvalSession
 
@@ -201,14 +203,47 @@ def paired_verdict(report: Any, alpha: float) -> ContaminationVerdict:
     )
 
 
+#: The probe settings a test's ``@pytest.mark.llm_probe(...)`` may set.
+MARKER_SETTINGS = ("items", "alpha", "fpr")
+
+
+def probe_settings(settings: Settings, marker: Mapping[str, Any]) -> tuple[int, float, float]:
+    """A probe test's items, level and target false-positive rate: the project's settings,
+    over them the test's ``llm_probe`` marker, and over both ``--llm-set`` (a one-off for
+    every probe of the run, as pytest-benchmark's options over its marker)."""
+    from pytest_llmeval.settings import BY_NAME, SettingError
+
+    unknown = sorted(set(marker) - set(MARKER_SETTINGS))
+    if unknown:
+        raise pytest.UsageError(
+            f"@pytest.mark.llm_probe: unknown argument(s) {', '.join(unknown)} (it takes "
+            f"{', '.join(MARKER_SETTINGS)}; the reference model is the setting "
+            "probe.reference_model)"
+        )
+    values = []
+    for key in MARKER_SETTINGS:
+        name = f"probe.{key}"
+        value = settings[name]
+        if key in marker and settings.source(name) != "--llm-set":
+            try:
+                value = BY_NAME[name].parse(marker[key], "@pytest.mark.llm_probe")
+            except SettingError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        values.append(value)
+    return int(values[0]), float(values[1]), float(values[2])
+
+
 class ProbeRunner:
-    """Runs a probe on a collected task's first ``--llm-probe-items`` items (after
-    ``--llm-exclude``) with the session's model (and the reference model when given),
+    """Runs a probe on a collected task's first ``probe.items`` items (after
+    ``run.exclude``) with the session's model (and the reference model when given),
     records the report in the run directory and checks its verdict."""
 
-    def __init__(self, session: LlmEvalSession, backend: Any) -> None:
+    def __init__(
+        self, session: LlmEvalSession, backend: Any, marker: Mapping[str, Any] | None = None
+    ) -> None:
         self.session = session
         self.backend = backend
+        self.items, self.alpha, self.fpr = probe_settings(session.options.settings, marker or {})
         self._reference: Any = None
         self._reference_error: str | None = None  # why it could not be loaded (not retried)
         self._reference_record: dict[str, Any] | None = None
@@ -222,7 +257,8 @@ class ProbeRunner:
     # ------------------------------------------------------------------ reference model
 
     def reference(self) -> Any | None:
-        """The reference backend (loaded once), or None without ``--llm-reference-model``."""
+        """The reference backend (loaded once), or None without ``--llm-set "
+        "probe.reference_model``."""
         name = self.session.options.reference_model
         if name is None:
             return None
@@ -239,7 +275,7 @@ class ProbeRunner:
             try:
                 self._reference = load_backend(settings)
             except Exception as exc:  # as for the model: one line, not a chained traceback
-                self._reference_error = load_failure(exc, "--llm-reference-model", name)
+                self._reference_error = load_failure(exc, "--llm-set probe.reference_model", name)
             if self._reference_error is not None:
                 pytest.fail(self._reference_error, pytrace=False)
             self._reference_record = self._describe_reference(name)
@@ -305,7 +341,7 @@ class ProbeRunner:
             pytest.skip(str(exc))
         loaded = len(items)
         items = [i for i in items if i.id not in self.session.excluded]
-        chosen = first_n(items, n or opts.probe_items)
+        chosen = first_n(items, n or self.items)
         if not chosen:  # never a verdict on nothing
             if lmeval_items is not None and not loaded:
                 why = "its lm-eval task gave no documents"
@@ -320,7 +356,7 @@ class ProbeRunner:
         # Not validated is the reason that holds whatever the items; then nothing counted.
         outcome = _only_if_counted(_only_if_validated(outcome))
         outcome.extra["requests"] = self._chunk_counts()
-        self.session.add_probe(self._payload(outcome, opts.probe_alpha))
+        self.session.add_probe(self._payload(outcome, self.alpha))
         return outcome
 
     # ------------------------------------------------------------------ resume
@@ -338,7 +374,7 @@ class ProbeRunner:
         """``backend`` with the running probe's calls cut into fixed chunks
         (``contamination._resume``), each appended to
         ``contamination/requests/<task>-<probe>[-reference].jsonl`` in the run directory
-        as it is computed and, unless ``--llm-no-resume``, taken from an interrupted run's
+        as it is computed and, unless ``run.resume=false``, taken from an interrupted run's
         file of the same key (``record.model_call_key``: the model, its settings and the
         backend code) instead of computed again."""
         if role not in self._wrapped:
@@ -408,7 +444,8 @@ class ProbeRunner:
                 (
                     f"{outcome.task}: items flagged by {outcome.probe} "
                     f"({outcome.report.score}, {outcome.report.null})",
-                    f"target false-positive rate {outcome.report.fpr}; use with --llm-exclude",
+                    f"target false-positive rate {outcome.report.fpr}; use with --llm-set "
+                    "run.exclude",
                 )
             )
         return {
@@ -455,9 +492,7 @@ class ProbeRunner:
             {i.item_id: i.canonical_correct for i in report.items}
         )
         answers = moved_answers(report)
-        verdict = option_shuffle_verdict(
-            runner.spec.name, answers, self.session.options.probe_alpha, seed=seed
-        )
+        verdict = option_shuffle_verdict(runner.spec.name, answers, self.alpha, seed=seed)
         verdict = self._stamp(runner, verdict)
         golds = {(a.n_options, a.gold) for a in answers}
         if answers and len(golds) == len({n for n, _ in golds}):
@@ -504,7 +539,7 @@ class ProbeRunner:
             order_verdict(
                 report,
                 options,
-                self.session.options.probe_alpha,
+                self.alpha,
                 reference=ref_report,
                 reference_name=self._reference_name(),
             ),
@@ -518,7 +553,8 @@ class ProbeRunner:
             # that shares the natural-order preference: a reference.
             reason = (
                 f"{runner.spec.name} canonical_order: no verdict without "
-                "--llm-reference-model: the test cannot tell a memorised option order from "
+                "--llm-set probe.reference_model: the test cannot tell a memorised option "
+                "order from "
                 "a natural one (alphabetical, by length, chronological), which clean models "
                 f"prefer too; for inspection: {_inspection(verdict)}; {verdict.validation}"
             )
@@ -540,14 +576,14 @@ class ProbeRunner:
         self._correct.setdefault(runner.spec.name, {}).update(
             {i.item_id: i.canonical_correct for i in report.items}
         )
-        verdict = self._stamp(runner, paired_verdict(report, self.session.options.probe_alpha))
+        verdict = self._stamp(runner, paired_verdict(report, self.alpha))
         return ProbeOutcome(runner.spec.name, "number_rewrite", report, verdict)
 
     def _entity_rewrite(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
         from pytest_llmeval.contamination import entity_rewrite_probe
 
         report = entity_rewrite_probe(runner, items, self._model(), seed=self.session.options.seed)
-        verdict = self._stamp(runner, paired_verdict(report, self.session.options.probe_alpha))
+        verdict = self._stamp(runner, paired_verdict(report, self.alpha))
         return ProbeOutcome(runner.spec.name, "entity_rewrite", report, verdict)
 
     def _membership(self, runner: TaskRunner, items: list[Item], k: int | None) -> ProbeOutcome:
@@ -572,10 +608,10 @@ class ProbeRunner:
             mine,
             reference=ref,
             reference_name=self._reference_name(),
-            fpr=opts.probe_fpr,
+            fpr=self.fpr,
             rewrites=rewrite_kind(runner),
         )
-        verdict = self._stamp(runner, flags.verdict(opts.probe_alpha))
+        verdict = self._stamp(runner, flags.verdict(self.alpha))
         correct = self._published_correct(runner, items)
         plan = handling(
             runner.spec.name,
@@ -592,7 +628,8 @@ class ProbeRunner:
             # test against rewrites fires on untouched models above its level
             # (docs/CONTAMINATION.md). The flags are kept for inspection, no verdict.
             reason = (
-                f"{runner.spec.name} membership: no verdict without --llm-reference-model "
+                f"{runner.spec.name} membership: no verdict without --llm-set "
+                "probe.reference_model "
                 f"(against rewrites alone it fires on clean models above its level); for "
                 f"inspection: {_inspection(verdict)}; {verdict.validation}"
             )
@@ -647,16 +684,14 @@ class ProbeRunner:
             reason = (
                 f"{runner.spec.name} ts_guessing: exact-match rate "
                 f"{100 * report.exact_match_rate:.1f}% on {report.n} items; no verdict without "
-                "--llm-reference-model (free-text guessing has no honest chance level); "
+                "--llm-set probe.reference_model (free-text guessing has no honest chance level); "
                 f"against a reference (exact matches, paired McNemar): {with_ref}"
             )
             return ProbeOutcome(runner.spec.name, "ts_guessing", report, None, no_verdict=reason)
         ref = ts_guessing_probe(runner, items, ref_backend, seed=seed)
         verdict = self._stamp(
             runner,
-            guessing_verdict(
-                report, ref, self.session.options.probe_alpha, reference_name=self._reference_name()
-            ),
+            guessing_verdict(report, ref, self.alpha, reference_name=self._reference_name()),
         )
         extra = {"reference_report": ref.to_dict()}
         return ProbeOutcome(runner.spec.name, "ts_guessing", report, verdict, extra=extra)
@@ -677,7 +712,7 @@ class ProbeRunner:
             runner,
             circular_verdict(
                 report,
-                self.session.options.probe_alpha,
+                self.alpha,
                 options={i.id: option_texts(i.doc, fields) for i in items},
                 reference=ref,
                 reference_name=self._reference_name(),
@@ -705,6 +740,6 @@ class ProbeRunner:
             if outcome.handling.flagged:
                 lines.append(
                     f"flagged items: contamination/{outcome.task}-flagged.txt in the run "
-                    "directory (--llm-exclude format)"
+                    "directory (--llm-set run.exclude format)"
                 )
         pytest.fail("\n".join(lines), pytrace=False)

@@ -79,9 +79,7 @@ def _read_exclusions(path: Path | None) -> tuple[frozenset[str], str | None]:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise pytest.UsageError(
-            f"--llm-exclude (ini llm_exclude): cannot read {path}: {exc}"
-        ) from None
+        raise pytest.UsageError(f"run.exclude: cannot read {path}: {exc}") from None
     ids = []
     for line in data.decode("utf-8", "replace").splitlines():
         line = line.split("#", 1)[0].strip()
@@ -100,7 +98,7 @@ def _read_agreement(path: Path | None) -> tuple[dict[str, Any] | None, str | Non
     try:
         return read_agreement(path)
     except LlmEvalError as exc:
-        raise pytest.UsageError(f"--llm-agreement (ini llm_agreement): {exc}") from None
+        raise pytest.UsageError(f"report.agreement: {exc}") from None
 
 
 def _defined_twice(name: str, first: str, second: str) -> SpecError:
@@ -120,7 +118,7 @@ def _item_line(item_id: str, message: str) -> str:
 
 
 def _read_reference(path: Path | None) -> ReferenceRun | None:
-    """The reference run of ``--llm-floors-from``, read at start-up (before any model loads);
+    """The reference run of ``gate.floors_from``, read at start-up (before any model loads);
     a directory without a finished run's summary is a usage error naming the path."""
     if path is None:
         return None
@@ -130,9 +128,9 @@ def _read_reference(path: Path | None) -> ReferenceRun | None:
 
     try:
         refuse_damaged(path, "a floors source")
-        return ReferenceRun(path, needed_by="--llm-floors-from")
+        return ReferenceRun(path, needed_by="gate.floors_from")
     except LlmEvalError as exc:
-        raise pytest.UsageError(f"--llm-floors-from (ini llm_floors_from): {exc}") from None
+        raise pytest.UsageError(f"gate.floors_from: {exc}") from None
 
 
 # The user property that carries a contamination probe's outcome to the controller.
@@ -235,7 +233,7 @@ class LlmEvalSession:
         self.interrupted: str | None = None
         self.done_nodeids: set[str] = set()  # benchmark items that ran (or were skipped)
         # floors: where each registered task's floor came from, and the tasks whose floor
-        # --llm-floors-from could not make (an error only if the task is selected)
+        # --llm-set gate.floors_from could not make (an error only if the task is selected)
         self.floor_sources: dict[str, dict[str, Any]] = {}
         self.floor_errors: dict[str, str] = {}
         self.reference = _read_reference(self.options.floors_from)
@@ -250,7 +248,7 @@ class LlmEvalSession:
             try:
                 parse_gate(self.options.baseline_fail)
             except ValueError as exc:
-                raise pytest.UsageError(f"--llm-baseline-fail: {exc}") from None
+                raise pytest.UsageError(f"--llm-set gate.baseline_rule: {exc}") from None
 
     # ---------------------------------------------------------------- collection
 
@@ -303,7 +301,7 @@ class LlmEvalSession:
         return out
 
     def _apply_floor(self, spec: TaskSpec) -> TaskSpec:
-        """The task's floor: ``--llm-floor`` on the command line, else ``--llm-floors-from``,
+        """The task's floor: ``--llm-floor`` on the command line, else ``gate.floors_from``,
         else the ini's ``llm_floors``, else the spec's; its source is kept for the records."""
         name = spec.name
         given = self.options.floor_sources.get(name)
@@ -328,7 +326,7 @@ class LlmEvalSession:
         return spec
 
     def catalog_rows(self) -> list[dict[str, str]]:
-        """One row per collected task for ``--llm-catalog``."""
+        """One row per collected task for ``--llm-show=catalog``."""
         rows = []
         for name, spec in sorted(self.specs.items()):
             cat = spec.catalog
@@ -367,7 +365,7 @@ class LlmEvalSession:
             self._check_run_dir_tasks()
         missing = [self.floor_errors[t] for t in sorted(self.selected) if t in self.floor_errors]
         if missing:  # before any item runs, so before a model loads
-            message = "--llm-floors-from (ini llm_floors_from): " + "; ".join(missing)
+            message = "gate.floors_from: " + "; ".join(missing)
             if not self.is_worker:
                 raise pytest.UsageError(message)
             # An xdist worker cannot end the run with a usage error (xdist reports it as an
@@ -376,7 +374,7 @@ class LlmEvalSession:
             self.floor_block = message
 
     def _check_run_dir_tasks(self) -> None:
-        """``--llm-run-dir`` combines one task per process into one run: a task whose items
+        """``run.dir`` combines one task per process into one run: a task whose items
         that directory already holds (an earlier process's) would get a second set of item
         records beside the first, under a summary of the second alone. Refused before any
         model loads, naming what to do."""
@@ -390,7 +388,7 @@ class LlmEvalSession:
         if held:
             files = ", ".join(output_file(t) for t in held)
             raise pytest.UsageError(
-                f"--llm-run-dir={self.options.run_dir} already holds the items of "
+                f"--llm-set run.dir={self.options.run_dir} already holds the items of "
                 f"{', '.join(held)} ({files}, from an earlier run): a run directory records "
                 "each task once. To run it again, give a new directory (or remove that one), "
                 "or leave the option out for a new run under --llm-output"
@@ -440,14 +438,14 @@ class LlmEvalSession:
                 f"--llm-model={self.options.model} is served by {self.options.base_url} and "
                 "no revision of its weights is known (the server reports none): resume across "
                 "server restarts cannot tell a redeployed model apart; pass "
-                "--llm-model-revision=COMMIT-OR-DIGEST (ini llm_model_revision), or "
-                "--llm-no-resume"
+                "--llm-set openai.model_revision=COMMIT-OR-DIGEST, or "
+                "--llm-set run.resume=false"
             )
         unmatched = sorted(self.excluded - self.exclusions_matched)
         if unmatched and self.options.exclude is not None:
             shown = ", ".join(unmatched[:5]) + (", ..." if len(unmatched) > 5 else "")
             warnings.append(
-                f"--llm-exclude {self.options.exclude}: {len(unmatched)} of "
+                f"--llm-set run.exclude {self.options.exclude}: {len(unmatched)} of "
                 f"{len(self.excluded)} ids match no item of the collected tasks ({shown})"
             )
             self.notes["unmatched_exclusions"] = unmatched
@@ -594,7 +592,7 @@ class LlmEvalSession:
 
     def _keep_probe(self, payload: dict[str, Any]) -> None:
         """Write a probe's report (``contamination/<task>-<probe>.json``) and its flagged
-        items (``contamination/<task>-flagged.txt``, ``--llm-exclude`` format) into the
+        items (``contamination/<task>-flagged.txt``, ``run.exclude`` format) into the
         run directory, and keep its summary for the terminal and the Markdown summary."""
         folder = self.run_dir().path / "contamination"
         folder.mkdir(exist_ok=True)
@@ -726,6 +724,10 @@ class LlmEvalSession:
             "check_determinism": opts.check_determinism,
             "data_dirs": opts.data_dirs,
             "allow_unisolated_code": opts.allow_unisolated_code,
+            "settings": {
+                "profiles": list(opts.settings.profiles),
+                "given": opts.settings.as_record(),
+            },
         }
         tasks = {
             name: {
@@ -801,7 +803,7 @@ class LlmEvalSession:
             self.run.log(f"run {status}" + (f": {self.interrupted}" if self.interrupted else ""))
             self.run.release(status, self.interrupted)
             # After the lease is released, so that the page reads how the run ended (a run
-            # another process still writes under --llm-run-dir reads as live).
+            # another process still writes under --llm-set run.dir reads as live).
             with self.run.merge_lock():
                 self._write_report()
         return verdicts
@@ -852,7 +854,7 @@ class LlmEvalSession:
             )
 
         here = markdown(rows, task_configs)
-        # A combined run (--llm-run-dir): summary.md covers every task the directory
+        # A combined run (--llm-set run.dir): summary.md covers every task the directory
         # holds, as metrics_summary.json does (it showed the last process's alone); the CI
         # step summary, appended to by each process, gets this process's tasks once.
         others = [
@@ -914,7 +916,7 @@ class LlmEvalSession:
             self.run.log(f"report.html not written: {self.report_error}")
 
     def _plan(self) -> None:
-        """``--llm-plan``: the item budget of each task (``plan.json``); with ``--llm-limit``
+        """``report.plan=true``: the item budget of each task (``plan.json``); with ``--llm-limit``
         and a gate, a warning for each task whose gate cannot catch a 5-point drop at the
         size that ran."""
         gated = {

@@ -269,7 +269,8 @@ def no_floor_hint(verdicts: Sequence[TaskVerdict], run: Path) -> list[str]:
     return [
         "no task has a floor: this run gates nothing (exit status 0 whatever the scores). "
         "To gate on it, make it the reference:",
-        f"  rerun with --llm-floors-from={run} (each floor: the lower end of this run's 95% "
+        f"  rerun with --llm-set gate.floors_from={run} (each floor: the lower end of this "
+        "run's 95% "
         "interval),",
         f"  or write them into your ini: python -m pytest_llmeval.record floors {run} "
         "--write=pyproject.toml",
@@ -354,7 +355,7 @@ def write_details(session: LlmEvalSession, tr: Any) -> None:
 
 def report_teststatus(report: pytest.TestReport) -> tuple[str, Any, Any] | None:
     """Wrong answers are their own outcome: visible (yellow), but not failures (unless
-    --llm-strict). The controller reports them as failed with the reason
+    --llm-set gate.strict=true). The controller reports them as failed with the reason
     (``record._junit``), so that JUnit XML and pytest-html count them as not passed; the
     plugin keeps them out of pytest's failure count (``_outcomes.py``). A task's gate (its
     own test case at the session's end) is counted on the last line by its outcome

@@ -44,6 +44,9 @@ VOLATILE_FIELDS: tuple[str, ...] = (
     "output",
     "output_dir",
     "data_dirs",
+    # where each setting was given (its values that change scores are in the task configs
+    # and the framework, compared there)
+    "settings",
     "model_info.model_path",
     "**.model_path",
     # environment facts that the config repeats (compared as environment when a run has

@@ -9,7 +9,7 @@ replaces them with a few compact, readable properties per item, and turns a wron
 one-line reason, so that dashboards count it as neither passed nor skipped:
 ``<failure message="wrong: extracted '7', target '5' (the task's floor decides the
 run)"/>``. The plugin keeps such a failure out of pytest's exit status, ``-x`` and
-``--maxfail`` (``plugin/_outcomes.py``); under ``--llm-strict`` a wrong answer already
+``--maxfail`` (``plugin/_outcomes.py``); under ``gate.strict=true`` a wrong answer already
 fails its test (and counts).
 
 An item whose metric gives it a partial score (F1, TruthfulQA's MC2, an lm-eval metric
@@ -128,7 +128,7 @@ def gate_case(row: Mapping[str, Any]) -> tuple[str, str, list[tuple[str, str]]]:
 
     ``row`` is a verdict's row (``TaskVerdict.row()``: score, ci_low, ci_high, floor,
     status, policy, failed). The gate fails exactly when the verdict fails the run (its
-    floor under ``--llm-floor-policy``, or a task that errored or did not complete) and
+    floor under ``gate.policy``, or a task that errored or did not complete) and
     passes when the verdict is ``pass``. The rest is skipped with the reason, since none of
     it shows that the score clears a floor: a task without a floor, a task whose items were
     all skipped, and an ``undecided`` verdict (the floor inside the 95% interval) that the
@@ -156,24 +156,24 @@ def gate_case(row: Mapping[str, Any]) -> tuple[str, str, list[tuple[str, str]]]:
         elif status == "undecided":
             why = (
                 f"{where}: the floor {_num(floor)} lies inside the interval, and under "
-                f"--llm-floor-policy={policy} an undecided verdict {UNDECIDED_UNDER[policy]}"
+                f"--llm-set gate.policy={policy} an undecided verdict {UNDECIDED_UNDER[policy]}"
             )
         else:
-            why = f"{where} is below the floor {_num(floor)} (--llm-floor-policy={policy})"
+            why = f"{where} is below the floor {_num(floor)} (--llm-set gate.policy={policy})"
         return "failed", f"gate failed: {why}", props
     if status == "pass":
         return "passed", "", props
     if status == "no floor":
         why = (
             "no floor: nothing gates this task (add one with --llm-floor=TASK=VALUE, a "
-            "spec's floor:, or --llm-floors-from=RUN_DIR)"
+            "spec's floor:, or --llm-set gate.floors_from=RUN_DIR)"
         )
     elif status == "skipped":
         why = "every item of the task was skipped: no score to gate"
     else:  # undecided, and the policy lets it through
         why = (
             f"undecided: the floor {_num(floor)} lies inside {where}; under "
-            f"--llm-floor-policy={policy} an undecided verdict "
+            f"--llm-set gate.policy={policy} an undecided verdict "
             f"{UNDECIDED_UNDER.get(policy, 'does not fail')}, and this one does not"
         )
     return "skipped", why, props

@@ -217,7 +217,7 @@ class ProbeRow:
 
 @dataclass
 class FailureView:
-    """``failures.json`` of one task (``--llm-failures``)."""
+    """``failures.json`` of one task (``report.failures``)."""
 
     task: str
     n_items: int
@@ -1106,7 +1106,7 @@ class ChatSplit:
 
     ``turn``: where the item's own user turn begins (header included); ``content``: where
     that turn's text begins and ends; ``multiturn``: the few-shot examples are earlier
-    user/assistant turns (``--llm-fewshot-multiturn``) rather than text inside the one user
+    user/assistant turns (``prompt.fewshot_multiturn=true``) rather than text inside the one user
     message."""
 
     turn: int

@@ -172,7 +172,7 @@ def resume_settings(
 ) -> dict[str, Any]:
     """What besides the config hash decides an item's result on this model (part of its
     resume key): the device map (``info``: the backend's), the tokenizer files' digest,
-    the revision stated for a served model (``--llm-model-revision``) and, for a
+    the revision stated for a served model (``openai.model_revision``) and, for a
     generative task, how decode steps run (the step and the prompt-lookup draft length;
     greedy outputs were identical across them in the project's tests, but a different
     summation order can change a token)."""

@@ -24,7 +24,8 @@ def run_config(
     agreement: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``eval_config.json``. ``asked``: the run's settings as given (model, dtype, device,
-    batch_size, limit, seed, repeat, check_determinism, data_dirs, allow_unisolated_code);
+    batch_size, limit, seed, repeat, check_determinism, data_dirs, allow_unisolated_code,
+    settings);
     ``environment``: the first process's environment record, ``environments`` every
     process's by worker id; ``tasks``: each task's config; ``excluded``: the exclusion
     file's entry; ``agreement``: the agreement file's."""
@@ -55,6 +56,9 @@ def run_config(
         "excluded_items": dict(excluded) if excluded is not None else None,
         "data_dirs": [str(d) for d in asked["data_dirs"]],
         "sandbox": {"allow_unisolated_code": asked["allow_unisolated_code"]},
+        # The settings beyond the core options that were given anywhere, each with where
+        # (pyproject.toml, the ini's llm_set, a profile, --llm-set): provenance.
+        "settings": asked.get("settings"),
         "started": started,
         "tasks": {name: dict(task) for name, task in sorted(tasks.items())},
         "environment": env,

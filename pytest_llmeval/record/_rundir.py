@@ -263,7 +263,7 @@ class RunDir:
     @contextlib.contextmanager
     def merge_lock(self) -> Iterator[None]:
         """An exclusive lock on the directory's shared files, for read-merge-write updates
-        by several processes writing one run (``--llm-run-dir``)."""
+        by several processes writing one run (``run.dir``)."""
         with (self.path / MERGE_LOCK).open("a", encoding="utf-8") as fh:
             if fcntl is not None:
                 fcntl.flock(fh, fcntl.LOCK_EX)

@@ -38,7 +38,7 @@ How a program is contained (Linux):
   kernel offers neither (no root, user namespaces disabled or refused, e.g. inside a
   chroot), the program is **not run**: the result is ``error`` with the reason and what to
   do, unless the caller accepted the risk with :func:`allow_unisolated`
-  (``--llm-allow-unisolated-code`` in pytest); an item whose code was not run is an error,
+  (``sandbox.allow_unisolated=true`` in pytest); an item whose code was not run is an error,
   never a wrong answer;
 - **as root** (as in CI): a per-run unprivileged uid/gid (so file permissions protect the
   system, ``RLIMIT_NPROC`` applies, and the test process cannot be signalled), new network

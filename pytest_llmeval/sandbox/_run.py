@@ -41,7 +41,8 @@ _EFBIG = "[Errno 27]"
 #: What a refusal for want of filesystem isolation tells the user to do about it.
 HOW_TO_ALLOW = (
     "run as root or where unprivileged user namespaces are enabled (sysctl "
-    "user.max_user_namespaces > 0), or accept the risk with --llm-allow-unisolated-code "
+    "user.max_user_namespaces > 0), or accept the risk with --llm-set "
+    "sandbox.allow_unisolated=true "
     "(pytest) / pytest_llmeval.sandbox.allow_unisolated()"
 )
 _policy = {"allow_unisolated": False}

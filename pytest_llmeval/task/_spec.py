@@ -131,7 +131,7 @@ class PromptSpec:
 
     Chat models: ``chat`` pins whether the model's chat template applies to this task
     (``on``, ``off`` or ``auto``: on when the model has one), whatever the run says; None
-    follows the run (``--llm-chat-template``). ``system_prompt`` (a template) is the
+    follows the run (``prompt.chat_template``). ``system_prompt`` (a template) is the
     task's own system prompt: after the run's, before the description.
     """
 
@@ -152,7 +152,7 @@ class ThinkingSpec:
     """Reasoning output (``generate.thinking``): with ``strip``, extraction sees only the
     text after the thinking block, and stop sequences do not cut the block itself; a block
     that never closes is a failure of its own. ``start``/``end``: the markers (None: the
-    run's, ``--llm-thinking-markers``, by default ``<think>``/``</think>``)."""
+    run's, ``prompt.thinking_markers``, by default ``<think>``/``</think>``)."""
 
     strip: bool = False
     start: str | None = None
@@ -280,7 +280,7 @@ class GenerateSpec:
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """Where a task sits in the capability catalog (``pytest --llm-catalog``)."""
+    """Where a task sits in the capability catalog (``pytest --llm-show=catalog``)."""
 
     capability: str | None = None
     style: str | None = None

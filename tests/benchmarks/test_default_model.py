@@ -67,7 +67,7 @@ def test_default_model_on_one_item_of_each_task_with_local_data(default_run: Def
     assert math500["messages"][-1]["content"].startswith("Problem:\n")
     assert math500["finish_reason"] in ("stop", "length", "eos")
     # The default model is an instruct model with a chat template: every task was prompted
-    # through it (the default --llm-chat-template=auto), as the record and summary say.
+    # through it (the default --llm-set prompt.chat_template=auto), as the record and summary say.
     for task, (record,) in records.items():
         assert record["prompt"].startswith("<|im_start|>system\n"), task
         assert record["messages"][-1]["role"] == "user", task
@@ -88,7 +88,7 @@ def test_contamination_probes_on_the_default_model(default_run: DefaultRun) -> N
     text = result.stdout.str()
     outcomes = default_run.outcomes(PROBE_TEST)
     assert len(outcomes) == 10, outcomes
-    # Without --llm-reference-model the canonical-order test, TS-Guessing and the
+    # Without --llm-set probe.reference_model the canonical-order test, TS-Guessing and the
     # membership flags have no null that holds at every n (docs/CONTAMINATION.md), and
     # number and entity rewrites were never measured on known-clean items: skipped with
     # their numbers, reports written. Option shuffling and CircularEval (golds weighed in
@@ -117,9 +117,14 @@ def test_contamination_probes_on_the_default_model(default_run: DefaultRun) -> N
     for name, report in reports.items():
         # every verdict names its null; every probe without one says why
         assert report["verdict"]["null"] if report.get("verdict") else report["no_verdict"], name
-    result.stdout.fnmatch_lines(["*mmlu membership: no verdict without --llm-reference-model*"])
     result.stdout.fnmatch_lines(
-        ["*mmlu canonical_order: no verdict without --llm-reference-model: the test cannot tell*"]
+        ["*mmlu membership: no verdict without --llm-set probe.reference_model*"]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*mmlu canonical_order: no verdict without --llm-set probe.reference_model: the "
+            "test cannot tell*"
+        ]
     )
     assert reports["mmlu-membership"]["handling"]["scores"]["all"]["n"] == 4
     assert reports["mmlu-option_shuffle"]["n"] == 4

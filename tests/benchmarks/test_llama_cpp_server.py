@@ -113,7 +113,7 @@ def _run(pytester: pytest.Pytester, shared: Path, name: str, *args: str) -> Path
         f"--llm-data-dir={shared}",
         f"--llm-output={out}",
         f"--llm-limit={LIMIT}",
-        f"--llm-max-length={WINDOW}",
+        f"--llm-set=model.max_length={WINDOW}",
         "-p",
         "no:cacheprovider",
         *args,
@@ -139,9 +139,9 @@ def test_llama_cpp_server_agrees_with_the_hf_backend(
         shared_benchmarks,
         "served",
         "--llm-backend=openai",
-        f"--llm-base-url={llama_cpp_server}",
+        f"--llm-set=openai.base_url={llama_cpp_server}",
         f"--llm-model={default_model}",
-        "--llm-concurrency=2",
+        "--llm-set=openai.concurrency=2",
     )
     served_seconds = time.monotonic() - started
     started = time.monotonic()

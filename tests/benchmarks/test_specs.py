@@ -829,7 +829,7 @@ def test_collection_from_a_data_dir_with_the_real_layout(pytester: pytest.Pytest
     expected = [f"{t}.yaml::{i}" for t in NEW_TASKS for i in EXPECTED_IDS[t]]
     lines = [line for line in result.stdout.lines if ".yaml::" in line]
     assert sorted(lines) == sorted(expected)
-    catalog = pytester.runpytest(f"--llm-data-dir={FIXTURES}", "--llm-catalog")
+    catalog = pytester.runpytest(f"--llm-data-dir={FIXTURES}", "--llm-show=catalog")
     assert catalog.ret == 0
     for task in NEW_TASKS:
         catalog.stdout.fnmatch_lines([f"{task} *{len(EXPECTED_IDS[task])} *"])
@@ -842,7 +842,7 @@ def test_missing_data_is_one_skipped_item_per_task(pytester: pytest.Pytester) ->
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(skipped=len(NEW_TASKS))
     result.stdout.fnmatch_lines(["*benchmark data not installed*"])
-    catalog = pytester.runpytest(f"--llm-data-dir={empty}", "--llm-catalog")
+    catalog = pytester.runpytest(f"--llm-data-dir={empty}", "--llm-show=catalog")
     assert catalog.ret == 0
     for task in NEW_TASKS:
         catalog.stdout.fnmatch_lines([f"{task} *not installed*"])

@@ -172,7 +172,7 @@ def test_against_a_reference_a_tenth_of_far_leaning_items_is_not_drowned() -> No
 def test_handling_policy_and_subset_scores() -> None:
     correct = {f"i{i}": i < 60 for i in range(200)}
     few = handling("mmlu", correct, ["i0"], verdict_fired=True, successor="mmlu_pro")
-    assert "exclude them with --llm-exclude" in few.policy
+    assert "exclude them with --llm-set run.exclude" in few.policy
     assert [s.name for s in few.scores] == ["all", "clean", "flagged"]
     assert (few.scores[0].correct, few.scores[1].n, few.scores[2].correct) == (60, 199, 1)
     assert few.exclusion_list(["flagged by membership"]) == "# flagged by membership\ni0\n"

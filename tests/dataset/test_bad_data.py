@@ -165,7 +165,7 @@ def test_installed_is_decided_by_the_tasks_own_file(tmp_path: Path) -> None:
         f"'ai2_arc/ARC-Easy/test.jsonl' not found, in the data directories [{tmp_path}] (their "
         "'ai2_arc' folder holds other files, not this one: install it, or check "
         "dataset.path); put a local copy there (--llm-data-dir, LLMEVAL_DATA_DIR) or allow "
-        "the hub (allenai/ai2_arc) with --llm-hub"
+        "the hub (allenai/ai2_arc) with --llm-set run.hub=true"
     )
     hard = load_items(load_task_spec(BENCHMARKS / "arc_challenge.yaml"), [tmp_path])
     assert [i.id for i in hard] == ["arc_challenge-q1"]

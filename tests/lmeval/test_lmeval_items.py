@@ -168,8 +168,8 @@ def test_lmeval_tasks_run_as_items_with_the_harness_own_results(
     result = pytester.runpytest(
         f"--llm-model={tiny_model_dir}",
         f"--llm-lmeval-tasks={TASKS}",
-        f"--llm-lmeval-include-path={tasks_dir}",
-        "--llm-chat-template=off",
+        f"--llm-set=lmeval.include_path={tasks_dir}",
+        "--llm-set=prompt.chat_template=off",
         "--llm-limit=4",
         "--llm-output=runs",
         "-p",
@@ -225,8 +225,8 @@ def test_one_item_selected_by_id_gets_the_context_of_the_whole_run(
     common = [
         f"--llm-model={tiny_model_dir}",
         "--llm-lmeval-tasks=colors_mc",
-        f"--llm-lmeval-include-path={tasks_dir}",
-        "--llm-chat-template=off",
+        f"--llm-set=lmeval.include_path={tasks_dir}",
+        "--llm-set=prompt.chat_template=off",
         "-p",
         "no:cacheprovider",
     ]
@@ -252,7 +252,7 @@ def test_lmeval_spec_with_markers_floor_and_resume(
     )
     common = [
         f"--llm-model={tiny_model_dir}",
-        "--llm-chat-template=off",
+        "--llm-set=prompt.chat_template=off",
         "--llm-output=runs",
         "-p",
         "no:cacheprovider",
@@ -267,7 +267,7 @@ def test_lmeval_spec_with_markers_floor_and_resume(
     assert "colors_mc.yaml" not in out
     # An interrupted run (-x at the first wrong answer) is resumed: its finished items are
     # reused when the harness builds the same requests for them.
-    stopped = pytester.runpytest(*common, "--llm-output=cut", "--llm-strict", "-x")
+    stopped = pytester.runpytest(*common, "--llm-output=cut", "--llm-set=gate.strict=true", "-x")
     assert stopped.ret == 1
     resumed = pytester.runpytest(*common, "--llm-output=cut")
     assert resumed.ret == 1
@@ -296,7 +296,7 @@ def test_errors_name_the_task_and_what_to_do(
     )
     base = [
         f"--llm-model={tiny_model_dir}",
-        f"--llm-lmeval-include-path={tasks_dir}",
+        f"--llm-set=lmeval.include_path={tasks_dir}",
         "-p",
         "no:cacheprovider",
     ]
@@ -305,7 +305,7 @@ def test_errors_name_the_task_and_what_to_do(
     sampled.stderr.fnmatch_lines(["*arith_sampled asks for do_sample=True*greedily*"])
     hub = pytester.runpytest(*base, "--llm-lmeval-tasks=hub_task")
     assert hub.ret == pytest.ExitCode.USAGE_ERROR
-    hub.stderr.fnmatch_lines(["*hub_task*without the Hugging Face hub*--llm-hub*"])
+    hub.stderr.fnmatch_lines(["*hub_task*without the Hugging Face hub*--llm-set run.hub=true*"])
 
 
 def test_harness_yaml_beside_specs_is_not_collected(pytester: pytest.Pytester) -> None:
@@ -346,7 +346,7 @@ def test_option_shuffle_probe_on_an_lmeval_task(
     pytester.makepyfile(test_lmeval_probes=PROBE_TEST)
     result = pytester.runpytest(
         f"--llm-model={tiny_model_dir}",
-        "--llm-chat-template=off",
+        "--llm-set=prompt.chat_template=off",
         "--llm-output=runs",
         "-p",
         "no:cacheprovider",
@@ -379,8 +379,8 @@ def _project_with_other_tests(pytester: pytest.Pytester) -> list[str]:
     )
     return [
         "--llm-lmeval-tasks=arith_gen",
-        f"--llm-lmeval-include-path={tasks_dir}",
-        "--llm-chat-template=off",
+        f"--llm-set=lmeval.include_path={tasks_dir}",
+        "--llm-set=prompt.chat_template=off",
         "--llm-limit=2",
         "--llm-data-dir=.",
         "-p",

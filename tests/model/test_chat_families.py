@@ -269,7 +269,9 @@ def test_auto_follows_the_model_and_on_without_template_says_what_to_do(
     assert record["chat_template"]["source"] == "tokenizer"
     assert len(record["chat_template"]["sha256"]) == 64
     assert record["fewshot_multiturn"] is True
-    with pytest.raises(ModelError, match=r"has no chat template.*--llm-chat-template-file"):
+    with pytest.raises(
+        ModelError, match=r"has no chat template.*--llm-set prompt.chat_template_file"
+    ):
         TaskRunner(_spec("generate"), [data_dir], ChatSettings(mode="on")).bind(plain)
 
 

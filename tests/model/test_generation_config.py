@@ -1,4 +1,4 @@
-"""Greedy decoding follows the model's generation config (``--llm-generation-config``).
+"""Greedy decoding follows the model's generation config (``model.generation_config``).
 
 A tiny random model whose ``generation_config.json`` sets ``repetition_penalty: 1.3`` (and,
 in a second model, ``no_repeat_ngram_size: 2``): under the default rule (``model``) every
@@ -101,7 +101,10 @@ def test_neutral_takes_the_plain_argmax_and_says_so(penalised: Path) -> None:
     assert plain != [r.text for r in followed.generate(reqs)]
     record = neutral.info()["decoding"]["generation_config"]
     assert record["rule"] == "neutral" and record["applied"] == {}
-    assert record["not_applied"]["repetition_penalty"] == "1.3: --llm-generation-config=neutral"
+    assert (
+        record["not_applied"]["repetition_penalty"]
+        == "1.3: --llm-set model.generation_config=neutral"
+    )
     assert record["source"].endswith("generation_config.json")
     # Sampling fields never apply to a greedy token, under either rule.
     followed_record = followed.info()["decoding"]["generation_config"]
@@ -116,13 +119,13 @@ def test_a_field_that_cannot_be_applied_is_named_before_any_generation(
     with pytest.raises(
         ModelError,
         match=r"sets num_beams=4, which changes greedy decoding.*"
-        r"--llm-generation-config=neutral",
+        r"--llm-set model.generation_config=neutral",
     ):
         load_backend(ModelSettings(model=str(beams)))
     # neutral loads it, and records the field as not applied
     loaded: Any = load_backend(ModelSettings(model=str(beams), generation_config="neutral"))
     assert loaded.info()["decoding"]["generation_config"]["not_applied"] == {
-        "num_beams": "4: --llm-generation-config=neutral"
+        "num_beams": "4: --llm-set model.generation_config=neutral"
     }
 
 

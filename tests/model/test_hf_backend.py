@@ -137,7 +137,7 @@ LONG = " ".join(f"word{k}" for k in range(400))  # far more than 64 tokens
 
 @pytest.fixture(scope="module")
 def short_window(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
-    """The tiny model with a 64-token window (--llm-max-length)."""
+    """The tiny model with a 64-token window (--llm-set model.max_length)."""
     return load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=3, max_length=64))
 
 
@@ -402,5 +402,5 @@ def test_device_map_places_the_model_through_accelerate(tiny_model_dir: Path) ->
     assert mapped.loglikelihood(req)[0].logprob == pytest.approx(
         plain.loglikelihood(req)[0].logprob, abs=1e-5
     )
-    with pytest.raises(Exception, match="--llm-device-map"):
+    with pytest.raises(Exception, match=r"hf\.device_map"):
         load_backend(ModelSettings(model=str(tiny_model_dir), device_map="auto", device="cpu"))

@@ -75,7 +75,7 @@ def test_a_model_the_server_does_not_serve_is_named(fake_openai: FakeServer) -> 
 
 
 def test_settings_are_validated() -> None:
-    with pytest.raises(ModelError, match="--llm-base-url"):
+    with pytest.raises(ModelError, match=r"openai\.base_url"):
         load_backend(ModelSettings(model="m", backend="openai"))
     with pytest.raises(ModelError, match="http"):
         load_backend(ModelSettings(model="m", backend="openai", base_url="ftp://x/v1"))

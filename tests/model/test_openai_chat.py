@@ -127,7 +127,7 @@ def test_multiple_choice_through_a_server_template_is_refused(
         runner.run(load_items(runner.spec, [data]), backend)
     message = str(err.value)
     assert "log-likelihood" in message and "/chat/completions" in message
-    assert "--llm-chat-template=off" in message and "--llm-backend=hf" in message
+    assert "--llm-set prompt.chat_template=off" in message and "--llm-backend=hf" in message
     # With the template off the same task is scored through /completions.
     off = TaskRunner(_spec("multiple_choice"), [data], ChatSettings(mode="off"))
     assert len(off.run(load_items(off.spec, [data]), backend)) == 2
@@ -175,4 +175,4 @@ def test_a_chat_form_through_a_server_template(fake_openai: FakeServer, data: Pa
         runner.run(load_items(runner.spec, [data]), backend)
     message = str(err.value)
     assert "chat_form.prompt.assistant_prefix" in message
-    assert "--llm-chat-template=off" in message and "--llm-backend=hf" in message
+    assert "--llm-set prompt.chat_template=off" in message and "--llm-backend=hf" in message

@@ -18,24 +18,34 @@ from pytest_llmeval.model import ModelSettings, SettingsError
         ({"batch_size": -1}, "--llm-batch-size=-1: must be >= 1 or auto"),
         (
             {"device_map": "spread"},
-            "--llm-device-map=spread: expected one of auto|balanced|sequential",
+            "hf.device_map=spread: expected one of auto|balanced|sequential",
         ),
-        ({"device_map": "auto", "device": "cpu"}, "--llm-device-map=auto: places the model itself"),
-        ({"add_bos": "maybe"}, "--llm-add-bos=maybe: expected one of auto|yes|no"),
-        ({"max_length": 8}, "--llm-max-length=8: must be >= 16 (tokens)"),
+        (
+            {"device_map": "auto", "device": "cpu"},
+            "hf.device_map=auto: places the model itself",
+        ),
+        ({"add_bos": "maybe"}, "model.add_bos=maybe: expected one of auto|yes|no"),
+        ({"max_length": 8}, "model.max_length=8: must be >= 16 (tokens)"),
         ({"backend": "tgi"}, "--llm-backend=tgi: expected one of hf|vllm|openai"),
-        ({"backend": "openai"}, "--llm-base-url: --llm-backend=openai needs the server's URL"),
-        ({"backend": "openai", "base_url": "host:1/v1"}, "--llm-base-url=host:1/v1: expected http"),
+        (
+            {"backend": "openai"},
+            "openai.base_url: --llm-backend=openai needs the server's URL",
+        ),
+        (
+            {"backend": "openai", "base_url": "host:1/v1"},
+            "openai.base_url=host:1/v1: expected http",
+        ),
         (
             {"base_url": "http://h:1/v1"},
-            "--llm-base-url=http://h:1/v1: is for --llm-backend=openai",
+            "openai.base_url=http://h:1/v1: is for --llm-backend=openai",
         ),
-        ({"concurrency": 0}, "--llm-concurrency=0: must be >= 1"),
-        ({"max_retries": -1}, "--llm-max-retries=-1: must be >= 0"),
-        ({"request_timeout": 0.0}, "--llm-request-timeout=0.0: expected seconds > 0"),
+        ({"concurrency": 0}, "openai.concurrency=0: must be >= 1"),
+        ({"max_retries": -1}, "openai.max_retries=-1: must be >= 0"),
+        ({"request_timeout": 0.0}, "openai.request_timeout=0.0: expected seconds > 0"),
         (
             {"backend": "openai", "base_url": "http://h:1/v1", "chat_template_file": "t.jinja"},
-            "--llm-chat-template-file=t.jinja: is applied on this side by the hf and vllm backends",
+            "prompt.chat_template_file=t.jinja: is applied on this side by the hf "
+            "and vllm backends",
         ),
     ],
 )

@@ -153,14 +153,14 @@ def test_the_record_says_which_step_ran(tiny_model_dir: Any) -> None:
     assert plain.info()["decode_plan"] == {
         "step": "transformers",
         "requested": "transformers",
-        "reason": "--llm-decode-step=transformers",
+        "reason": "--llm-set hf.decode_step=transformers",
         "prompt_lookup": 0,
     }
     bf16 = load_backend(ModelSettings(model=str(tiny_model_dir), batch_size=2, dtype="bfloat16"))
     assert "dtype bfloat16" in bf16.info()["decode_plan"]["reason"]
-    with pytest.raises(SettingsError, match="decode-step"):
+    with pytest.raises(SettingsError, match=r"hf\.decode_step"):
         ModelSettings(model=str(tiny_model_dir), decode_step="fast")
-    with pytest.raises(SettingsError, match="prompt-lookup"):
+    with pytest.raises(SettingsError, match=r"hf\.prompt_lookup"):
         ModelSettings(model=str(tiny_model_dir), prompt_lookup=-1)
 
 

@@ -17,13 +17,16 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"tensor_parallel": 0}, "--llm-tensor-parallel=0: expected a whole number >= 1"),
-        ({"data_parallel": -2}, "--llm-data-parallel=-2: expected a whole number >= 1"),
-        ({"memory_share": 0.0}, "--llm-memory-share=0.0: expected a share"),
-        ({"memory_share": 1.2}, "--llm-memory-share=1.2: expected a share"),
-        ({"vllm_args": "{enforce_eager: true}"}, "--llm-vllm-args={enforce_eager: true}: not JSON"),
+        ({"tensor_parallel": 0}, "vllm.tensor_parallel=0: expected a whole number >= 1"),
+        ({"data_parallel": -2}, "vllm.data_parallel=-2: expected a whole number >= 1"),
+        ({"memory_share": 0.0}, "vllm.memory_share=0.0: expected a share"),
+        ({"memory_share": 1.2}, "vllm.memory_share=1.2: expected a share"),
+        (
+            {"vllm_args": "{enforce_eager: true}"},
+            "vllm.args={enforce_eager: true}: not JSON",
+        ),
         ({"vllm_args": "[1, 2]"}, "expected a JSON object"),
-        ({"device_map": "auto"}, "vLLM spreads a model with --llm-tensor-parallel"),
+        ({"device_map": "auto"}, "vLLM spreads a model with --llm-set vllm.tensor_parallel"),
     ],
 )
 def test_bad_engine_settings_are_named(fields: dict[str, object], message: str) -> None:
@@ -69,7 +72,7 @@ def test_the_vllm_backend_without_vllm_installed_is_a_usage_error(
 def test_the_model_and_the_reference_model_share_the_device_memory(
     pytester: pytest.Pytester,
 ) -> None:
-    """With --llm-reference-model the vllm backend starts a second engine beside the
+    """With --llm-set probe.reference_model the vllm backend starts a second engine beside the
     model's, on the same devices: two engines at vLLM's default share each (0.92 of the
     GPU) cannot both start. The default is divided between them; a given share that two
     engines cannot both take is named before any model loads."""
@@ -79,12 +82,12 @@ def test_the_model_and_the_reference_model_share_the_device_memory(
     assert _memory_share(shared, "cpu") == (
         CPU_MEMORY_SHARE / 2,
         f"the CPU build's default here ({CPU_MEMORY_SHARE}), divided between 2 engines on "
-        "the same devices (the model and --llm-reference-model)",
+        "the same devices (the model and --llm-set probe.reference_model)",
     )
     alone = ModelSettings(model="m", backend="vllm")
     assert _memory_share(alone, "cuda") == (None, "vLLM's default")
     given = ModelSettings(model="m", backend="vllm", memory_share=0.4, engines_per_device=2)
-    assert _memory_share(given, "cuda") == (0.4, "--llm-memory-share")
+    assert _memory_share(given, "cuda") == (0.4, "vllm.memory_share")
     with pytest.raises(SettingsError, match=r"at most 0\.50, or leave it unset"):
         ModelSettings(model="m", backend="vllm", memory_share=0.6, engines_per_device=2)
 
@@ -92,10 +95,10 @@ def test_the_model_and_the_reference_model_share_the_device_memory(
         str(REPO / "benchmarks" / "mmlu.yaml"),
         "--llm-backend=vllm",
         "--llm-model=smollm2-135m",
-        "--llm-reference-model=smollm2-135m",
-        "--llm-memory-share=0.6",
+        "--llm-set=probe.reference_model=smollm2-135m",
+        "--llm-set=vllm.memory_share=0.6",
         f"--llm-output={pytester.path / 'runs'}",
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
-    assert "--llm-memory-share" in err and "2 engines share each device" in err
+    assert "vllm.memory_share" in err and "2 engines share each device" in err

@@ -19,25 +19,25 @@ def _args(model: Path | str, *extra: str) -> list[str]:
     ("option", "message"),
     [
         (
-            "--llm-chat-template=maybe",
-            "--llm-chat-template (ini llm_chat_template): expected one of auto|on|off, got 'maybe'",
+            "--llm-set=prompt.chat_template=maybe",
+            "prompt.chat_template (from --llm-set): expected one of auto|on|off, got 'maybe'",
         ),
         (
-            "--llm-chat-template-file=missing.jinja",
-            "--llm-chat-template-file (ini llm_chat_template_file): no such file: missing.jinja",
+            "--llm-set=prompt.chat_template_file=missing.jinja",
+            "prompt.chat_template_file (from --llm-set): no such file: missing.jinja",
         ),
         (
-            "--llm-fewshot-multiturn=yes",
-            "--llm-fewshot-multiturn (ini llm_fewshot_multiturn): expected one of on|off, "
-            "got 'yes'",
+            "--llm-set=prompt.fewshot_multiturn=sometimes",
+            "prompt.fewshot_multiturn (from --llm-set): expected true or false (also yes/no, "
+            "on/off, 1/0), got 'sometimes'",
         ),
         (
-            "--llm-add-bos=sometimes",
-            "--llm-add-bos (ini llm_add_bos): expected one of auto|yes|no, got 'sometimes'",
+            "--llm-set=model.add_bos=sometimes",
+            "model.add_bos (from --llm-set): expected one of auto|yes|no, got 'sometimes'",
         ),
         (
-            "--llm-thinking-markers=<think>",
-            "--llm-thinking-markers (ini llm_thinking_markers): expected START,END*",
+            "--llm-set=prompt.thinking_markers=<think>",
+            "prompt.thinking_markers (from --llm-set): expected START,END*",
         ),
     ],
 )
@@ -56,8 +56,8 @@ def test_template_file_is_for_the_in_process_backend(pytester: pytest.Pytester) 
     result = pytester.runpytest(
         "--llm-model=toy",
         "--llm-backend=openai",
-        "--llm-base-url=http://127.0.0.1:9/v1",
-        "--llm-chat-template-file=t.jinja",
+        "--llm-set=openai.base_url=http://127.0.0.1:9/v1",
+        "--llm-set=prompt.chat_template_file=t.jinja",
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*server*applies its own template*"])
@@ -100,7 +100,7 @@ def test_chat_run_shows_records_and_never_resumes_across_modes(
     # raw prompt gets the BOS token from the tokenizer's policy.
     (run / "metrics_summary.json").unlink()  # as if interrupted: offered for resume
     off = pytester.runpytest(
-        *_args(model, "--llm-output=out", "-k", "arith-0000", "--llm-chat-template=off")
+        *_args(model, "--llm-output=out", "-k", "arith-0000", "--llm-set=prompt.chat_template=off")
     )
     assert off.ret == 0
     second = next(r for r in _runs(pytester.path / "out") if r != run)

@@ -63,7 +63,8 @@ def test_a_spec_whose_own_file_is_missing_is_not_installed(pytester: pytest.Pyte
             "installed: data file 'ai2_arc/ARC-Easy/test.jsonl' not found, in the data "
             f"directories [[]{pytester.path / 'data'}[]] (their 'ai2_arc' folder holds other "
             "files, not this one: install it, or check dataset.path); put a local copy there "
-            "(--llm-data-dir, LLMEVAL_DATA_DIR) or allow the hub (allenai/ai2_arc) with --llm-hub",
+            "(--llm-data-dir, LLMEVAL_DATA_DIR) or allow the hub (allenai/ai2_arc) with "
+            "--llm-set run.hub=true",
         ]
     )
     # The installed one is collected in full (no model here: its items skip).

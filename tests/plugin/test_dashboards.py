@@ -186,7 +186,7 @@ def test_an_undecided_gate_is_skipped_or_failed_by_the_policy_and_no_floor_is_sk
     spec = pytester.path / "arith.yaml"
     spec.write_text(spec.read_text().replace("floor: 0.0", "floor: null"))
     lenient = pytester.runpytest(
-        *_args(tiny_model_dir, "--junitxml=x.xml", "--llm-floor-policy=lenient", "-k", "colors")
+        *_args(tiny_model_dir, "--junitxml=x.xml", "--llm-set=gate.policy=lenient", "-k", "colors")
     )
     assert lenient.ret == pytest.ExitCode.OK
     gate = _cases(pytester.path / "x.xml")["colors.yaml.colors::gate"]
@@ -197,12 +197,12 @@ def test_an_undecided_gate_is_skipped_or_failed_by_the_policy_and_no_floor_is_sk
     assert _props(gate)["verdict"] == "undecided" and _props(gate)["policy"] == "lenient"
 
     strict = pytester.runpytest(
-        *_args(tiny_model_dir, "--junitxml=y.xml", "--llm-floor-policy=strict", "-rA")
+        *_args(tiny_model_dir, "--junitxml=y.xml", "--llm-set=gate.policy=strict", "-rA")
     )
     assert strict.ret == pytest.ExitCode.TESTS_FAILED
     cases = _cases(pytester.path / "y.xml")
     assert _outcome(cases["colors.yaml.colors::gate"]) == "failure"
-    assert "--llm-floor-policy=strict" in _message(cases["colors.yaml.colors::gate"], "failure")
+    assert "--llm-set gate.policy=strict" in _message(cases["colors.yaml.colors::gate"], "failure")
     no_floor = cases["arith.yaml.arith::gate"]
     assert _outcome(no_floor) == "skipped"
     assert _message(no_floor, "skipped").startswith("no floor")

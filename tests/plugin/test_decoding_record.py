@@ -37,7 +37,7 @@ def test_the_decoding_rule_reads_in_the_terminal_summary_and_record(
         "--llm-output=out",
         "-p",
         "no:cacheprovider",
-        f"--llm-generation-config={rule}",
+        f"--llm-set=model.generation_config={rule}",
     )
     assert result.ret == 0, result.stdout.str()
     expected = (

@@ -131,8 +131,8 @@ def test_lmeval_option_task_items_stay_on_one_worker(
     result = pytester.runpytest_subprocess(
         f"--llm-model={tiny_model_dir}",
         "--llm-lmeval-tasks=arith_gen",
-        f"--llm-lmeval-include-path={tasks}",
-        "--llm-chat-template=off",
+        f"--llm-set=lmeval.include_path={tasks}",
+        "--llm-set=prompt.chat_template=off",
         "--llm-output=runs",
         "-p",
         "no:cacheprovider",

@@ -95,11 +95,11 @@ def test_floors_written_from_a_run_pass_the_same_model_and_fail_a_weakened_one(
 
     # The policies: lenient lets the undecided weak run pass; strict fails the same model.
     lenient = pytester.runpytest(
-        *_args(weak_model_dir, "--llm-output=lenient", "--llm-floor-policy=lenient")
+        *_args(weak_model_dir, "--llm-output=lenient", "--llm-set=gate.policy=lenient")
     )
     assert lenient.ret == 0
     strict = pytester.runpytest(
-        *_args(tiny_model_dir, "--llm-output=strict", "--llm-floor-policy=strict")
+        *_args(tiny_model_dir, "--llm-output=strict", "--llm-set=gate.policy=strict")
     )
     assert strict.ret == 1
     strict.stdout.fnmatch_lines(["FAIL colors: acc 0.7500 does not clear its floor 0.55*strict)"])
@@ -123,14 +123,21 @@ def test_a_run_without_floors_says_it_gates_nothing_and_how_to_gate(
         [
             "colors*4/4*acc*75.0*- no floor*",
             "no task has a floor: this run gates nothing*make it the reference:",
-            f"  rerun with --llm-floors-from=ref/{reference.name} (each floor: the lower end*",
+            f"  rerun with --llm-set gate.floors_from=ref/{reference.name} (each floor: the "
+            "lower end*",
             "  or write them into your ini: python -m pytest_llmeval.record floors "
             f"ref/{reference.name} --write=pyproject.toml",
         ]
     )
     # Gated on itself, the same model passes, and nothing says the run gates nothing.
     gated = pytester.runpytest(
-        *_args(tiny_model_dir, "--llm-output=out", "-k", "colors", f"--llm-floors-from={reference}")
+        *_args(
+            tiny_model_dir,
+            "--llm-output=out",
+            "-k",
+            "colors",
+            f"--llm-set=gate.floors_from={reference}",
+        )
     )
     assert gated.ret == 0
     gated.stdout.fnmatch_lines(["colors*4/4*acc*75.0*30.1*pass*"])
@@ -146,7 +153,13 @@ def test_floors_from_a_reference_run_directory(
     assert pytester.runpytest(*_args(tiny_model_dir, "--llm-output=ref", "-k", "colors")).ret == 0
     reference = _run(pytester.path / "ref")
     result = pytester.runpytest(
-        *_args(tiny_model_dir, "--llm-output=out", "-k", "colors", f"--llm-floors-from={reference}")
+        *_args(
+            tiny_model_dir,
+            "--llm-output=out",
+            "-k",
+            "colors",
+            f"--llm-set=gate.floors_from={reference}",
+        )
     )
     assert result.ret == 0
     result.stdout.fnmatch_lines(
@@ -170,7 +183,7 @@ def test_floors_from_a_reference_run_directory(
             "--llm-output=override",
             "-k",
             "colors",
-            f"--llm-floors-from={reference}",
+            f"--llm-set=gate.floors_from={reference}",
             "--llm-floor=colors=0.99",
         )
     )
@@ -190,12 +203,12 @@ def test_floors_from_a_run_without_what_is_needed_fails_before_any_model_loads(
     broken = pytester.mkdir("broken-model")
     (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
     no_model = [f"--llm-model={broken}", "--llm-data-dir=.", "-p", "no:cacheprovider"]
-    missing = pytester.runpytest(*no_model, "--llm-floors-from=nowhere")
+    missing = pytester.runpytest(*no_model, "--llm-set=gate.floors_from=nowhere")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
-    missing.stderr.fnmatch_lines(["*--llm-floors-from (ini llm_floors_from): nowhere: not a dir*"])
+    missing.stderr.fnmatch_lines(["*gate.floors_from: nowhere: not a dir*"])
     unfinished = pytester.mkdir("unfinished")
     (unfinished / "tasks").mkdir()
-    result = pytester.runpytest(*no_model, f"--llm-floors-from={unfinished}")
+    result = pytester.runpytest(*no_model, f"--llm-set=gate.floors_from={unfinished}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unfinished/metrics_summary.json: not found*finished run*"])
     partial = pytester.mkdir("partial")
@@ -210,14 +223,14 @@ def test_floors_from_a_run_without_what_is_needed_fails_before_any_model_loads(
             for i in range(4)
         )
     )
-    result = pytester.runpytest(*no_model, f"--llm-floors-from={partial}")
+    result = pytester.runpytest(*no_model, f"--llm-set=gate.floors_from={partial}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*partial/metrics_summary.json: no task 'arith' (the run has: colors)*"]
     )
     # a task the run does not select needs no floor
     only = pytester.runpytest(
-        *no_model, f"--llm-floors-from={partial}", "-k", "colors", "--collect-only"
+        *no_model, f"--llm-set=gate.floors_from={partial}", "-k", "colors", "--collect-only"
     )
     assert only.ret == 0
 
@@ -226,11 +239,13 @@ def test_floors_from_a_run_without_what_is_needed_fails_before_any_model_loads(
     ("option", "message"),
     [
         (
-            "--llm-floor-policy=sometimes",
-            "--llm-floor-policy (ini llm_floor_policy): expected one of point|strict|lenient, "
-            "got 'sometimes'",
+            "--llm-set=gate.policy=sometimes",
+            "gate.policy (from --llm-set): expected one of point|strict|lenient, got 'sometimes'",
         ),
-        ("--llm-floor-rule=median", "--llm-floor-rule (ini llm_floor_rule): expected lcb*"),
+        (
+            "--llm-set=gate.floor_rule=median",
+            "gate.floor_rule (from --llm-set): expected lcb*",
+        ),
     ],
 )
 def test_bad_gate_options_are_usage_errors(
@@ -250,10 +265,10 @@ def test_ini_policy_is_validated_too(
     write_project,  # type: ignore[no-untyped-def]
 ) -> None:
     write_project(pytester)
-    pytester.makeini("[pytest]\nllm_floor_policy = always\n")
+    pytester.makepyprojecttoml('[tool.llmeval.gate]\npolicy = "always"\n')
     result = pytester.runpytest("--llm-data-dir=.")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--llm-floor-policy (ini llm_floor_policy)*got 'always'*"])
+    result.stderr.fnmatch_lines(["*gate.policy (from pyproject.toml ?tool.llmeval?)*got 'always'*"])
 
 
 def test_plan_and_limit_warning(
@@ -263,7 +278,14 @@ def test_plan_and_limit_warning(
 ) -> None:
     write_project(pytester, mc_floor=0.1)
     result = pytester.runpytest(
-        *_args(tiny_model_dir, "--llm-output=out", "-k", "colors", "--llm-limit=3", "--llm-plan")
+        *_args(
+            tiny_model_dir,
+            "--llm-output=out",
+            "-k",
+            "colors",
+            "--llm-limit=3",
+            "--llm-set=report.plan=true",
+        )
     )
     assert result.ret == 0
     result.stdout.fnmatch_lines(
@@ -293,7 +315,9 @@ def test_floors_from_under_xdist(
     reference = _run(pytester.path / "ref")
     # the floor's source travels from the worker to the controller's records
     ok = pytester.runpytest_subprocess(
-        *_args(tiny_model_dir, "-n", "1", "--llm-output=par", f"--llm-floors-from={reference}"),
+        *_args(
+            tiny_model_dir, "-n", "1", "--llm-output=par", f"--llm-set=gate.floors_from={reference}"
+        ),
         "-k",
         "colors",
     )
@@ -311,10 +335,10 @@ def test_floors_from_under_xdist(
         "no:cacheprovider",
         "-n",
         "2",
-        f"--llm-floors-from={reference}",
+        f"--llm-set=gate.floors_from={reference}",
     )
     assert bad.ret == 1
-    bad.stdout.fnmatch_lines(["*--llm-floors-from (ini llm_floors_from): *no task 'arith'*"])
+    bad.stdout.fnmatch_lines(["*gate.floors_from: *no task 'arith'*"])
     assert "cannot load the model" not in bad.stdout.str()
 
 

@@ -270,13 +270,15 @@ def test_all_items_excluded_with_a_floor_fails_the_run(
     write_project(pytester)
     exclude = pytester.path / "exclude.txt"
     exclude.write_text("".join(f"colors-000{i}\n" for i in range(4)))
-    result = pytester.runpytest(*_args(tiny_model_dir, f"--llm-exclude={exclude}", "-k", "colors"))
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, f"--llm-set=run.exclude={exclude}", "-k", "colors")
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     _failure(
         result,
         "colors-empty",
         "the task has a floor of 0.0 but runs no item: all 4 of its items are excluded by "
-        f"--llm-exclude {exclude}",
+        f"run.exclude ({exclude})",
     )
 
 
@@ -284,7 +286,9 @@ def test_every_item_over_the_window_fails_a_floor_and_is_recorded(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
-    result = pytester.runpytest(*_args(tiny_model_dir, "-k", "colors", "--llm-max-length=16"))
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, "-k", "colors", "--llm-set=model.max_length=16")
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
@@ -297,7 +301,9 @@ def test_every_item_over_the_window_fails_a_floor_and_is_recorded(
     # Without a floor: skipped and listed, and the record is written all the same.
     _without_floor(pytester, "colors")
     shutil.rmtree(pytester.path / "out")
-    result = pytester.runpytest(*_args(tiny_model_dir, "-k", "colors", "--llm-max-length=16"))
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, "-k", "colors", "--llm-set=model.max_length=16")
+    )
     assert result.ret == pytest.ExitCode.OK
     (run,) = _runs(pytester.path / "out")
     summary = json.loads((run / "metrics_summary.json").read_text())
@@ -341,11 +347,13 @@ def test_exclusions_that_match_nothing_are_warned_and_recorded(
     write_project(pytester)
     exclude = pytester.path / "exclude.txt"
     exclude.write_text("colors-0003\ncolours-0001\n")
-    result = pytester.runpytest(*_args(tiny_model_dir, f"--llm-exclude={exclude}", "-k", "colors"))
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, f"--llm-set=run.exclude={exclude}", "-k", "colors")
+    )
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
-            f"WARNING --llm-exclude {exclude}: 1 of 2 ids match no item of the collected "
+            f"WARNING --llm-set run.exclude {exclude}: 1 of 2 ids match no item of the collected "
             "tasks (colours-0001)"
         ]
     )
@@ -372,8 +380,8 @@ def test_exclusions_that_match_nothing_are_warned_and_recorded(
             "(or not exist yet)",
         ),
         (
-            "--llm-run-dir=out.txt",
-            "ERROR: --llm-run-dir (ini llm_run_dir): out.txt is a file; it must be a "
+            "--llm-set=run.dir=out.txt",
+            "ERROR: run.dir (from --llm-set): out.txt is a file; it must be a "
             "directory (or not exist yet)",
         ),
     ],
@@ -522,7 +530,9 @@ def test_multiple_choice_over_the_window_is_truncated_and_flagged(
     write_project(pytester)
     spec = pytester.path / "colors.yaml"
     spec.write_text(spec.read_text() + "  overflow: truncate_left\n")
-    result = pytester.runpytest(*_args(tiny_model_dir, "-k", "colors", "--llm-max-length=20"))
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, "-k", "colors", "--llm-set=model.max_length=20")
+    )
     assert result.ret == pytest.ExitCode.OK
     (run,) = _runs(pytester.path / "out")
     cut = [r for r in _lines(run, "colors") if (r["details"] or {}).get("truncated_prompt_tokens")]
@@ -571,7 +581,7 @@ def test_resume_recomputes_an_item_whose_data_was_edited(
     log = (run / "eval.log").read_text()
     assert _count(log, "reused") == 2  # arith-0000 and arith-0002
     assert _count(log, "computed") == 3  # arith-0001 (edited), arith-0003, arith-0004
-    reference = pytester.runpytest_subprocess(*args, "--llm-no-resume")
+    reference = pytester.runpytest_subprocess(*args, "--llm-set=run.resume=false")
     assert reference.ret == 0
     ref = _runs(pytester.path / "out")[-1]
     want = {r["item_id"]: strip_timing(r) for r in _lines(ref, "arith")}
@@ -588,7 +598,7 @@ def test_resume_never_reuses_across_repeat_counts(
     pytester.makeconftest(KILL_CONFTEST)
     args = _args(tiny_model_dir, "--llm-batch-size=2", "-k", "colors")
     interrupted = _kill_after(pytester, monkeypatch, 2, *args)
-    again = pytester.runpytest_subprocess(*args, "--llm-repeat=2")
+    again = pytester.runpytest_subprocess(*args, "--llm-set=run.repeat=2")
     assert again.ret == 0
     log = (_runs(pytester.path / "out")[-1] / "eval.log").read_text()
     assert _count(log, "reused") == 0 and _count(log, "computed") == 4
@@ -657,9 +667,9 @@ def test_an_interrupted_run_is_recorded_as_such_and_resumed(
         assert stopped.ret == pytest.ExitCode.INTERRUPTED
         reason = "interrupted (KeyboardInterrupt or a stop request)"
     else:
-        # colors-0001 is answered wrongly by the tiny model: a failure under --llm-strict.
+        # colors-0001 is answered wrongly by the tiny model: a failure under gate.strict.
         stop = ["-x"] if how == "-x" else ["--maxfail=1"]
-        stopped = pytester.runpytest(*args, "--llm-strict", *stop)
+        stopped = pytester.runpytest(*args, "--llm-set=gate.strict=true", *stop)
         assert stopped.ret == pytest.ExitCode.TESTS_FAILED
         reason = "stopped early (stopping after 1 failures)"
     (run,) = _runs(pytester.path / "out")
@@ -713,7 +723,7 @@ def test_records_state_the_real_settings_of_each_worker(
 def test_a_shared_run_dir_is_completed_under_its_merge_lock(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project
 ) -> None:  # type: ignore[no-untyped-def]
-    """``--llm-run-dir``: several processes read, merge and rewrite eval_config.json and
+    """``run.dir``: several processes read, merge and rewrite eval_config.json and
     metrics_summary.json; each does so holding the directory's lock."""
     write_project(pytester)
     pytester.makeconftest(
@@ -732,7 +742,9 @@ def test_a_shared_run_dir_is_completed_under_its_merge_lock(
         """
     )
     for task in ("arith", "colors"):
-        result = pytester.runpytest(*_args(tiny_model_dir, "--llm-run-dir=combined", "-k", task))
+        result = pytester.runpytest(
+            *_args(tiny_model_dir, "--llm-set=run.dir=combined", "-k", task)
+        )
         assert result.ret == 0
     seen = (pytester.path / "lock-seen.txt").read_text().splitlines()
     assert seen == ["eval_config.json True", "eval_config.json True"]
@@ -776,7 +788,9 @@ def test_junit_xml_has_compact_properties_and_wrong_answers_as_failures(
     )
     assert "prompt" not in (pytester.path / "report.xml").read_text()
     result.stdout.fnmatch_lines(["*3 passed*6 wrong*2 gate passed*"])
-    strict = pytester.runpytest(*_args(tiny_model_dir, "--junitxml=strict.xml", "--llm-strict"))
+    strict = pytester.runpytest(
+        *_args(tiny_model_dir, "--junitxml=strict.xml", "--llm-set=gate.strict=true")
+    )
     assert strict.ret == pytest.ExitCode.TESTS_FAILED
     cases = {c.attrib["name"]: c for c in ET.parse(pytester.path / "strict.xml").iter("testcase")}
     assert cases["arith-0000"].findall("failure")
@@ -803,7 +817,9 @@ def test_the_determinism_check_reruns_the_same_batch(
             hf.HFBackend.loglikelihood = real
         """
     )
-    result = pytester.runpytest(*_args(tiny_model_dir, "-k", "colors", "--llm-check-determinism=2"))
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, "-k", "colors", "--llm-set=run.check_determinism=2")
+    )
     assert result.ret == 0
     calls = [json.loads(line) for line in (pytester.path / "calls.jsonl").read_text().splitlines()]
     assert len(calls) == 2 and calls[0] == calls[1]  # the rerun: the same items in one call

@@ -28,7 +28,9 @@ def test_a_task_without_data_is_listed_everywhere_with_its_reason(
 ) -> None:
     tiny_projects.write_project(pytester)
     tiny_projects.write_absent_task(pytester)
-    result = pytester.runpytest(*_args(f"--llm-model={tiny_model_dir}", "--llm-chat-template=off"))
+    result = pytester.runpytest(
+        *_args(f"--llm-model={tiny_model_dir}", "--llm-set=prompt.chat_template=off")
+    )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
@@ -61,7 +63,7 @@ def test_a_task_without_data_is_listed_everywhere_with_its_reason(
     assert cells[2].startswith("install its data")
     # A reference run with a skipped task still gives floors for the tasks that ran.
     floors = pytester.runpytest(
-        *_args(f"--llm-model={tiny_model_dir}", f"--llm-floors-from={run}", "-k", "colors")
+        *_args(f"--llm-model={tiny_model_dir}", f"--llm-set=gate.floors_from={run}", "-k", "colors")
     )
     assert floors.ret == pytest.ExitCode.OK, floors.stdout.str()
     floors.stdout.fnmatch_lines(["  colors: *floor rule lcb95 from run*"])
@@ -71,7 +73,12 @@ def test_deselected_tasks_are_named_once(pytester: pytest.Pytester, tiny_model_d
     tiny_projects.write_project(pytester)
     tiny_projects.write_absent_task(pytester)
     result = pytester.runpytest(
-        *_args(f"--llm-model={tiny_model_dir}", "--llm-chat-template=off", "-k", "arith or absent")
+        *_args(
+            f"--llm-model={tiny_model_dir}",
+            "--llm-set=prompt.chat_template=off",
+            "-k",
+            "arith or absent",
+        )
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["SKIPPED absent: *", "deselected by -k/-m (1): colors"])

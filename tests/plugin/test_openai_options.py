@@ -1,5 +1,5 @@
 """``--llm-backend=openai`` through the plugin, against the scripted loopback server: option
-validation, the run record of a served model, and ``--llm-agreement``. No torch needed."""
+validation, the run record of a served model, and ``report.agreement``. No torch needed."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pytest_llmeval.model._openai import PROBE_TEXT
 def _openai(server: FakeServer, *extra: str) -> list[str]:
     return [
         "--llm-backend=openai",
-        f"--llm-base-url={server.url}",
+        f"--llm-set=openai.base_url={server.url}",
         "--llm-model=toy",
         "--llm-data-dir=.",
         "-p",
@@ -31,18 +31,33 @@ def _openai(server: FakeServer, *extra: str) -> list[str]:
     [
         (["--llm-backend=openai"], "*--llm-backend=openai needs the server's URL*"),
         (
-            ["--llm-backend=openai", "--llm-base-url=localhost:8000/v1"],
-            "*--llm-base-url (ini llm_base_url): expected http(s)://HOST:PORT/v1*",
+            ["--llm-backend=openai", "--llm-set=openai.base_url=localhost:8000/v1"],
+            "*openai.base_url (from --llm-set): expected http(s)://HOST:PORT/v1*",
         ),
-        (["--llm-base-url=http://x/v1"], "*--llm-base-url is for --llm-backend=openai*"),
+        (
+            ["--llm-set=openai.base_url=http://x/v1"],
+            "*--llm-set openai.base_url is for --llm-backend=openai*",
+        ),
         (
             ["--llm-backend=tgi"],
             "*--llm-backend (ini llm_backend): expected one of hf|vllm|openai*",
         ),
-        (["--llm-concurrency=0"], "*--llm-concurrency (ini llm_concurrency): must be >= 1*"),
-        (["--llm-max-retries=-1"], "*--llm-max-retries (ini llm_max_retries): must be >= 0*"),
-        (["--llm-request-timeout=0"], "*--llm-request-timeout*expected seconds > 0*"),
-        (["--llm-agreement=nope.json"], "*--llm-agreement (ini llm_agreement): cannot read*"),
+        (
+            ["--llm-set=openai.concurrency=0"],
+            "*openai.concurrency (from --llm-set): must be >= 1*",
+        ),
+        (
+            ["--llm-set=openai.max_retries=-1"],
+            "*openai.max_retries (from --llm-set): must be >= 0*",
+        ),
+        (
+            ["--llm-set=openai.request_timeout=0"],
+            "*openai.request_timeout (from --llm-set): expected a number > 0, got '0'*",
+        ),
+        (
+            ["--llm-set=report.agreement=nope.json"],
+            "*report.agreement: cannot read*",
+        ),
     ],
 )
 def test_options_are_validated(pytester: pytest.Pytester, args: list[str], message: str) -> None:
@@ -53,23 +68,18 @@ def test_options_are_validated(pytester: pytest.Pytester, args: list[str], messa
 
 def test_help_lists_the_server_options(pytester: pytest.Pytester) -> None:
     out = pytester.runpytest("--help").stdout.str()
-    for flag in (
-        "--llm-backend",
-        "--llm-base-url",
-        "--llm-api-key-env",
-        "--llm-concurrency",
-        "--llm-max-retries",
-        "--llm-request-timeout",
-        "--llm-agreement",
-    ):
-        assert flag in out
+    # The server's settings are a table of their own, set in pyproject.toml or with --llm-set.
+    for text in ("--llm-backend", "--llm-set", "[tool.llmeval.openai]"):
+        assert text in out
 
 
 def test_a_run_on_a_served_model_records_the_server(
     pytester: pytest.Pytester, fake_openai: FakeServer, write_project
 ) -> None:
     write_project(pytester)
-    result = pytester.runpytest(*_openai(fake_openai, "--llm-output=out", "--llm-concurrency=2"))
+    result = pytester.runpytest(
+        *_openai(fake_openai, "--llm-output=out", "--llm-set=openai.concurrency=2")
+    )
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["arith*5/5*exact_match*", "colors*4/4*acc*"])
     run = next((pytester.path / "out").iterdir())
@@ -96,14 +106,22 @@ def test_a_run_on_a_served_model_records_the_server(
     assert sum(1 for b in bodies if not b.get("echo")) == 5
 
 
-def test_backend_options_work_as_ini_keys(
-    pytester: pytest.Pytester, fake_openai: FakeServer, write_project
+@pytest.mark.parametrize("where", ["pyproject", "ini"])
+def test_backend_settings_work_from_the_project(
+    pytester: pytest.Pytester, fake_openai: FakeServer, write_project, where: str
 ) -> None:
     write_project(pytester)
-    pytester.makeini(
-        f"[pytest]\nllm_backend = openai\nllm_base_url = {fake_openai.url}\n"
-        "llm_concurrency = 3\nllm_max_retries = 0\n"
-    )
+    if where == "pyproject":
+        pytester.makepyprojecttoml(
+            f'[tool.pytest.ini_options]\nllm_backend = "openai"\n\n'
+            f'[tool.llmeval.openai]\nbase_url = "{fake_openai.url}"\n'
+            "concurrency = 3\nmax_retries = 0\n"
+        )
+    else:
+        pytester.makeini(
+            f"[pytest]\nllm_backend = openai\nllm_set =\n    openai.base_url={fake_openai.url}\n"
+            "    openai.concurrency=3\n    openai.max_retries=0\n"
+        )
     result = pytester.runpytest(
         "--llm-model=toy", "--llm-data-dir=.", "--llm-output=out", "-p", "no:cacheprovider"
     )
@@ -152,7 +170,9 @@ def test_agreement_cli_and_its_record_in_a_run(
     assert record["a"]["info"]["backend"] == "openai"
 
     result = pytester.runpytest(
-        *_openai(fake_openai, "--llm-output=runs", f"--llm-agreement={out}", "-k", "colors")
+        *_openai(
+            fake_openai, "--llm-output=runs", f"--llm-set=report.agreement={out}", "-k", "colors"
+        )
     )
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(
@@ -168,6 +188,6 @@ def test_agreement_cli_and_its_record_in_a_run(
 def test_an_agreement_file_must_be_one(pytester: pytest.Pytester, tmp_path: Path) -> None:
     bad = tmp_path / "other.json"
     bad.write_text('{"hello": 1}')
-    result = pytester.runpytest(f"--llm-agreement={bad}")
+    result = pytester.runpytest(f"--llm-set=report.agreement={bad}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*not an agreement record*"])

@@ -32,10 +32,10 @@ def test_help_lists_options_in_one_group(pytester: pytest.Pytester) -> None:
         "--llm-dtype",
         "--llm-batch-size",
         "--llm-limit",
-        "--llm-seed",
         "--llm-output",
         "--llm-floor",
-        "--llm-strict",
+        "--llm-set",
+        "--llm-profile",
     ):
         assert flag in out
 
@@ -209,7 +209,7 @@ def test_strict_mode_fails_wrong_answers(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project
 ) -> None:
     write_project(pytester)
-    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-strict", "-k", "arith"))
+    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-set=gate.strict=true", "-k", "arith"))
     assert result.ret == 1
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) >= 1
@@ -370,7 +370,9 @@ def test_failure_analysis_option(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
-    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-output=out", "--llm-failures=2"))
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, "--llm-output=out", "--llm-set=report.failures=2")
+    )
     result.stdout.fnmatch_lines(["*llmeval failures: arith*", "5 of 5 items failed: *"])
     run = next((pytester.path / "out").iterdir())
     report = json.loads((run / "failures.json").read_text())
@@ -390,9 +392,12 @@ def test_benchmark_not_installed_is_skipped_not_an_error(pytester: pytest.Pytest
     result = pytester.runpytest("--llm-data-dir=.", "-rs", "-m", "regression")
     assert result.ret == 0
     result.stdout.fnmatch_lines(
-        ["*benchmark data not installed*no 'absent_bench' folder*--llm-hub*", "*1 skipped*"]
+        [
+            "*benchmark data not installed*no 'absent_bench' folder*--llm-set run.hub=true*",
+            "*1 skipped*",
+        ]
     )
-    catalog = pytester.runpytest("--llm-data-dir=.", "--llm-catalog")
+    catalog = pytester.runpytest("--llm-data-dir=.", "--llm-show=catalog")
     assert catalog.ret == 0
     catalog.stdout.fnmatch_lines(["absent *not installed*"])
 
@@ -423,7 +428,7 @@ def test_items_that_do_not_fit_the_window_are_reported_not_scored(
     (pytester.path / "reading.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (pytester.path / "reading.yaml").write_text(LONG_SPEC)
     result = pytester.runpytest(
-        *_args(tiny_model_dir, "--llm-max-length=64", "--llm-output=out", "-rs")
+        *_args(tiny_model_dir, "--llm-set=model.max_length=64", "--llm-output=out", "-rs")
     )
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(
@@ -457,7 +462,7 @@ def test_excluded_items_are_left_out_and_recorded(
     exclude = pytester.path / "exclude.txt"
     exclude.write_text("# flagged by llmeval-contamination scan\narith-0001\ncolors-0003  0.92\n\n")
     result = pytester.runpytest(
-        *_args(tiny_model_dir, f"--llm-exclude={exclude}", "--llm-output=out", "-v")
+        *_args(tiny_model_dir, f"--llm-set=run.exclude={exclude}", "--llm-output=out", "-v")
     )
     assert result.ret == 0, result.stdout.str()
     out = result.stdout.str()
@@ -474,9 +479,9 @@ def test_excluded_items_are_left_out_and_recorded(
         "ids": ["arith-0001", "colors-0003"],
         "unmatched": [],
     }
-    missing = pytester.runpytest(*_args(tiny_model_dir, "--llm-exclude=nope.txt"))
+    missing = pytester.runpytest(*_args(tiny_model_dir, "--llm-set=run.exclude=nope.txt"))
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
-    missing.stderr.fnmatch_lines(["*--llm-exclude (ini llm_exclude): cannot read nope.txt*"])
+    missing.stderr.fnmatch_lines(["*run.exclude: cannot read nope.txt*"])
 
 
 PROBE_TEST = """\
@@ -531,9 +536,9 @@ def _probe_args(model: Path, *extra: str) -> list[str]:
         model,
         "-m",
         "contamination",
-        "--llm-probe-items=4",
+        "--llm-set=probe.items=4",
         "--llm-output=out",
-        f"--llm-reference-model={model}",
+        f"--llm-set=probe.reference_model={model}",
         *extra,
     )
 
@@ -569,7 +574,7 @@ def test_a_reference_model_that_cannot_load_fails_its_probes_in_one_line(
     pytester: pytest.Pytester, tiny_model_dir: Path
 ) -> None:
     """A reference that passes the option check (a folder with a config.json) but cannot be
-    loaded fails each probe that needs it with one line naming --llm-reference-model, not
+    loaded fails each probe that needs it with one line naming --llm-set probe.reference_model, not
     the model's option and not a chained traceback; the probes without one still run."""
     _probe_project(pytester, "test_llm_probe_broken_reference.py")
     broken = pytester.path / "broken-reference"
@@ -580,14 +585,16 @@ def test_a_reference_model_that_cannot_load_fails_its_probes_in_one_line(
             tiny_model_dir,
             "-m",
             "contamination",
-            "--llm-probe-items=4",
+            "--llm-set=probe.items=4",
             "--llm-output=out",
-            f"--llm-reference-model={broken}",
+            f"--llm-set=probe.reference_model={broken}",
         )
     )
     result.assert_outcomes(passed=1, failed=2, skipped=1, deselected=6)
     text = result.stdout.str()
-    lines = [line for line in text.splitlines() if f"--llm-reference-model={broken}: " in line]
+    lines = [
+        line for line in text.splitlines() if f"--llm-set probe.reference_model={broken}: " in line
+    ]
     assert lines and all("--llm-model=" not in line for line in lines), text
     assert "During handling of the above exception" not in text
     assert "Traceback" not in text
@@ -638,11 +645,17 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
     )
     assert "- deselected by" not in markdown
     missing = pytester.runpytest(
-        *_args(tiny_model_dir, "-m", "contamination", "--llm-reference-model=/no/such/model")
+        *_args(
+            tiny_model_dir, "-m", "contamination", "--llm-set=probe.reference_model=/no/such/model"
+        )
     )
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
-    missing.stderr.fnmatch_lines(["*--llm-reference-model=/no/such/model: no such directory*"])
-    bad = pytester.runpytest(*_args(tiny_model_dir, "-m", "contamination", "--llm-probe-alpha=2"))
+    missing.stderr.fnmatch_lines(
+        ["*probe.reference_model=/no/such/model: no such directory*"]
+    )
+    bad = pytester.runpytest(
+        *_args(tiny_model_dir, "-m", "contamination", "--llm-set=probe.alpha=2")
+    )
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
 
 
@@ -692,7 +705,9 @@ def test_an_interrupted_probe_resumes_where_it_stopped(
     _probe_project(pytester, "test_llm_probe_chunks.py")
     (pytester.path / "test_llm_probe_chunks.py").write_text(CIRCULAR_TEST)
     pytester.makeconftest(CHUNKS_CONFTEST)
-    args = _args(tiny_model_dir, "-m", "contamination", "--llm-probe-items=6", "--llm-output=out")
+    args = _args(
+        tiny_model_dir, "-m", "contamination", "--llm-set=probe.items=6", "--llm-output=out"
+    )
     monkeypatch.setenv("STOP_AFTER", "5")
     stopped = pytester.runpytest(*args, no_reraise_ctrlc=True)
     assert stopped.ret == pytest.ExitCode.INTERRUPTED
@@ -726,7 +741,7 @@ def test_an_interrupted_probe_resumes_where_it_stopped(
     assert run_state(first)[0] == "superseded"  # its chunks are in the resumed run now
     assert len((second / "contamination/requests/quiz-circular.jsonl").read_text().split()) == 14
 
-    fresh = pytester.runpytest(*args, "--llm-no-resume")
+    fresh = pytester.runpytest(*args, "--llm-set=run.resume=false")
     assert fresh.ret == 0
     third = max((pytester.path / "out").iterdir())
     again = json.loads((third / "contamination" / "quiz-circular.json").read_text())
@@ -746,7 +761,7 @@ def test_ts_guessing_without_a_reference_says_what_a_reference_would_give(
     _probe_project(pytester, "test_llm_probe_guessing.py")
     (pytester.path / "test_llm_probe_guessing.py").write_text(GUESSING_TEST)
     result = pytester.runpytest(
-        *_args(tiny_model_dir, "-m", "contamination", "--llm-probe-items=6", "-rs")
+        *_args(tiny_model_dir, "-m", "contamination", "--llm-set=probe.items=6", "-rs")
     )
     result.assert_outcomes(skipped=1, deselected=6)
     # the validation of the verdict a reference would give, which is none: TS-Guessing
@@ -754,7 +769,8 @@ def test_ts_guessing_without_a_reference_says_what_a_reference_would_give(
     result.stdout.fnmatch_lines(
         [
             "*quiz ts_guessing: exact-match rate *% on * items; no verdict without "
-            "--llm-reference-model (free-text guessing has no honest chance level); against a "
+            "--llm-set probe.reference_model (free-text guessing has no honest chance level); "
+            "against a "
             "reference (exact matches, paired McNemar): false alarms on clean items measured "
             "only where the test cannot fire (*discordant pairs*): not validated*"
         ]
@@ -774,13 +790,13 @@ def test_a_probe_with_no_item_says_why_an_empty_file_or_an_exclusion(
     exclude = pytester.path / "exclude.txt"
     exclude.write_text("".join(f"quiz-{i:04d}\n" for i in range(6)))
     excluded = pytester.runpytest(
-        *_args(tiny_model_dir, "-m", "contamination", f"--llm-exclude={exclude}", "-rs")
+        *_args(tiny_model_dir, "-m", "contamination", f"--llm-set=run.exclude={exclude}", "-rs")
     )
     excluded.assert_outcomes(skipped=1, deselected=1)
     excluded.stdout.fnmatch_lines(
         [
             "SKIPPED * quiz option_shuffle: no item to probe: all 6 of its items are excluded "
-            f"by --llm-exclude {exclude}"
+            f"by run.exclude ({exclude})"
         ]
     )
     (pytester.path / "quiz.jsonl").write_text("")
@@ -792,7 +808,7 @@ def test_a_probe_with_no_item_says_why_an_empty_file_or_an_exclusion(
             f"{pytester.path / 'quiz.jsonl'} (0 rows)"
         ]
     )
-    assert "--llm-exclude" not in empty.stdout.str()
+    assert "--llm-set=run.exclude" not in empty.stdout.str()
 
 
 def test_option_shuffling_with_every_gold_at_one_letter_gives_no_verdict(
@@ -1105,7 +1121,10 @@ def test_membership_on_worked_solutions_gives_no_verdict_even_with_a_reference(
     common = ("-m", "contamination", "-rs")
     result = pytester.runpytest(
         *_args(
-            tiny_model_dir, *common, "--llm-output=ref", f"--llm-reference-model={tiny_model_dir}"
+            tiny_model_dir,
+            *common,
+            "--llm-output=ref",
+            f"--llm-set=probe.reference_model={tiny_model_dir}",
         )
     )
     result.assert_outcomes(skipped=1, deselected=6)
@@ -1129,7 +1148,9 @@ def test_membership_on_worked_solutions_gives_no_verdict_even_with_a_reference(
     assert report["p_value"] == inspection["p_value"]
     alone = pytester.runpytest(*_args(tiny_model_dir, *common, "--llm-output=alone"))
     alone.assert_outcomes(skipped=1, deselected=6)
-    alone.stdout.fnmatch_lines(["*sums membership: no verdict without --llm-reference-model*"])
+    alone.stdout.fnmatch_lines(
+        ["*sums membership: no verdict without --llm-set probe.reference_model*"]
+    )
 
 
 def test_a_verdict_that_had_nothing_to_count_is_no_verdict() -> None:

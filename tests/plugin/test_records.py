@@ -70,10 +70,15 @@ def test_identical_runs_give_identical_records(
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
     first = pytester.runpytest(
-        *_args(tiny_model_dir, "--llm-output=out", "--llm-check-determinism=3")
+        *_args(tiny_model_dir, "--llm-output=out", "--llm-set=run.check_determinism=3")
     )
     second = pytester.runpytest(
-        *_args(tiny_model_dir, "--llm-output=out", "--llm-check-determinism=3", "--llm-no-resume")
+        *_args(
+            tiny_model_dir,
+            "--llm-output=out",
+            "--llm-set=run.check_determinism=3",
+            "--llm-set=run.resume=false",
+        )
     )
     assert first.ret == second.ret == 0
     a, b = _runs(pytester.path / "out")
@@ -108,7 +113,9 @@ def test_determinism_check_names_differing_items(
             hf.HFBackend.loglikelihood = real
         """
     )
-    result = pytester.runpytest(*_args(tiny_model_dir, "-k", "colors", "--llm-check-determinism=2"))
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, "-k", "colors", "--llm-set=run.check_determinism=2")
+    )
     assert result.ret == 1
     result.stdout.fnmatch_lines(
         [
@@ -162,7 +169,7 @@ def test_resume_after_sigkill_recomputes_no_finished_item(
     monkeypatch.delenv("KILL_AFTER")
     # A changed config never reuses stale results (checked while the interrupted run is
     # still offered for resume: it is not superseded by a run that reused nothing).
-    changed = pytester.runpytest_subprocess(*args[:-2], "--llm-seed=7", "-k", "arith")
+    changed = pytester.runpytest_subprocess(*args[:-2], "--llm-set=run.seed=7", "-k", "arith")
     assert changed.ret == 0
     other = _runs(pytester.path / "out")[-1]
     assert _count((other / "eval.log").read_text(), "computed") == 5
@@ -370,7 +377,7 @@ def test_baseline_comparison(
             "-k",
             "colors",
             f"--llm-baseline={base}",
-            "--llm-baseline-fail=config",
+            "--llm-set=gate.baseline_rule=config",
         )
     )
     assert gated.ret == 1
@@ -387,7 +394,7 @@ def test_baseline_comparison(
         "-k",
         "colors",
         f"--llm-baseline={base}",
-        "--llm-baseline-fail=drop:10",
+        "--llm-set=gate.baseline_rule=drop:10",
     )
     text = worse.stdout.str()
     assert "model.sha256" in text or "model_sha256" in text
@@ -407,7 +414,7 @@ def test_repeats_report_median_and_spread(
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
     result = pytester.runpytest(
-        *_args(tiny_model_dir, "--llm-output=out", "--llm-repeat=3", "-k", "colors")
+        *_args(tiny_model_dir, "--llm-output=out", "--llm-set=run.repeat=3", "-k", "colors")
     )
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*3 repeats: median*spread 0.0 points*"])
@@ -419,7 +426,7 @@ def test_repeats_report_median_and_spread(
 
 
 def test_repeats_score_and_interval_are_of_the_median_repeat() -> None:
-    """With --llm-repeat the score was the median of the repeats' while its interval (and
+    """With --llm-set run.repeat the score was the median of the repeats' while its interval (and
     the floor's interval verdict) came from the first repeat's answers: a score outside
     its own interval. Both are now of the median repeat; an even number takes the lower
     of the middle two."""
@@ -451,7 +458,7 @@ def test_one_task_per_process_combined_into_one_record(
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     for task in ("arith", "colors"):
         assert (
-            pytester.runpytest(*_args(tiny_model_dir, "--llm-run-dir=combined", "-k", task)).ret
+            pytester.runpytest(*_args(tiny_model_dir, "--llm-set=run.dir=combined", "-k", task)).ret
             == 0
         )
     run = pytester.path / "combined"
@@ -471,11 +478,11 @@ def test_one_task_per_process_combined_into_one_record(
     # A task the directory already holds is refused before any model loads: its items
     # would be recorded twice under a summary of the second run alone.
     records = (run / "tasks" / "colors_output.jsonl").read_text()
-    again = pytester.runpytest(*_args(tiny_model_dir, "--llm-run-dir=combined", "-k", "colors"))
+    again = pytester.runpytest(*_args(tiny_model_dir, "--llm-set=run.dir=combined", "-k", "colors"))
     assert again.ret == pytest.ExitCode.USAGE_ERROR
     again.stderr.fnmatch_lines(
         [
-            "ERROR: --llm-run-dir=combined already holds the items of colors "
+            "ERROR: --llm-set run.dir=combined already holds the items of colors "
             "(tasks/colors_output.jsonl, from an earlier run): a run directory records each "
             "task once. To run it again, give a new directory*"
         ]

@@ -1,5 +1,5 @@
 """report.html for every run layout the plugin writes: one process, ``-n 2``, one task per
-process combined with ``--llm-run-dir``, an interrupted run and the run that resumed it; a
+process combined with ``run.dir``, an interrupted run and the run that resumed it; a
 report that cannot be built leaves the run as it is; pytest-html's report gets the summary
 and each item's prompt, output, extracted answer and target."""
 
@@ -81,7 +81,7 @@ def test_one_task_per_process_combined_into_one_report(
     write_project(pytester)
     for task in ("arith", "colors"):
         result = pytester.runpytest_subprocess(
-            *_args(tiny_model_dir, "--llm-run-dir=combined", "-k", task)
+            *_args(tiny_model_dir, "--llm-set=run.dir=combined", "-k", task)
         )
         assert result.ret == 0
     run = pytester.path / "combined"

@@ -39,7 +39,7 @@ def _refused(pytester: pytest.Pytester, args: list[str], *lines: str) -> pytest.
 
 def _reference(root: Path, ci95: list[float]) -> Path:
     """A finished run of task ``arith`` (40 items, 20 right) as a reference for
-    --llm-floors-from, its summary's interval ``ci95``."""
+    --llm-set gate.floors_from, its summary's interval ``ci95``."""
     run = root / "ref"
     (run / "tasks").mkdir(parents=True)
     with (run / "tasks" / "arith_output.jsonl").open("w") as fh:
@@ -155,14 +155,13 @@ def test_an_empty_reference_run_value_is_a_usage_error(
     pytester: pytest.Pytester, write_project
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
-    result = pytester.runpytest(*_no_model("--llm-floors-from="))
+    result = pytester.runpytest(*_no_model("--llm-set=gate.floors_from="))
     assert result.ret == USAGE
     result.stderr.fnmatch_lines(
         [
             _literal(
-                "ERROR: --llm-floors-from (ini llm_floors_from): the value is empty (an unset "
-                "variable in --llm-floors-from=$RUN?); give the reference run directory, or "
-                "leave the option out"
+                "ERROR: gate.floors_from (from --llm-set): the value is empty (an unset "
+                "variable?); give a value, or leave the setting out"
             )
         ]
     )
@@ -176,24 +175,16 @@ def test_an_empty_reference_run_value_is_a_usage_error(
         (["--llm-data-dir="], "llm_data_dir", "DIR", "give the folder that holds the *"),
         (["--llm-data-dir=.", "--llm-data-dir="], "llm_data_dir", "DIR", "give the folder *"),
         (["-o", "llm_data_dir="], "llm_data_dir", "DIR", "give the folder *"),
-        # --llm-exclude=$FILE: nothing would be left out
-        (["--llm-exclude="], "llm_exclude", "FILE", "give the file of item ids to leave out, *"),
-        (["-o", "llm_exclude="], "llm_exclude", "FILE", "give the file *"),
-        # --llm-baseline=$RUN: no comparison (and a --llm-baseline-fail gate on nothing)
+        # --llm-baseline=$RUN: no comparison (and a --llm-set gate.baseline_rule gate on nothing)
         (["--llm-baseline="], "llm_baseline", "RUN", "give the baseline run directory, *"),
         (["-o", "llm_baseline="], "llm_baseline", "RUN", "give the baseline run directory, *"),
-        # --llm-baseline-fail=$GATE: a comparison that gates nothing
-        (["--llm-baseline-fail="], "llm_baseline_fail", "RULE", "give the gate's rules *"),
     ],
     ids=[
         "data-dir",
         "second-data-dir",
         "ini-data-dir",
-        "exclude",
-        "ini-exclude",
         "baseline",
         "ini-baseline",
-        "baseline-fail",
     ],
 )
 def test_an_empty_path_value_is_a_usage_error(
@@ -219,11 +210,36 @@ def test_an_empty_path_value_is_a_usage_error(
 
 
 @pytest.mark.parametrize(
+    ("extra", "where"),
+    [
+        # run.exclude=$FILE: nothing would be left out
+        (["--llm-set=run.exclude="], "--llm-set"),
+        (["-o", "llm_set=run.exclude="], "llm_set (ini)"),
+        # gate.baseline_rule=$GATE: a comparison that gates nothing
+        (["--llm-set=gate.baseline_rule="], "--llm-set"),
+    ],
+    ids=["exclude", "ini-exclude", "baseline-rule"],
+)
+def test_an_empty_setting_is_a_usage_error(
+    pytester: pytest.Pytester, write_project, extra: list[str], where: str
+) -> None:  # type: ignore[no-untyped-def]
+    write_project(pytester)
+    name = (extra[-1] if extra[0] == "-o" else extra[0]).split("=")[-2].split(" ")[-1]
+    _refused(
+        pytester,
+        ["-p", "no:cacheprovider", "--llm-output=out", *extra],
+        _literal(
+            f"ERROR: {name} (from {where}): the value is empty (an unset variable?); give a "
+            "value, or leave the setting out"
+        ),
+    )
+
+
+@pytest.mark.parametrize(
     ("extra", "rule"),
     [
-        (["--llm-baseline-fail=drop:2:sig"], "drop:2:sig"),
-        (["--llm-baseline-fail=sig", "--llm-model=no-such-model"], "sig"),  # named first
-        (["-o", "llm_baseline_fail=config"], "config"),
+        (["--llm-set=gate.baseline_rule=drop:2:sig"], "drop:2:sig"),
+        (["--llm-set=gate.baseline_rule=sig", "--llm-model=no-such-model"], "sig"),  # named first
     ],
 )
 def test_a_baseline_gate_without_a_baseline_is_a_usage_error(
@@ -236,10 +252,11 @@ def test_a_baseline_gate_without_a_baseline_is_a_usage_error(
         pytester,
         _no_model(*extra),
         _literal(
-            f"ERROR: --llm-baseline-fail={rule}: no baseline to compare with (--llm-baseline "
+            f"ERROR: --llm-set gate.baseline_rule={rule}: no baseline to compare with "
+            "(--llm-baseline "
             "is not set, nor llm_baseline in the ini file), so the gate would check nothing "
             "and the run would pass whatever the scores; pass --llm-baseline=RUN (an earlier "
-            "run directory), or leave --llm-baseline-fail out"
+            "run directory), or leave the rule out"
         ),
     )
 
@@ -261,8 +278,8 @@ def test_a_gate_rule_that_does_not_parse_is_named_before_the_missing_baseline(
     write_project(pytester)
     result = _refused(
         pytester,
-        _no_model("--llm-baseline-fail=drop:lots"),
-        "ERROR: --llm-baseline-fail: *drop:lots*",
+        _no_model("--llm-set=gate.baseline_rule=drop:lots"),
+        "ERROR: gate.baseline_rule (from --llm-set): *drop:lots*",
     )
     assert "no baseline to compare with" not in result.stderr.str()
 
@@ -275,17 +292,17 @@ def test_a_baseline_from_the_ini_file_or_a_gate_set_there_is_no_error(
     write_project(pytester)
     ref = _reference(pytester.path, [0.35, 0.65])
     pytester.makeini(f"[pytest]\nllm_baseline = {ref}\n")
-    given = pytester.runpytest(*_no_model("--llm-baseline-fail=drop:2"))
+    given = pytester.runpytest(*_no_model("--llm-set=gate.baseline_rule=drop:2"))
     assert given.ret == pytest.ExitCode.OK, given.stderr.str()
-    pytester.makeini("[pytest]\nllm_baseline_fail = drop:2\n")
+    pytester.makeini("[pytest]\nllm_set = gate.baseline_rule=drop:2\n")
     project = pytester.runpytest(*_no_model())
     assert project.ret == pytest.ExitCode.OK, project.stderr.str()
-    collected = pytester.runpytest(*_no_model("--collect-only", "--llm-baseline-fail=sig"))
+    pytester.makeini("[pytest]\n")
+    pytester.makepyprojecttoml('[tool.llmeval.gate]\nbaseline_rule = "drop:2"\n')
+    table = pytester.runpytest(*_no_model())
+    assert table.ret == pytest.ExitCode.OK, table.stderr.str()
+    collected = pytester.runpytest(*_no_model("--collect-only", "--llm-set=gate.baseline_rule=sig"))
     assert collected.ret == pytest.ExitCode.OK, collected.stderr.str()
-    # a rule in the ini file's addopts is the project's too
-    pytester.makeini("[pytest]\naddopts = --llm-baseline-fail=drop:2\n")
-    addopts = pytester.runpytest(*_no_model())
-    assert addopts.ret == pytest.ExitCode.OK, addopts.stderr.str()
 
 
 def test_an_ini_data_dir_of_separators_alone_is_a_usage_error(
@@ -321,9 +338,11 @@ def test_floors_from_a_reference_without_a_model_is_a_usage_error(
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
     ref = _reference(pytester.path, [0.35, 0.65])
-    result = pytester.runpytest(*_no_model(f"--llm-floors-from={ref}"))
+    result = pytester.runpytest(*_no_model(f"--llm-set=gate.floors_from={ref}"))
     assert result.ret == USAGE
-    result.stderr.fnmatch_lines([f"ERROR: --llm-floors-from {ref}: no model to evaluate *"])
+    result.stderr.fnmatch_lines(
+        [f"ERROR: --llm-set gate.floors_from={ref}: no model to evaluate *"]
+    )
 
 
 def test_project_floors_without_a_model_skip_and_warn(
@@ -360,12 +379,14 @@ def test_floors_from_a_reference_with_a_bad_interval_are_a_usage_error(
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
     ref = _reference(pytester.path, ci95)
-    result = pytester.runpytest(*_args(tiny_model_dir, f"--llm-floors-from={ref}", "-k", "arith"))
+    result = pytester.runpytest(
+        *_args(tiny_model_dir, f"--llm-set=gate.floors_from={ref}", "-k", "arith")
+    )
     assert result.ret == USAGE
     result.stderr.fnmatch_lines(
         [
             _literal(
-                f"ERROR: --llm-floors-from (ini llm_floors_from): {ref / 'metrics_summary.json'}: "
+                f"ERROR: gate.floors_from: {ref / 'metrics_summary.json'}: "
                 f"task 'arith': field 'ci95' is {shown}, not a 95% interval [low, high] with "
                 "0 <= low <= high <= 1; the run's summary is damaged or was not written by "
                 "pytest-llmeval: use another reference run, or give the floor itself "
@@ -379,18 +400,19 @@ def test_floors_from_a_reference_with_a_bad_interval_are_a_usage_error(
 # ------------------------------------------------------------ values taken silently
 
 
-@pytest.mark.parametrize("name", ["llm_plan", "llm_strict", "llm_strip_thinking"])
-def test_an_ini_switch_that_is_not_a_boolean_is_named(
+@pytest.mark.parametrize("name", ["report.plan", "gate.strict", "prompt.strip_thinking"])
+def test_a_switch_that_is_not_a_boolean_is_named(
     pytester: pytest.Pytester, write_project, name: str
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
-    result = pytester.runpytest(*_no_model("-o", f"{name}=maybe"))
+    section, _, key = name.partition(".")
+    pytester.makepyprojecttoml(f'[tool.llmeval.{section}]\n{key} = "maybe"\n')
+    result = pytester.runpytest(*_no_model())
     assert result.ret == USAGE
-    flag = "--" + name.replace("_", "-")
     result.stderr.fnmatch_lines(
         [
-            f"ERROR: {flag} (ini {name}): invalid truth value 'maybe'; expected true or false "
-            "(also yes/no, on/off, 1/0)"
+            f"ERROR: {name} (from pyproject.toml [tool.llmeval]): expected true or false "
+            "(also yes/no, on/off, 1/0), got 'maybe'"
         ]
     )
 
@@ -486,7 +508,7 @@ def test_a_chat_template_with_a_syntax_error_is_a_usage_error(
         write_project,
         name,
         text,
-        f"not a valid Jinja template: {where}; fix the template, or leave the option out to "
+        f"not a valid Jinja template: {where}; fix the template, or leave the setting out to "
         "use the model's own",
     )
 
@@ -494,13 +516,17 @@ def test_a_chat_template_with_a_syntax_error_is_a_usage_error(
 def _refused_template(  # type: ignore[no-untyped-def]
     pytester: pytest.Pytester, write_project, name: str, text: str, error: str
 ) -> None:
-    """``--llm-chat-template-file`` holding ``text`` (in ``name``) is refused with ``error``
+    """``prompt.chat_template_file`` holding ``text`` (in ``name``) is refused with ``error``
     before collection; the model path does not exist, as the template is checked first."""
     write_project(pytester)
     (pytester.path / name).write_text(text)
-    result = pytester.runpytest(*_args("no-such-model", f"--llm-chat-template-file={name}"))
+    result = pytester.runpytest(
+        *_args("no-such-model", f"--llm-set=prompt.chat_template_file={name}")
+    )
     assert result.ret == USAGE
-    result.stderr.fnmatch_lines([_literal(f"ERROR: --llm-chat-template-file={name}: {error}")])
+    result.stderr.fnmatch_lines(
+        [_literal(f"ERROR: prompt.chat_template_file (from --llm-set): {name} is {error}")]
+    )
 
 
 _LONG_SYSTEM_PROMPT = "You are a careful grader; answer with the letter only. " * 4
@@ -550,8 +576,8 @@ def test_a_chat_template_that_does_not_write_the_messages_is_a_usage_error(
         name,
         text,
         f"not a chat template: {problem}; give a template that renders the messages (a system "
-        "prompt for every task is --llm-system-prompt), or leave the option out to use the "
-        "model's own",
+        "prompt for every task is the setting prompt.system_prompt), or leave the setting out "
+        "to use the model's own",
     )
 
 
@@ -616,7 +642,7 @@ def test_a_real_chat_template_file_is_accepted(
     )
     (pytester.path / "template.jinja").write_text(FAMILIES[family].template)
     for name in ("template.json", "template.jinja"):
-        result = pytester.runpytest(*_no_model(f"--llm-chat-template-file={name}"))
+        result = pytester.runpytest(*_no_model(f"--llm-set=prompt.chat_template_file={name}"))
         assert result.ret == pytest.ExitCode.OK, result.stderr.str()
 
 
@@ -669,12 +695,13 @@ def test_an_unknown_generation_config_rule_is_named_before_any_model_loads(
     pytester: pytest.Pytester, tiny_model_dir: Path, write_project
 ) -> None:  # type: ignore[no-untyped-def]
     write_project(pytester)
-    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-generation-config=greedy"))
+    result = pytester.runpytest(*_args(tiny_model_dir, "--llm-set=model.generation_config=greedy"))
     assert result.ret == USAGE
     result.stderr.fnmatch_lines(
         [
             _literal(
-                "ERROR: --llm-generation-config (ini llm_generation_config): expected one of "
+                "ERROR: model.generation_config (from --llm-set): "
+                "expected one of "
                 "model|neutral, got 'greedy'"
             )
         ]

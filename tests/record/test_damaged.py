@@ -54,7 +54,7 @@ def _real_run(pytester: pytest.Pytester, server: FakeServer) -> Path:
     (pytester.path / "colors.yaml").write_text(MC_SPEC)
     result = pytester.runpytest(
         "--llm-backend=openai",
-        f"--llm-base-url={server.url}",
+        f"--llm-set=openai.base_url={server.url}",
         "--llm-model=toy",
         "--llm-data-dir=.",
         "--llm-output=runs",
@@ -167,13 +167,13 @@ def test_the_plugin_refuses_a_damaged_baseline_or_floors_source(
 ) -> None:
     run = _real_run(pytester, fake_openai)
     what = _truncate_half(run).split("*")[0]
-    for option, ini, role in (
-        ("--llm-baseline", "llm_baseline", "a baseline"),
-        ("--llm-floors-from", "llm_floors_from", "a floors source"),
+    for option, named, role in (
+        ("--llm-baseline", "--llm-baseline (ini llm_baseline)", "a baseline"),
+        ("--llm-set=gate.floors_from", "gate.floors_from", "a floors source"),
     ):
         result = pytester.runpytest(
             "--llm-backend=openai",
-            f"--llm-base-url={fake_openai.url}",
+            f"--llm-set=openai.base_url={fake_openai.url}",
             "--llm-model=toy",
             "--llm-data-dir=.",
             "--llm-output=later",
@@ -183,7 +183,7 @@ def test_the_plugin_refuses_a_damaged_baseline_or_floors_source(
         )
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         err = result.stderr.str()
-        assert f"{option} (ini {ini}): {run}: damaged run record ({what}" in err
+        assert f"{named}: {run}: damaged run record ({what}" in err
         assert f"or rerun it; it is not used as {role}" in err
     assert not (pytester.path / "later").exists()
 
@@ -192,11 +192,11 @@ def test_runs_under_xdist_and_tasks_combined_with_run_dir_are_intact(
     pytester: pytest.Pytester, fake_openai: FakeServer
 ) -> None:
     # What the summary records is what the files hold when the last writer ends: under -n 1
-    # (the controller writes every line) and with one process per task (--llm-run-dir)
+    # (the controller writes every line) and with one process per task (--llm-set run.dir)
     run = _real_run(pytester, fake_openai)  # writes the project too
     common = (
         "--llm-backend=openai",
-        f"--llm-base-url={fake_openai.url}",
+        f"--llm-set=openai.base_url={fake_openai.url}",
         "--llm-model=toy",
         "--llm-data-dir=.",
         "-p",
@@ -206,7 +206,7 @@ def test_runs_under_xdist_and_tasks_combined_with_run_dir_are_intact(
     (xdist,) = (p for p in (pytester.path / "xdist").iterdir() if p.is_dir())
     combined = pytester.path / "combined"
     for task in ("arith", "colors"):
-        assert pytester.runpytest(*common, f"--llm-run-dir={combined}", "-k", task).ret == 0
+        assert pytester.runpytest(*common, f"--llm-set=run.dir={combined}", "-k", task).ret == 0
     for path in (run, xdist, combined):
         summary = json.loads((path / "metrics_summary.json").read_text())
         assert sorted(summary) == ["arith", "colors"]

@@ -47,13 +47,13 @@ def test_a_gate_fails_exactly_when_its_verdict_fails_the_run(
     assert message.startswith(start)
     assert dict(props)["verdict"] == status and dict(props)["policy"] == policy
     if status == "undecided":
-        assert f"--llm-floor-policy={policy}" in message
+        assert f"--llm-set gate.policy={policy}" in message
 
 
 def test_a_task_without_a_floor_is_a_skipped_gate_that_says_how_to_add_one() -> None:
     outcome, message, props = gate_case(_row("no floor", False, floor=None))
     assert outcome == "skipped"
-    assert message.startswith("no floor") and "--llm-floors-from=RUN_DIR" in message
+    assert message.startswith("no floor") and "--llm-set gate.floors_from=RUN_DIR" in message
     assert dict(props)["floor"] == ""
     assert [name for name, _ in props] == [
         "task",

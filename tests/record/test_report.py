@@ -488,7 +488,7 @@ def test_probe_reports_are_read_from_the_run(run: Path) -> None:
     # Skipped by the fixture (no reference model): never read as a verdict, however small
     # the report's own all-items p is.
     first = OrderTestReport("mmlu", 1, 3, (0.0,) * 40, ((-1.0, -1.0, -1.0),) * 40, ("a",) * 40)
-    reason = "mmlu canonical_order: no verdict without --llm-reference-model: ..."
+    reason = "mmlu canonical_order: no verdict without --llm-set probe.reference_model: ..."
     (folder / "mmlu-canonical_order.json").write_text(
         json.dumps({**first.to_dict(), "alpha": 0.01, "no_verdict": reason})
     )
@@ -567,7 +567,9 @@ def test_a_probe_without_a_verdict_shows_the_numbers_its_reason_quotes(run: Path
     options.update({f"i{k}": ["cat", "dog", "cow", "hen"] for k in range(20, 40)})
     inspection = order_verdict(report, options, 0.01)
     assert inspection.n == 20 and inspection.detail["first"] == 10
-    reason = "mmlu canonical_order: no verdict without --llm-reference-model: for inspection"
+    reason = (
+        "mmlu canonical_order: no verdict without --llm-set probe.reference_model: for inspection"
+    )
     data = ProbeOutcome(
         "mmlu", "canonical_order", report, None, no_verdict=reason, inspection=inspection
     ).to_dict(0.01)
@@ -585,7 +587,7 @@ def test_a_probe_without_a_verdict_shows_the_numbers_its_reason_quotes(run: Path
                 "n": 40,
                 "p_value": 0.04,
                 "alpha": 0.01,
-                "no_verdict": "mmlu membership: no verdict without --llm-reference-model",
+                "no_verdict": "mmlu membership: no verdict without --llm-set probe.reference_model",
                 "inspection": {
                     "summary": "21 of 40 items score higher than their control",
                     "test": "one-sided sign test",

@@ -66,11 +66,11 @@ def test_report_of_a_real_run_in_chromium(
         "-k",
         "ceval or gsm8k-0000",
         "--llm-limit=4",
-        "--llm-failures=2",
+        "--llm-set=report.failures=2",
         # Raw prompts: on these four C-Eval items the default model is then right on some
         # and wrong on others, which the filter checks need (with its chat template it is
         # wrong on all four).
-        "--llm-chat-template=off",
+        "--llm-set=prompt.chat_template=off",
     )
     assert result.ret == 0, result.stdout.str()
     (run,) = out.iterdir()

@@ -48,7 +48,7 @@ def _identity(**changes: Any) -> dict[str, Any]:
         {"git": {"commit": "f" * 40, "dirty": False}},  # another commit of the package
         {"project_git": {"commit": "0" * 40, "dirty": False}},  # the project's own code
         {"project_git": {"commit": "e" * 40, "dirty": True}},
-        {"repeat": 3},  # --llm-repeat shapes each record (repeat_scores)
+        {"repeat": 3},  # --llm-set run.repeat shapes each record (repeat_scores)
         {"check_determinism": 2},
     ],
 )

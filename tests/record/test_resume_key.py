@@ -170,7 +170,7 @@ def test_a_generative_task_is_not_resumed_across_decode_steps(
     pytester.makeconftest(KILL_CONFTEST)
     args = _args(tiny_model_dir, "--llm-batch-size=2", "-k", "arith")
     interrupted = _kill_after(pytester, monkeypatch, 2, *args)
-    other = pytester.runpytest_subprocess(*args, "--llm-decode-step=transformers")
+    other = pytester.runpytest_subprocess(*args, "--llm-set=hf.decode_step=transformers")
     assert other.ret == 0
     log = _last_log(pytester)
     assert _count(log, "reused") == 0 and _count(log, "computed") == 5
@@ -212,7 +212,7 @@ def test_the_record_says_which_decode_step_ran(
 def _openai(server: FakeServer, *extra: str) -> list[str]:
     return [
         "--llm-backend=openai",
-        f"--llm-base-url={server.url}",
+        f"--llm-set=openai.base_url={server.url}",
         "--llm-model=toy",
         "--llm-data-dir=.",
         "-p",
@@ -229,7 +229,7 @@ def test_a_served_model_is_resumed_only_under_the_same_stated_revision(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The server reports nothing that changes when the model behind a name is replaced:
-    without ``--llm-model-revision`` the run warns that resume cannot tell a redeployed
+    without ``openai.model_revision`` the run warns that resume cannot tell a redeployed
     model apart; with it, items of another revision are not reused."""
     write_project(pytester)
     pytester.makeconftest(KILL_CONFTEST)
@@ -239,14 +239,14 @@ def test_a_served_model_is_resumed_only_under_the_same_stated_revision(
         [
             f"WARNING --llm-model=toy is served by {fake_openai.url} and no revision of its "
             "weights is known (the server reports none): resume across server restarts "
-            "cannot tell a redeployed model apart; pass --llm-model-revision=COMMIT-OR-DIGEST "
-            "(ini llm_model_revision), or --llm-no-resume"
+            "cannot tell a redeployed model apart; pass --llm-set "
+            "openai.model_revision=COMMIT-OR-DIGEST, or --llm-set run.resume=false"
         ]
     )
-    args = _openai(fake_openai, "-k", "colors", "--llm-model-revision=v1")
+    args = _openai(fake_openai, "-k", "colors", "--llm-set=openai.model_revision=v1")
     _kill_after(pytester, monkeypatch, 2, *args)
     redeployed = pytester.runpytest_subprocess(
-        *_openai(fake_openai, "-k", "colors", "--llm-model-revision=v2")
+        *_openai(fake_openai, "-k", "colors", "--llm-set=openai.model_revision=v2")
     )
     assert redeployed.ret == 0
     assert "no revision of its weights is known" not in redeployed.stdout.str()

@@ -479,7 +479,7 @@ def test_no_isolation_refuses_unless_allowed(
     reason = str(refused["reason"])
     assert "no filesystem isolation for the program" in reason
     assert "user namespace" in reason
-    assert "--llm-allow-unisolated-code" in reason and HOW_TO_ALLOW in reason
+    assert "--llm-set sandbox.allow_unisolated=true" in reason and HOW_TO_ALLOW in reason
     _assert_untouched(before, targets, mark, "a refused program")
     (allowed,) = _as_nobody(
         unprivileged_copy, nobody_python, ["print('ran')"], chroot=True, allow_unisolated=True

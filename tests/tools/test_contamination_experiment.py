@@ -684,7 +684,7 @@ def test_a_pool_read_from_a_pytest_run_is_what_measure_writes(
         "--llm-data-dir=.",
         "-m",
         "contamination",
-        "--llm-probe-items=6",
+        "--llm-set=probe.items=6",
         "--llm-output=out",
         "-p",
         "no:cacheprovider",

@@ -6,7 +6,7 @@ process (tests/vllm_engine/conftest.py) on the same items:
   as Ray actors give one engine's prompts, answers and outputs (log-likelihoods to float32
   precision: a replica batches other requests, so its kernels may sum in another order);
 - the same tasks with the chat template off, in a run that also probes a task against
-  ``--llm-reference-model``: a second engine beside the model's, each given half of the
+  ``probe.reference_model``: a second engine beside the model's, each given half of the
   default memory share;
 - bad engine settings named before any engine starts: in process, and one in a pytest
   subprocess for the wiring of a usage error.
@@ -68,7 +68,7 @@ def _run_plugin(
         f"--llm-data-dir={data}",
         f"--llm-output={runs}",
         f"--llm-limit={LIMIT}",
-        f"--llm-vllm-args={EAGER}",
+        f"--llm-set=vllm.args={EAGER}",
         "-p",
         "no:cacheprovider",
         *args,
@@ -103,8 +103,8 @@ def test_data_parallel_2_gives_the_records_of_one_engine(
         pytester,
         shared_benchmarks,
         default_model,
-        "--llm-data-parallel=2",
-        f"--llm-memory-share={SESSION_SHARE}",
+        "--llm-set=vllm.data_parallel=2",
+        f"--llm-set=vllm.memory_share={SESSION_SHARE}",
     )
     assert result.ret == 0, result.stdout.str()[-3000:]
     ran = _records(runs)
@@ -138,7 +138,7 @@ def test_chat_template_off_and_a_reference_model_beside_the_model(
     engines: tuple[Any, Any],
 ) -> None:
     """One run with the chat template off: MMLU and GSM8K give the session engine's records
-    under raw prompts, and --llm-reference-model starts a second engine on the same
+    under raw prompts, and --llm-set probe.reference_model starts a second engine on the same
     devices, each given half of the default memory share (two engines at vLLM's default
     of 0.92 of a GPU each cannot both start), for the canonical-order verdict against it."""
     rows = [
@@ -157,9 +157,9 @@ def test_chat_template_off_and_a_reference_model_beside_the_model(
         "quiz.yaml",
         "test_quiz_probes.py",
         f"--llm-data-dir={pytester.path}",
-        f"--llm-reference-model={default_model}",
-        "--llm-chat-template=off",
-        "--llm-probe-items=4",
+        f"--llm-set=probe.reference_model={default_model}",
+        "--llm-set=prompt.chat_template=off",
+        "--llm-set=probe.items=4",
         "-m",
         "regression or contamination",
         "-rA",
@@ -189,14 +189,14 @@ def test_chat_template_off_and_a_reference_model_beside_the_model(
 
 BAD_SETTINGS = [
     (
-        ['--llm-vllm-args={"enforce_eagr": true}'],
+        ['--llm-set=vllm.args={"enforce_eagr": true}'],
         "unknown vLLM engine argument(s): enforce_eagr (did you mean enforce_eager?)",
     ),
-    (['--llm-vllm-args={"dtype": "half"}'], "dtype is set by --llm-dtype"),
-    (["--llm-tensor-parallel=64"], "needs 64 cores, and this machine has"),
-    (["--llm-memory-share=1.5"], "expected a share of the device's memory in (0, 1]"),
-    (["--llm-memory-share=0"], "expected a share of the device's memory in (0, 1]"),
-    (["--llm-vllm-args=enforce_eager"], "not JSON"),
+    (['--llm-set=vllm.args={"dtype": "half"}'], "dtype is set by --llm-dtype"),
+    (["--llm-set=vllm.tensor_parallel=64"], "needs 64 cores, and this machine has"),
+    (["--llm-set=vllm.memory_share=1.5"], "vllm.memory_share (from --llm-set): expected a number"),
+    (["--llm-set=vllm.memory_share=0"], "vllm.memory_share (from --llm-set): expected a number"),
+    (["--llm-set=vllm.args=enforce_eager"], "vllm.args (from --llm-set): expected a JSON object"),
 ]
 
 
