@@ -94,18 +94,24 @@ def test_every_option_a_page_names_exists() -> None:
     assert stale == {}, f"options named in the docs that pytest does not know: {stale}"
 
 
-def test_every_option_the_code_names_exists() -> None:
-    """Messages, docstrings and specs name options too (``pass --llm-data-dir``)."""
-    known = set(re.findall(r"(--llm-[a-z0-9-]+)", _help()))
+def _named_in_code(pattern: str, known: set[str] | dict[str, object]) -> dict[str, list[str]]:
+    """Names matching ``pattern``'s group in the package, the specs and tools/ that are not
+    in ``known`` -> the files naming them."""
     stale: dict[str, list[str]] = {}
     for folder in ("pytest_llmeval", "benchmarks", "tools"):
         for path in sorted((REPO / folder).rglob("*")):
             if path.suffix not in (".py", ".yaml", ".md") or "__pycache__" in path.parts:
                 continue
-            text = path.read_text(encoding="utf-8")
-            for name in re.findall(r"(--llm-[a-z0-9-]*[a-z0-9])(?![a-z0-9*-])", text):
+            for name in re.findall(pattern, path.read_text(encoding="utf-8")):
                 if name not in known:
                     stale.setdefault(name, []).append(str(path.relative_to(REPO)))
+    return stale
+
+
+def test_every_option_the_code_names_exists() -> None:
+    """Messages, docstrings and specs name options too (``pass --llm-data-dir``)."""
+    known = set(re.findall(r"(--llm-[a-z0-9-]+)", _help()))
+    stale = _named_in_code(r"(--llm-[a-z0-9-]*[a-z0-9])(?![a-z0-9*-])", known)
     assert stale == {}, f"options named in the code that pytest does not know: {stale}"
 
 
@@ -262,15 +268,7 @@ def test_every_setting_a_page_names_exists() -> None:
 
 
 def test_every_setting_the_code_names_exists() -> None:
-    stale: dict[str, list[str]] = {}
-    for folder in ("pytest_llmeval", "benchmarks", "tools"):
-        for path in sorted((REPO / folder).rglob("*")):
-            if path.suffix not in (".py", ".yaml", ".md") or "__pycache__" in path.parts:
-                continue
-            text = path.read_text(encoding="utf-8")
-            for name in re.findall(r"--llm-set[ =]([a-z_]+\.[a-z_]+)", text):
-                if name not in BY_NAME:
-                    stale.setdefault(name, []).append(str(path.relative_to(REPO)))
+    stale = _named_in_code(r"--llm-set[ =]([a-z_]+\.[a-z_]+)", dict(BY_NAME))
     assert stale == {}, f"settings named in the code that do not exist: {stale}"
 
 
@@ -328,3 +326,19 @@ def test_the_readme_is_a_front_page() -> None:
     long = [p[:60] for p in _paragraphs(text) if len(p.split()) > 120]
     assert long == [], f"README paragraphs over 120 words: {long}"
     assert "docs/evidence/MEASURED.md" in text
+
+
+def test_the_usage_page_lists_every_setting() -> None:
+    """docs/USAGE.md's tables under ``### `[tool.llmeval.SECTION]` `` list exactly the
+    settings there are (a new setting documented, a removed one gone)."""
+    listed: set[str] = set()
+    section: str | None = None
+    for line in (REPO / "docs" / "USAGE.md").read_text(encoding="utf-8").splitlines():
+        header = re.match(r"### `\[tool\.llmeval\.([a-z_]+)\]`", line)
+        if header:
+            section = header.group(1)
+        elif line.startswith("#"):
+            section = None
+        elif section and (row := re.match(r"\| `([a-z_]+)` \|", line)):
+            listed.add(f"{section}.{row.group(1)}")
+    assert listed == set(BY_NAME), (sorted(set(BY_NAME) - listed), sorted(listed - set(BY_NAME)))
