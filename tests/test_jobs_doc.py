@@ -143,6 +143,7 @@ def test_the_vllm_job_resolves_to_tensor_parallel_4(
     from pytest_llmeval.plugin._collect import get_session
 
     options = get_session(config).options
-    assert (options.backend, options.tensor_parallel, options.memory_share) == ("vllm", 4, 0.9)
-    assert options.dtype == "bfloat16" and options.batch_size == 0  # auto
+    engine = options.model_settings()
+    assert (engine.backend, engine.tensor_parallel, engine.memory_share) == ("vllm", 4, 0.9)
+    assert engine.dtype == "bfloat16" and engine.batch_size == 0  # auto
     assert options.settings.source("vllm.tensor_parallel") == "pyproject.toml [tool.llmeval]"

@@ -4,6 +4,7 @@ key), ``--llm-set``/``--llm-profile`` for the settings tables, and the removed o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -693,35 +694,66 @@ def _settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError(str(exc)) from None
 
 
-def _setting_fields(config: pytest.Config, settings: Settings, backend: str) -> dict[str, Any]:
-    """The fields of :class:`Options` that come from the settings tables, checked."""
+def _loading(
+    config: pytest.Config, settings: Settings, model: str | None, backend: str, reference: bool
+) -> ModelSettings:
+    """How to load the model (checked by ModelSettings itself, as a script's settings are):
+    the core options and the backend's settings tables."""
+    from pytest_llmeval.model import ModelSettings
+
     vllm_args = settings["vllm.args"]
+    template = _template_file(
+        settings, _setting_path(config, settings, "prompt.chat_template_file")
+    )
+    return ModelSettings(
+        model=model or "",
+        device=_text(config, "llm_device") or "auto",
+        dtype=_text(config, "llm_dtype") or "auto",
+        batch_size=_batch_size(config),
+        seed=settings["run.seed"],
+        max_length=settings["model.max_length"],
+        backend=backend,
+        base_url=_base_url(settings, backend),
+        api_key_env=settings["openai.api_key_env"],
+        concurrency=settings["openai.concurrency"],
+        max_retries=settings["openai.max_retries"],
+        request_timeout=settings["openai.request_timeout"],
+        device_map=settings["hf.device_map"],
+        chat_template_file=str(template) if template is not None else None,
+        add_bos=settings["model.add_bos"],
+        decode_step=settings["hf.decode_step"],
+        prompt_lookup=settings["hf.prompt_lookup"],
+        generation_config=settings["model.generation_config"],
+        tensor_parallel=settings["vllm.tensor_parallel"],
+        data_parallel=settings["vllm.data_parallel"],
+        memory_share=settings["vllm.memory_share"],
+        vllm_args=None if vllm_args is None else json.dumps(vllm_args),
+        # The reference model's engine runs beside the model's, on the same devices.
+        engines_per_device=2 if backend == "vllm" and reference else 1,
+    )
+
+
+def _chat(settings: Settings) -> ChatSettings:
+    """How prompts reach a chat model: the prompt table."""
+    from pytest_llmeval.eval import ChatSettings
+
+    return ChatSettings(
+        mode=settings["prompt.chat_template"],
+        # Given for this run, it wins over a spec's prompt.chat pin (the project's does not).
+        forced=settings.source("prompt.chat_template") == COMMAND_LINE,
+        system_prompt=settings["prompt.system_prompt"],
+        multiturn=settings["prompt.fewshot_multiturn"],
+        strip_thinking=settings["prompt.strip_thinking"],
+        thinking=settings["prompt.thinking_markers"],
+    )
+
+
+def _setting_fields(config: pytest.Config, settings: Settings) -> dict[str, Any]:
+    """The plugin's own fields of :class:`Options` from the settings tables, checked."""
     path = functools.partial(_setting_path, config, settings)
     return {
-        "device_map": settings["hf.device_map"],
-        "decode_step": settings["hf.decode_step"],
-        "prompt_lookup": settings["hf.prompt_lookup"],
-        "max_length": settings["model.max_length"],
-        "add_bos": settings["model.add_bos"],
-        "generation_config": settings["model.generation_config"],
-        "tensor_parallel": settings["vllm.tensor_parallel"],
-        "data_parallel": settings["vllm.data_parallel"],
-        "memory_share": settings["vllm.memory_share"],
-        "vllm_args": None if vllm_args is None else json.dumps(vllm_args),
-        "base_url": _base_url(settings, backend),
-        "api_key_env": settings["openai.api_key_env"],
-        "concurrency": settings["openai.concurrency"],
-        "max_retries": settings["openai.max_retries"],
-        "request_timeout": settings["openai.request_timeout"],
         "model_revision": settings["openai.model_revision"],
-        "chat_template": settings["prompt.chat_template"],
-        # Given for this run, it wins over a spec's prompt.chat pin (the project's does not).
-        "chat_template_forced": settings.source("prompt.chat_template") == COMMAND_LINE,
-        "chat_template_file": _template_file(settings, path("prompt.chat_template_file")),
-        "system_prompt": settings["prompt.system_prompt"],
-        "fewshot_multiturn": settings["prompt.fewshot_multiturn"],
-        "strip_thinking": settings["prompt.strip_thinking"],
-        "thinking_markers": settings["prompt.thinking_markers"],
+        "chat": _chat(settings),
         "floors_from": path("gate.floors_from"),
         "floor_rule": _floor_rule(settings),
         "floor_policy": settings["gate.policy"],
@@ -731,7 +763,6 @@ def _setting_fields(config: pytest.Config, settings: Settings, backend: str) -> 
         "probe_alpha": settings["probe.alpha"],
         "probe_fpr": settings["probe.fpr"],
         "reference_model": settings["probe.reference_model"],
-        "seed": settings["run.seed"],
         "repeat": settings["run.repeat"],
         "check_determinism": settings["run.check_determinism"],
         "resume": settings["run.resume"],
@@ -755,14 +786,14 @@ def _no_settings() -> Settings:
 
 @dataclass(frozen=True)
 class Options:
-    """The resolved llmeval options of one pytest run (CLI over ini over defaults)."""
+    """The resolved llmeval options and settings of one pytest run. What loads the model
+    is ``loading`` (the model package's :class:`ModelSettings`, built once); the other
+    fields are the plugin's own."""
 
     model: str | None
-    device: str
-    dtype: str
-    batch_size: int  # 0: auto
+    loading: ModelSettings
+    chat: ChatSettings  # how prompts reach a chat model (the task runner's settings)
     limit: int | None
-    seed: int
     output: Path
     data_dirs: tuple[Path, ...]
     floors: dict[str, float]
@@ -777,37 +808,13 @@ class Options:
     run_dir: Path | None = None
     catalog: bool = False
     failures: int = 0
-    max_length: int | None = None
     exclude: Path | None = None
     probe_items: int = 50
     probe_alpha: float = 0.01
     probe_fpr: float = 0.05
     reference_model: str | None = None
-    backend: str = "hf"
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    concurrency: int = 4
-    max_retries: int = 5
-    request_timeout: float = 600.0
     model_revision: str | None = None
     agreement: Path | None = None
-    device_map: str | None = None
-    chat_template: str = "auto"
-    # Given on the command line: wins over a spec's prompt.chat pin (the ini value does not).
-    chat_template_forced: bool = False
-    chat_template_file: Path | None = None
-    system_prompt: str | None = None
-    fewshot_multiturn: bool = True
-    add_bos: str = "auto"
-    decode_step: str = "auto"
-    prompt_lookup: int = 5
-    generation_config: str = "model"
-    tensor_parallel: int = 1
-    data_parallel: int = 1
-    memory_share: float | None = None
-    vllm_args: str | None = None
-    strip_thinking: bool = False
-    thinking_markers: tuple[str, str] = ("<think>", "</think>")
     # Per floor override: where it was given (CLI_FLOOR or INI_FLOORS) and its # note.
     floor_sources: dict[str, dict[str, str]] = field(default_factory=dict)
     floors_from: Path | None = None
@@ -825,50 +832,36 @@ class Options:
 
     def chat_settings(self) -> ChatSettings:
         """How prompts reach a chat model in this run (the task runner's settings)."""
-        from pytest_llmeval.eval import ChatSettings
-
-        return ChatSettings(
-            mode=self.chat_template,
-            forced=self.chat_template_forced,
-            system_prompt=self.system_prompt,
-            multiturn=self.fewshot_multiturn,
-            strip_thinking=self.strip_thinking,
-            thinking=self.thinking_markers,
-        )
+        return self.chat
 
     def model_settings(self, worker: int | None = None) -> ModelSettings:
-        """How to load the model of this run (checked: raises ``SettingsError``)."""
-        from pytest_llmeval.model import ModelSettings
+        """How to load the model of this run, in xdist worker ``worker``."""
+        return dataclasses.replace(self.loading, worker=worker)
 
-        return ModelSettings(
-            model=self.model or "",
-            device=self.device,
-            dtype=self.dtype,
-            batch_size=self.batch_size,
-            seed=self.seed,
-            max_length=self.max_length,
-            backend=self.backend,
-            base_url=self.base_url,
-            api_key_env=self.api_key_env,
-            concurrency=self.concurrency,
-            max_retries=self.max_retries,
-            request_timeout=self.request_timeout,
-            device_map=self.device_map,
-            worker=worker,
-            chat_template_file=(
-                str(self.chat_template_file) if self.chat_template_file is not None else None
-            ),
-            add_bos=self.add_bos,
-            decode_step=self.decode_step,
-            prompt_lookup=self.prompt_lookup,
-            generation_config=self.generation_config,
-            tensor_parallel=self.tensor_parallel,
-            data_parallel=self.data_parallel,
-            memory_share=self.memory_share,
-            vllm_args=self.vllm_args,
-            # The reference model's engine runs beside the model's, on the same devices.
-            engines_per_device=2 if self.backend == "vllm" and self.reference_model else 1,
-        )
+    # The settings both the plugin and the backend read, declared once (in ModelSettings).
+    @property
+    def backend(self) -> str:
+        return self.loading.backend
+
+    @property
+    def device(self) -> str:
+        return self.loading.device
+
+    @property
+    def dtype(self) -> str:
+        return self.loading.dtype
+
+    @property
+    def batch_size(self) -> int:
+        return self.loading.batch_size  # 0: auto
+
+    @property
+    def seed(self) -> int:
+        return self.loading.seed
+
+    @property
+    def base_url(self) -> str | None:
+        return self.loading.base_url
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
@@ -883,11 +876,16 @@ class Options:
         floors, floor_sources = _floors(config)
         model = _raw(config, "llm_model") or None
         show = _choice(config, "llm_show", ("auto", "all", "wrong", "none", "catalog"))
+        fields = _setting_fields(config, settings)
+        try:  # checked once, by ModelSettings itself, before any model loads
+            loading = _loading(
+                config, settings, model, backend, fields["reference_model"] is not None
+            )
+        except SettingsError as exc:
+            raise _settings_error(exc, settings) from None
         options = cls(
             model=str(model) if model else None,
-            device=_text(config, "llm_device") or "auto",
-            dtype=_text(config, "llm_dtype") or "auto",
-            batch_size=_batch_size(config),
+            loading=loading,
             limit=_int(config, "llm_limit", 1),
             output=Path(output).expanduser() if output else config.rootpath / ".llmeval" / "runs",
             data_dirs=tuple(_data_dirs(config)),
@@ -896,19 +894,12 @@ class Options:
             show="auto" if show == "catalog" else show,
             catalog=show == "catalog",
             baseline=_baseline(config),
-            backend=backend,
             lmeval_tasks=_names(config, "llm_lmeval_tasks"),
             progress=_choice(config, "llm_progress", ("auto", "on", "off")),
             settings=settings,
-            **_setting_fields(config, settings, backend),
+            **fields,
         )
         _rule_without_baseline(config, settings, options.baseline)
-        # The model settings are checked once, by ModelSettings itself (the same checks a
-        # script's settings get), before any model loads.
-        try:
-            options.model_settings()
-        except SettingsError as exc:
-            raise _settings_error(exc, settings) from None
         # The model's path and the folders the run writes are checked last, so that a bad
         # setting is named before a missing model; without a model nothing is loaded or
         # written.

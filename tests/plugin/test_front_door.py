@@ -88,14 +88,14 @@ def test_settings_come_from_the_project_profiles_and_the_command_line(
 ) -> None:
     pytester.makepyprojecttoml(PROJECT)
     plain = _options(pytester)
-    assert (plain.chat_template, plain.seed, plain.floor_policy) == ("off", 7, "point")
-    assert not plain.chat_template_forced  # the project's value leaves a spec's pin alone
+    assert (plain.chat.mode, plain.seed, plain.floor_policy) == ("off", 7, "point")
+    assert not plain.chat.forced  # the project's value leaves a spec's pin alone
     profiled = _options(pytester, "--llm-profile=qwen3,merge")
-    assert (profiled.chat_template, profiled.strip_thinking) == ("on", True)
-    assert profiled.floor_policy == "strict" and not profiled.chat_template_forced
+    assert (profiled.chat.mode, profiled.chat.strip_thinking) == ("on", True)
+    assert profiled.floor_policy == "strict" and not profiled.chat.forced
     assert profiled.settings.source("prompt.chat_template") == "profile 'qwen3'"
     one_off = _options(pytester, "--llm-profile=qwen3", "--llm-set=prompt.chat_template=auto")
-    assert one_off.chat_template == "auto" and one_off.chat_template_forced
+    assert one_off.chat.mode == "auto" and one_off.chat.forced
     # a path in the project's file is relative to that file's folder
     pytester.makepyprojecttoml(PROJECT + '\n[tool.llmeval.run]\nexclude = "ids.txt"\n')
     (pytester.path / "ids.txt").write_text("colors-0000\n")
