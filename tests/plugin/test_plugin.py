@@ -650,9 +650,7 @@ def test_contamination_probes_run_as_tests_and_are_recorded(
         )
     )
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
-    missing.stderr.fnmatch_lines(
-        ["*probe.reference_model=/no/such/model: no such directory*"]
-    )
+    missing.stderr.fnmatch_lines(["*probe.reference_model=/no/such/model: no such directory*"])
     bad = pytester.runpytest(
         *_args(tiny_model_dir, "-m", "contamination", "--llm-set=probe.alpha=2")
     )
