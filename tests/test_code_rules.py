@@ -40,3 +40,15 @@ def test_no_function_is_longer_than_the_limit_or_than_it_was() -> None:
     assert grown == {}, f"listed long functions grew (now, then): {grown}"
     fits = sorted(set(LONG_FUNCTIONS) - set(found))
     assert fits == [], f"now within {MAX_LINES} lines or gone: remove from LONG_FUNCTIONS: {fits}"
+
+
+def test_test_modules_have_unique_names() -> None:
+    """The test folders have no ``__init__.py``: pytest imports each test module by its
+    basename (rootdir-relative ``importmode=prepend``), so two with one name collide
+    ("import file mismatch") and one of them is never collected."""
+    tests = Path(__file__).resolve().parent
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    twice = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert twice == {}, f"test modules with the same name: {twice}"
