@@ -342,3 +342,16 @@ def test_the_usage_page_lists_every_setting() -> None:
         elif section and (row := re.match(r"\| `([a-z_]+)` \|", line)):
             listed.add(f"{section}.{row.group(1)}")
     assert listed == set(BY_NAME), (sorted(set(BY_NAME) - listed), sorted(listed - set(BY_NAME)))
+
+
+def test_every_page_opens_with_what_the_reader_can_do_with_it() -> None:
+    """Every guide (docs/) and evidence page (docs/evidence/); the tools' generated
+    result tables in other folders are data."""
+    pages = [REPO / "docs", REPO / "docs" / "evidence"]
+    missing = [
+        str(page.relative_to(REPO))
+        for page in PAGES
+        if page.parent in pages
+        and "What you can do with this page:" not in "\n".join(page.read_text().splitlines()[:4])
+    ]
+    assert missing == [], missing
