@@ -133,6 +133,22 @@ def set_seeds(seed: int) -> dict[str, int]:
     return seeded
 
 
+def _device_name(settings: ModelSettings) -> str:
+    """The torch device ``settings.device`` names ("auto": a GPU where torch sees one)."""
+    import torch
+
+    if settings.device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        gpus = torch.cuda.device_count() if device == "cuda" else 0
+        if gpus > 1 and settings.worker is not None and not settings.device_map:
+            device = f"cuda:{settings.worker % gpus}"  # one GPU per xdist worker
+    else:
+        device = settings.device
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ModelError(f"--llm-device={device} but torch sees no CUDA device")
+    return device
+
+
 @contextlib.contextmanager
 def quiet_loading() -> Iterator[None]:
     """transformers' progress bars ("Loading weights") off while a model loads: under pytest
@@ -166,16 +182,7 @@ class HFBackend(TokenizerSide):
         template_text = read_template_file(settings.chat_template_file)
         self.settings = settings
         self.path = resolve_model_path(settings.model)
-        if settings.device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-            gpus = torch.cuda.device_count() if device == "cuda" else 0
-            if gpus > 1 and settings.worker is not None and not settings.device_map:
-                device = f"cuda:{settings.worker % gpus}"  # one GPU per xdist worker
-        else:
-            device = settings.device
-            if device.startswith("cuda") and not torch.cuda.is_available():
-                raise ModelError(f"--llm-device={device} but torch sees no CUDA device")
-        self.device = torch.device(device)
+        self.device = torch.device(_device_name(settings))
         self.seeds = set_seeds(settings.seed)
         # Deterministic kernels where torch has them; warn_only: an operation without a
         # deterministic implementation warns instead of failing (recorded as such).
@@ -208,17 +215,7 @@ class HFBackend(TokenizerSide):
         self.model.eval()
         # The BOS policy, the chat template and the token ids that end a generation.
         self._init_tokens(template_text, getattr(self.model, "generation_config", None))
-        # What greedy decoding applies of the model's generation config (model/_greedy.py):
-        # model.generate(do_sample=False), lm-eval's HF path, applies its repetition
-        # penalty and the like; the argmax alone would not.
-        source = self.path / "generation_config.json"
-        self.greedy_rule = GreedyRule.from_config(
-            getattr(self.model, "generation_config", None),
-            settings.generation_config,
-            str(source) if source.is_file() else None,
-            settings.model,
-        )
-        self._processors = self.greedy_rule.processors(list(self.stop_tokens), self.device)
+        self._init_greedy_rule()
         config = self.model.config
         limit = settings.max_length or getattr(config, "max_position_embeddings", None) or 2048
         self.max_length = int(limit)
@@ -228,19 +225,7 @@ class HFBackend(TokenizerSide):
         # width (see _rows); on a CPU one size fits every width.
         self._memory_bound = self.device.type == "cuda"
         self._by_width: dict[int, int] = {}
-        self._decoder = self.model.get_decoder()
-        self._lm_head = self.model.get_output_embeddings()
-        if self._decoder is None or self._lm_head is None:
-            raise ModelError(f"--llm-model={settings.model}: not a decoder with an LM head")
-        # Reusing a prefix's key/value states needs plain full-attention layers everywhere.
-        layer_types = getattr(config, "layer_types", None) or ()
-        sliding = getattr(config, "sliding_window", None) and getattr(
-            config, "use_sliding_window", True
-        )
-        # transformers 5.2x renamed the decoder's and generate's `past_key_values` to `cache`.
-        forward_args = inspect.signature(self._decoder.forward).parameters
-        self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
-        self._share = not sliding and all(t == "full_attention" for t in layer_types)
+        self._init_decoder(config)
         self._prefixes: OrderedDict[tuple[int, ...], _State] = OrderedDict()
         self._prefix_bytes = 0
         self._text_tokens: dict[str, list[int]] = {}
@@ -258,6 +243,36 @@ class HFBackend(TokenizerSide):
             self._batch_size, self.batch_size_source = self._auto_batch_size(width)
             if self._memory_bound:
                 self._by_width[width] = self._batch_size
+
+    def _init_greedy_rule(self) -> None:
+        """Set the greedy rule and its logits processors from the model's generation config."""
+        # What greedy decoding applies of the model's generation config (model/_greedy.py):
+        # model.generate(do_sample=False), lm-eval's HF path, applies its repetition
+        # penalty and the like; the argmax alone would not.
+        source = self.path / "generation_config.json"
+        self.greedy_rule = GreedyRule.from_config(
+            getattr(self.model, "generation_config", None),
+            self.settings.generation_config,
+            str(source) if source.is_file() else None,
+            self.settings.model,
+        )
+        self._processors = self.greedy_rule.processors(list(self.stop_tokens), self.device)
+
+    def _init_decoder(self, config: Any) -> None:
+        """Set the decoder, the LM head, the cache argument's name and whether states are shared."""
+        self._decoder = self.model.get_decoder()
+        self._lm_head = self.model.get_output_embeddings()
+        if self._decoder is None or self._lm_head is None:
+            raise ModelError(f"--llm-model={self.settings.model}: not a decoder with an LM head")
+        # Reusing a prefix's key/value states needs plain full-attention layers everywhere.
+        layer_types = getattr(config, "layer_types", None) or ()
+        sliding = getattr(config, "sliding_window", None) and getattr(
+            config, "use_sliding_window", True
+        )
+        # transformers 5.2x renamed the decoder's and generate's `past_key_values` to `cache`.
+        forward_args = inspect.signature(self._decoder.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
+        self._share = not sliding and all(t == "full_attention" for t in layer_types)
 
     def _fused_reason(self, requested: str) -> str | None:
         """Why decode steps take the model's own forward pass (None: the fused step)."""
@@ -975,24 +990,7 @@ class HFBackend(TokenizerSide):
             done: list[_Row] = []
             with torch.inference_mode():
                 if waiting and len(rows) < limit:
-                    fresh: list[_State] = []
-                    firsts: list[Any] = []
-                    while waiting and len(rows) < limit:  # refill what ends at once
-                        admitted = [
-                            waiting.popleft() for _ in range(min(limit - len(rows), len(waiting)))
-                        ]
-                        states = [self._prefix_state(job.prefix, keep=True) for job in admitted]
-                        entering = [_Row(job) for job in admitted]
-                        chosen, values, finite, computed = self._prefill(
-                            states, [job.own for job in admitted], entering
-                        )
-                        for j, row in enumerate(entering):
-                            if self._take(row, values[j], finite[j]):
-                                rows.append(row)
-                                fresh.append(computed[j])
-                                firsts.append(chosen[j : j + 1])
-                            else:
-                                done.append(row)
+                    fresh, firsts = self._admit(waiting, limit, rows, done)
                     running = [self._row_state(cache, mask, s) for s in slots]
                     # The old cache, the rows' states and the new one would otherwise all be
                     # alive at once (and the states for the whole decoding that follows):
@@ -1002,7 +1000,7 @@ class HFBackend(TokenizerSide):
                         cache, mask = self._laid_out(running + fresh, reserve)
                         pending = torch.cat(([pending[slots]] if slots else []) + firsts)
                         slots = list(range(len(rows)))
-                    del running, fresh, firsts, states, computed
+                    del running, fresh, firsts
                 if rows:
                     drafts = [self._draft(row) for row in rows]
                     lengths = [1 + len(draft) for draft in drafts]
@@ -1013,30 +1011,15 @@ class HFBackend(TokenizerSide):
                             block[j, 1 : 1 + len(draft)] = torch.tensor(draft, device=block.device)
                     positions = mask.sum(1, keepdim=True) + torch.arange(width, device=mask.device)
                     picked, finite_at = self._step(block, positions, mask, cache, lengths, rows)
-                    # Each row keeps its token and the drafted tokens the model chose
-                    # itself, up to the first it did not: the real positions of the block.
-                    real = mask.new_zeros((len(rows), width))
-                    nexts: list[int] = []
-                    still = []
-                    for j, row in enumerate(rows):
-                        count, goes_on = self._advance(row, drafts[j], picked[j], finite_at[j])
-                        real[j, :count] = 1
-                        nexts.append(picked[j][count - 1])
-                        if goes_on:
-                            still.append(j)
-                        else:
-                            done.append(row)
-                    mask = torch.cat([mask, real], 1)
-                    chosen = torch.tensor(nexts, device=mask.device)
+                    mask, chosen, still = self._advance_rows(
+                        rows, drafts, picked, finite_at, mask, width, done
+                    )
                     if len(still) < len(rows):
                         rows = [rows[j] for j in still]
                         if waiting:  # the next admission lays the cache out again
                             slots, pending = still, chosen
                         elif still:
-                            index = torch.tensor(still, device=mask.device)
-                            cache.batch_select_indices(index)
-                            mask, pending = mask[index], chosen[index]
-                            slots = list(range(len(still)))
+                            mask, pending, slots = self._keep_rows(cache, mask, chosen, still)
                     else:
                         pending = chosen
                     if rows and not (waiting and len(rows) < limit):
@@ -1050,6 +1033,67 @@ class HFBackend(TokenizerSide):
                             del squeezed
                             slots = list(range(len(rows)))
             yield from done
+
+    def _admit(
+        self, waiting: deque[_Job], limit: int, rows: list[_Row], done: list[_Row]
+    ) -> tuple[list[_State], list[Any]]:
+        """Prefill waiting jobs into ``rows`` (ended ones into ``done``): states, first tokens."""
+        fresh: list[_State] = []
+        firsts: list[Any] = []
+        while waiting and len(rows) < limit:  # refill what ends at once
+            admitted = [waiting.popleft() for _ in range(min(limit - len(rows), len(waiting)))]
+            states = [self._prefix_state(job.prefix, keep=True) for job in admitted]
+            entering = [_Row(job) for job in admitted]
+            chosen, values, finite, computed = self._prefill(
+                states, [job.own for job in admitted], entering
+            )
+            for j, row in enumerate(entering):
+                if self._take(row, values[j], finite[j]):
+                    rows.append(row)
+                    fresh.append(computed[j])
+                    firsts.append(chosen[j : j + 1])
+                else:
+                    done.append(row)
+        return fresh, firsts
+
+    def _advance_rows(
+        self,
+        rows: Sequence[_Row],
+        drafts: Sequence[Sequence[int]],
+        picked: Sequence[Sequence[int]],
+        finite_at: Sequence[Sequence[bool]],
+        mask: Any,
+        width: int,
+        done: list[_Row],
+    ) -> tuple[Any, Any, list[int]]:
+        """Give each row its step's tokens; returns the grown mask, next tokens, rows going on."""
+        import torch
+
+        # Each row keeps its token and the drafted tokens the model chose
+        # itself, up to the first it did not: the real positions of the block.
+        real = mask.new_zeros((len(rows), width))
+        nexts: list[int] = []
+        still = []
+        for j, row in enumerate(rows):
+            count, goes_on = self._advance(row, drafts[j], picked[j], finite_at[j])
+            real[j, :count] = 1
+            nexts.append(picked[j][count - 1])
+            if goes_on:
+                still.append(j)
+            else:
+                done.append(row)
+        mask = torch.cat([mask, real], 1)
+        return mask, torch.tensor(nexts, device=mask.device), still
+
+    def _keep_rows(
+        self, cache: Any, mask: Any, chosen: Any, still: list[int]
+    ) -> tuple[Any, Any, list[int]]:
+        """Keep rows ``still`` alone in ``cache`` (in place): their mask, tokens and slots."""
+        import torch
+
+        index = torch.tensor(still, device=mask.device)
+        cache.batch_select_indices(index)
+        return mask[index], chosen[index], list(range(len(still)))
 
     def _prefill(
         self,
