@@ -38,6 +38,7 @@ from typing import Any
 
 from pytest_llmeval.dataset import first_n, load_items
 from pytest_llmeval.eval import ItemResult, TaskRunner
+from pytest_llmeval.gate import summary_document
 from pytest_llmeval.record import write_report
 from pytest_llmeval.scorer import accuracy
 from pytest_llmeval.task import load_task_spec
@@ -99,12 +100,12 @@ def synthesize_run(path: Path, n: int, data_dir: Path, seed: int = 0) -> Path:
             "stderr": estimate.stderr,
             "ci95": [estimate.ci_low, estimate.ci_high],
             "floor": 0.25,
-            "verdict": "pass" if estimate.value >= 0.25 else "FAIL",
+            "status": "pass" if estimate.value >= 0.25 else "fail",
             "seconds": 0.05 * n,
             "config_hash": "synthetic",
         }
     }
-    (path / "metrics_summary.json").write_text(json.dumps(summary, indent=1))
+    (path / "metrics_summary.json").write_text(json.dumps(summary_document(summary), indent=1))
     config = {
         "model": "synthetic (made-up log-likelihoods)",
         "started": "2026-12-01T00:00:00",

@@ -1,17 +1,67 @@
 """A task's decision, from what a run saw of its items: the tally of its item records
 (:class:`TaskTally`, folded from pytest's reports, so that it works under xdist), and the
-status its floor and the run give it (:func:`decide_task`: pass, FAIL, undecided, error,
-incomplete, no floor, skipped) with whether the floor fails the run under the policy.
-Plain Python: the plugin folds the reports and prints; this decides."""
+status its floor and the run give it (:func:`decide_task`: one of :data:`STATUSES`) with
+whether the floor fails the run under the policy, and the task entries of a run's
+``metrics_summary.json`` in either of its layouts (:func:`summary_tasks`). Plain Python:
+the plugin folds the reports and prints; this decides."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_llmeval.scorer import Estimate, accuracy
 
-from ._verdict import interval_verdict, policy_fails
+from ._verdict import interval_status, policy_fails
+
+#: A task's gate status, one spelling each: the interval against the floor (``pass``,
+#: ``fail``, ``undecided``), or why there is no such decision.
+STATUSES = ("pass", "fail", "undecided", "error", "incomplete", "no floor", "skipped")
+#: The statuses that fail a run whatever the policy (``fail`` and ``undecided`` fail it
+#: where the floor policy says so: :attr:`TaskDecision.failed`).
+FAILING = ("error", "incomplete")
+#: The layout of ``metrics_summary.json`` this version writes: ``{"schema": 2, "tasks":
+#: {task: entry}}``, each entry's gate status under ``status``. Layout 1 (runs before
+#: 2026-12-08) is the bare ``{task: entry}``, the status under ``verdict`` and a failed
+#: floor spelled ``FAIL``; :func:`summary_tasks` reads both.
+SUMMARY_SCHEMA = 2
+
+
+class SummaryLayoutError(ValueError):
+    """A ``metrics_summary.json`` whose layout this version cannot read."""
+
+
+def summary_document(tasks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """What ``metrics_summary.json`` holds for these task entries (the current layout)."""
+    return {"schema": SUMMARY_SCHEMA, "tasks": {name: dict(e) for name, e in tasks.items()}}
+
+
+def summary_tasks(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The task entries of a parsed ``metrics_summary.json``, in the current layout
+    whichever layout the file has: a layout-1 file's entries get ``status`` (from
+    ``verdict``, ``FAIL`` read as ``fail``). Raises :class:`SummaryLayoutError` for a
+    layout newer than this version's or a ``tasks`` that is not an object."""
+    if "schema" not in data:  # layout 1: the tasks at the top
+        return {n: _layout_1_entry(e) for n, e in data.items() if isinstance(e, Mapping)}
+    schema = data["schema"]
+    if schema != SUMMARY_SCHEMA:
+        raise SummaryLayoutError(
+            f"schema {schema!r}: this version of pytest-llmeval reads layouts 1 and "
+            f"{SUMMARY_SCHEMA} (upgrade it to read this run)"
+        )
+    found = data.get("tasks")
+    if not isinstance(found, Mapping):
+        raise SummaryLayoutError(f"'tasks' is {type(found).__name__}, not an object")
+    return {name: dict(entry) for name, entry in found.items() if isinstance(entry, Mapping)}
+
+
+def _layout_1_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in entry.items() if k != "verdict"}
+    if "verdict" in entry:
+        status = entry["verdict"]
+        out["status"] = "fail" if status == "FAIL" else status
+    return out
 
 
 def _no_score(tally: TaskTally) -> str:
@@ -107,7 +157,7 @@ class TaskTally:
 
 
 @dataclass(frozen=True)
-class TaskVerdict:
+class TaskDecision:
     task: str
     n: int
     selected: int
@@ -118,16 +168,14 @@ class TaskVerdict:
     repeats: tuple[float, ...]
     floor: float | None
     seconds: float
-    # pass | FAIL | undecided (the floor against the 95% interval) | error | incomplete |
-    # no floor | skipped
-    status: str
+    status: str  # one of STATUSES
     policy: str = "point"
     floor_fails: bool = False  # the floor fails the run under the policy
     floor_source: dict[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
-        return self.status in ("error", "incomplete") or self.floor_fails
+        return self.status in FAILING or self.floor_fails
 
     @property
     def spread(self) -> float:
@@ -153,9 +201,9 @@ class TaskVerdict:
 
 def decide_task(
     tally: TaskTally, *, selected: int, policy: str, interrupted_unknown: bool = False
-) -> TaskVerdict:
-    """The verdict of one task. ``selected``: the items selected for it (an interrupted
-    run's verdict covers them all, not only those that ran); ``interrupted_unknown``: the
+) -> TaskDecision:
+    """The decision of one task. ``selected``: the items selected for it (an interrupted
+    run's decision covers them all, not only those that ran); ``interrupted_unknown``: the
     run was interrupted and which of the task's items ran is not known (under xdist), so
     it is incomplete. A task with a floor and no scored item gets an error saying why."""
     est = tally.estimate()
@@ -175,13 +223,12 @@ def decide_task(
     elif tally.floor is None:
         status = "no floor"
     else:
-        decided = interval_verdict(est.ci_low, est.ci_high, tally.floor)
-        status = "FAIL" if decided == "fail" else decided
+        status = interval_status(est.ci_low, est.ci_high, tally.floor)
     score = est.value  # of the median repeat, with its interval
-    floor_fails = status in ("pass", "FAIL", "undecided") and policy_fails(
+    floor_fails = status in ("pass", "fail", "undecided") and policy_fails(
         policy, score, est.ci_low, est.ci_high, float(tally.floor or 0)
     )
-    return TaskVerdict(
+    return TaskDecision(
         task=tally.name,
         n=n,
         selected=selected,

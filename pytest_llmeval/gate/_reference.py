@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_llmeval._errors import LlmEvalError
 
+from ._decide import SummaryLayoutError, summary_tasks
 from ._verdict import FloorRule
 
 METRICS_FILE = "metrics_summary.json"
@@ -106,7 +107,10 @@ class ReferenceRun:
         if not self.path.is_dir():
             raise LlmEvalError(f"{self.path}: not a directory; {needed_by} needs a run directory")
         self.metrics_file = self.path / METRICS_FILE
-        self.metrics = _read_object(self.metrics_file, needed_by)
+        try:
+            self.metrics = summary_tasks(_read_object(self.metrics_file, needed_by))
+        except SummaryLayoutError as exc:
+            raise LlmEvalError(f"{self.metrics_file}: {exc}; {needed_by} cannot read it") from None
         config_file = self.path / CONFIG_FILE
         self.config = _read_object(config_file, needed_by) if config_file.is_file() else {}
 
@@ -125,10 +129,10 @@ class ReferenceRun:
                 f"{', '.join(self.tasks) or 'no tasks'}); {self.needed_by} needs every task "
                 "this run gates"
             )
-        verdict = entry.get("verdict")
-        if verdict in _UNUSABLE:
+        status = entry.get("status")
+        if status in _UNUSABLE:
             raise LlmEvalError(
-                f"{where}: field 'verdict' is {verdict!r}; a floor needs a task that completed"
+                f"{where}: field 'status' is {status!r}; a floor needs a task that completed"
             )
         n = entry.get("n")
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:

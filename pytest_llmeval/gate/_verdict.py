@@ -28,10 +28,10 @@ POLICY_TEXT = {
     "strict": "fail unless the interval's lower end clears the floor",
     "lenient": "fail only when the interval's upper end is below the floor",
 }
-IntervalVerdict = Literal["pass", "fail", "undecided"]
+IntervalStatus = Literal["pass", "fail", "undecided"]
 
 
-def interval_verdict(low: float, high: float, floor: float) -> IntervalVerdict:
+def interval_status(low: float, high: float, floor: float) -> IntervalStatus:
     """``pass`` when ``low >= floor``, ``fail`` when ``high < floor``, else ``undecided``.
 
     A floor equal to the lower end passes (as a score equal to its floor always did); a
@@ -57,7 +57,7 @@ def policy_fails(policy: str, score: float, low: float, high: float, floor: floa
     check_policy(policy)
     if policy == "point":
         return bool(score < floor) or math.isnan(score)
-    verdict = interval_verdict(low, high, floor)
+    verdict = interval_status(low, high, floor)
     if policy == "strict":
         return verdict != "pass"
     return verdict == "fail"

@@ -144,13 +144,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if llm.interrupted:
         llm.keep_computed_ahead()
     llm.adopt_own_environment()
-    verdicts = llm.decide()
-    failed = any(v.failed for v in verdicts) or bool(llm.gate_failures)
+    decisions = llm.decide()
+    failed = any(v.failed for v in decisions) or bool(llm.gate_failures)
     if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     # Each task's gate as its own test case, for JUnit XML and pytest-html (they write
     # their files in their own pytest_sessionfinish, after this tryfirst one).
-    report_gates(session.config, verdicts)
+    report_gates(session.config, decisions)
 
 
 def interruption(session: pytest.Session, exitstatus: int, llm: LlmEvalSession) -> str | None:

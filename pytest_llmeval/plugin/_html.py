@@ -71,7 +71,7 @@ def item_html(result: dict[str, Any]) -> str:
 # right-aligned, a rule under the header and between rows.
 _CELL = "padding:3px 10px;border-bottom:1px solid #ddd;white-space:nowrap"
 _NUMERIC = {"items", "score", "95% CI", "floor", "time"}
-_COLUMNS = ("task", "items", "metric", "score", "95% CI", "floor", "verdict", "time")
+_COLUMNS = ("task", "items", "metric", "score", "95% CI", "floor", "status", "time")
 
 
 _PROBE_COLOURS = {"possible contamination": "#b00", "no sign of contamination": "#060"}
@@ -109,11 +109,11 @@ def summary_html(session: LlmEvalSession) -> str:
     """The llmeval summary table (the terminal's) as escaped HTML, with the run report,
     and the contamination probes' outcomes (a probes-only run has no table, only those)."""
     probes = _probes_html(session)
-    if not session.verdicts:
+    if not session.decisions:
         return probes + _run_link(session) if probes else ""
     head = "".join(_cell("th", c, c) for c in _COLUMNS)
     rows = []
-    for v in session.verdicts:
+    for v in session.decisions:
         floor = "-" if v.floor is None else _pct(v.floor)
         cells = (
             v.task,

@@ -32,7 +32,7 @@ import pytest
 from pytest_llmeval.record import gate_case, present_report
 
 if TYPE_CHECKING:
-    from pytest_llmeval.gate import TaskVerdict
+    from pytest_llmeval.gate import TaskDecision
 
 # The last part of a gate's node id: SPEC::TASK::gate.
 GATE_NAME = "gate"
@@ -68,17 +68,17 @@ class Presenter:
 
 
 def gate_reports(
-    verdicts: Iterable[TaskVerdict], places: dict[str, tuple[str, str]]
+    decisions: Iterable[TaskDecision], places: dict[str, tuple[str, str]]
 ) -> list[pytest.TestReport]:
     """Each task's gate as a test's setup, call and teardown reports (a skipped gate: its
-    skipped setup and its teardown), node id ``SPEC::TASK::gate``, with the verdict's
-    score, interval, floor, verdict and policy as properties. ``llmeval_gate`` marks them
+    skipped setup and its teardown), node id ``SPEC::TASK::gate``, with the decision's
+    score, interval, floor, status and policy as properties. ``llmeval_gate`` marks them
     for the terminal and for the plugin's own report hooks, which do not tally them."""
     reports: list[pytest.TestReport] = []
-    for verdict in verdicts:
-        parent, path = places.get(verdict.task, (verdict.task, verdict.task))
-        outcome, message, props = gate_case(verdict.row())
-        gate = _GateCase(f"{parent}::{verdict.task}::{GATE_NAME}", path, verdict.task, props)
+    for decision in decisions:
+        parent, path = places.get(decision.task, (decision.task, decision.task))
+        outcome, message, props = gate_case(decision.row())
+        gate = _GateCase(f"{parent}::{decision.task}::{GATE_NAME}", path, decision.task, props)
         if outcome == "skipped":
             reports.append(gate.report("setup", "skipped", (path, 0, f"Skipped: {message}")))
         else:
@@ -107,11 +107,11 @@ class _GateCase:
         )
 
 
-def report_gates(config: pytest.Config, verdicts: Iterable[TaskVerdict]) -> None:
+def report_gates(config: pytest.Config, decisions: Iterable[TaskDecision]) -> None:
     """Feed each task's gate through ``pytest_runtest_logreport`` (run from the plugin's
     tryfirst ``pytest_sessionfinish``: JUnit XML and pytest-html write their files in
     theirs, afterwards)."""
     presenter = config.pluginmanager.getplugin(PRESENTER)
     places = presenter.task_places if isinstance(presenter, Presenter) else {}
-    for report in gate_reports(verdicts, places):
+    for report in gate_reports(decisions, places):
         config.hook.pytest_runtest_logreport(report=report)

@@ -24,12 +24,14 @@ from pytest_llmeval._errors import SpecError
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import FailureReport, ItemResult, TaskRunner, analyse_failures
 from pytest_llmeval.gate import (
+    TaskDecision,
     TaskTally,
-    TaskVerdict,
     decide_task,
     gate_failures,
     limit_warning,
     parse_gate,
+    summary_document,
+    summary_tasks,
 )
 from pytest_llmeval.record import (
     CONFIG,
@@ -199,7 +201,7 @@ class LlmEvalSession:
         self.tallies: dict[str, TaskTally] = {}
         self.environment: dict[str, Any] = {}
         self.run: RunDir | None = None
-        self.verdicts: list[TaskVerdict] = []
+        self.decisions: list[TaskDecision] = []
         # The llm_probe fixture's outcomes, as ProbeOutcome.summary() gives them (from this
         # process or an xdist worker), for the terminal and the Markdown summary.
         self.probe_summaries: list[dict[str, Any]] = []
@@ -777,8 +779,8 @@ class LlmEvalSession:
                 "(a rerun reuses them)"
             )
 
-    def decide(self) -> list[TaskVerdict]:
-        verdicts = [
+    def decide(self) -> list[TaskDecision]:
+        decisions = [
             decide_task(
                 self.tallies[name],
                 selected=len(self.selected.get(name, ())),
@@ -787,11 +789,11 @@ class LlmEvalSession:
             )
             for name in sorted(self.tallies)
         ]
-        self.verdicts = verdicts
+        self.decisions = decisions
         self.not_run = tasks_not_run(
             [
                 (v.task, self.tallies[v.task].no_items, self.tallies[v.task].skip_reasons)
-                for v in verdicts
+                for v in decisions
                 if v.status == "skipped"
             ],
             self.notes.get("deselected_tasks") or [],
@@ -806,7 +808,7 @@ class LlmEvalSession:
             # another process still writes under --llm-set run.dir reads as live).
             with self.run.merge_lock():
                 self._write_report()
-        return verdicts
+        return decisions
 
     def _finish_record(self) -> None:
         assert self.run is not None
@@ -819,10 +821,10 @@ class LlmEvalSession:
             # processes may finish at once)
             previous_config = self.run.read_json(CONFIG) or {}
             config["tasks"] = {**previous_config.get("tasks", {}), **config["tasks"]}
-            summary = self.run.read_json(SUMMARY) or {}
+            summary = summary_tasks(self.run.read_json(SUMMARY) or {})
         self.run.write_json(CONFIG, config)
         not_run = {n.task: n for n in self.not_run}
-        for v in self.verdicts:
+        for v in self.decisions:
             if v.status != "skipped":
                 tally = self.tallies[v.task]
                 summary[v.task] = summary_entry(v, tally, records_entry(self.run.path, v.task))
@@ -834,10 +836,10 @@ class LlmEvalSession:
         self._analyse_failures()
         self._plan()
         self._lmeval_scores()
-        write_json_atomic(self.run.path / SUMMARY, summary)
+        write_json_atomic(self.run.path / SUMMARY, summary_document(summary))
         from pytest_llmeval.record import append_github_step_summary, markdown_summary
 
-        rows = [v.row() for v in self.verdicts if v.status != "skipped"]
+        rows = [v.row() for v in self.decisions if v.status != "skipped"]
         task_configs = {t: tally.config for t, tally in self.tallies.items()}
 
         def markdown(rows: list[dict[str, Any]], configs: Mapping[str, Any]) -> str:
@@ -860,7 +862,7 @@ class LlmEvalSession:
         others = [
             summary_row(task, entry)
             for task, entry in summary.items()
-            if task not in {v.task for v in self.verdicts} and entry.get("verdict") != "skipped"
+            if task not in {v.task for v in self.decisions} and entry.get("status") != "skipped"
         ]
         whole = (
             markdown(
@@ -878,7 +880,7 @@ class LlmEvalSession:
             "scores: "
             + ", ".join(
                 f"{v.task} {v.metric}={v.score:.4f} ({v.status})"
-                for v in self.verdicts
+                for v in self.decisions
                 if not math.isnan(v.score)
             )
         )
@@ -921,7 +923,7 @@ class LlmEvalSession:
         size that ran."""
         gated = {
             v.task
-            for v in self.verdicts
+            for v in self.decisions
             if v.floor is not None or (self.options.baseline_fail and self.comparison)
         }
         if not self.options.plan and not (self.options.limit is not None and gated):
@@ -933,7 +935,7 @@ class LlmEvalSession:
             for t in self.comparison.tasks:
                 if t.n_shared:
                     churn[t.task] = (len(t.regressed) + len(t.improved)) / t.n_shared
-        summary_of = {v.task: {"metric": v.metric, "total_items": v.total} for v in self.verdicts}
+        summary_of = {v.task: {"metric": v.metric, "total_items": v.total} for v in self.decisions}
         base = self.options.baseline.name if self.options.baseline else ""
         if self.options.plan:
             settings = PlanSettings(rule=self.options.floor_rule, policy=self.options.floor_policy)
@@ -948,7 +950,7 @@ class LlmEvalSession:
                     if v.task in churn
                     else None,
                 )
-                for v in self.verdicts
+                for v in self.decisions
                 if v.n and v.status != "skipped"
             ]
             assert self.run is not None
@@ -958,7 +960,7 @@ class LlmEvalSession:
             )
         if self.options.limit is None:
             return
-        for v in self.verdicts:
+        for v in self.decisions:
             if v.task not in gated or not v.n:
                 continue
             source = v.floor_source or {}

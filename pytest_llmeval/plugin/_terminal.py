@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_llmeval.gate import TaskVerdict
+from pytest_llmeval.gate import TaskDecision
 from pytest_llmeval.record import decoding_lines, deselected_lines, prompt_lines
 
 from ._collect import describe
@@ -35,7 +35,7 @@ def write_probes(session: LlmEvalSession, tr: Any) -> None:
         tr.write_line(summary["text"], **{colours.get(summary["outcome"], "yellow"): True})
         for line in summary["details"]:
             tr.write_line(f"    {line}")
-    if not session.verdicts:
+    if not session.decisions:
         # No scored task, so no summary table carried the tasks that did not run (a run of
         # probes alone deselects its tasks' items): they follow the probes, as in summary.md.
         write_not_run(session, tr)
@@ -43,16 +43,16 @@ def write_probes(session: LlmEvalSession, tr: Any) -> None:
 
 def write_summary(session: LlmEvalSession, tr: Any) -> None:
     """The summary after a run: the task table, the floors, what the scores were computed
-    with, notes per task, the verdicts that fail, warnings, the baseline comparison, the
+    with, notes per task, the tasks that fail, warnings, the baseline comparison, the
     failure classes, the harness's own results, the item budget and where the records are."""
-    if not session.verdicts:
+    if not session.decisions:
         return
     _write_task_table(session, tr)
     write_not_run(session, tr)
     write_floors(session, tr)
     _write_settings(session, tr)
     _write_task_notes(session, tr)
-    _write_verdict_problems(session, tr)
+    _write_floor_failures(session, tr)
     _write_run_warnings(session, tr)
     _write_baseline(session, tr)
     write_failures(session, tr)
@@ -66,11 +66,11 @@ def _write_task_table(session: LlmEvalSession, tr: Any) -> None:
     tr.write_sep("=", "llmeval summary")
     header = (
         f"{'task':<16} {'items':>11} {'metric':<11} {'score':>6} {'95% CI':>13} "
-        f"{'floor':>6} {'verdict':<10} {'time':>8}"
+        f"{'floor':>6} {'status':<10} {'time':>8}"
     )
     tr.write_line(header)
     partial = False
-    for v in session.verdicts:
+    for v in session.decisions:
         items = f"{v.n}/{v.total}"
         partial = partial or (
             v.status != "skipped" and v.n + len(session.tallies[v.task].not_fitting) < v.total
@@ -124,7 +124,7 @@ def write_not_run(session: LlmEvalSession, tr: Any) -> None:
 def _write_settings(session: LlmEvalSession, tr: Any) -> None:
     """What the scores were computed with: the prompts, an exclusion list, an agreement
     check."""
-    configs = {v.task: session.tallies[v.task].config for v in session.verdicts}
+    configs = {v.task: session.tallies[v.task].config for v in session.decisions}
     for line in prompt_lines(configs):
         tr.write_line(f"prompts: {line}")
     for line in decoding_lines(configs):
@@ -147,8 +147,8 @@ def _write_settings(session: LlmEvalSession, tr: Any) -> None:
 def _write_task_notes(session: LlmEvalSession, tr: Any) -> None:
     """What a task's score does not show: outputs with cues of recall, subsets without rows,
     items that do not fit the context window (each kind for every task, in that order)."""
-    verdicts = session.verdicts
-    for v in verdicts:
+    decisions = session.decisions
+    for v in decisions:
         cues = session.tallies[v.task].recall_cues
         if cues:
             kinds: dict[str, int] = {}
@@ -161,7 +161,7 @@ def _write_task_notes(session: LlmEvalSession, tr: Any) -> None:
                 "metrics_summary.json; see docs/CONTAMINATION.md",
                 yellow=True,
             )
-    for v in verdicts:
+    for v in decisions:
         empty = session.tallies[v.task].empty_subsets
         if empty:  # a subset without rows gives no item: say which subsets the score covers
             ran = session.tallies[v.task].subsets_ran()
@@ -172,7 +172,7 @@ def _write_task_notes(session: LlmEvalSession, tr: Any) -> None:
                 + ", ".join(f"{name} ({where})" for name, where in empty.items()),
                 yellow=True,
             )
-    for v in verdicts:
+    for v in decisions:
         not_fitting = session.tallies[v.task].not_fitting
         if not_fitting:
             window = next(iter(not_fitting.values())).get("context_window")
@@ -183,10 +183,10 @@ def _write_task_notes(session: LlmEvalSession, tr: Any) -> None:
             )
 
 
-def _write_verdict_problems(session: LlmEvalSession, tr: Any) -> None:
+def _write_floor_failures(session: LlmEvalSession, tr: Any) -> None:
     """A line for each task that fails its floor, has errors or did not run all its items."""
-    for v in session.verdicts:
-        if v.floor is not None and v.status in ("FAIL", "undecided") and v.floor_fails:
+    for v in session.decisions:
+        if v.floor is not None and v.status in ("fail", "undecided") and v.floor_fails:
             tr.write_line(
                 f"FAIL {v.task}: {v.metric} {v.score:.4f} "
                 + (
@@ -194,7 +194,7 @@ def _write_verdict_problems(session: LlmEvalSession, tr: Any) -> None:
                     if v.score < v.floor
                     else f"does not clear its floor {v.floor} with confidence"
                 )
-                + f" ({verdict_reason(v)}; policy {v.policy})",
+                + f" ({status_reason(v)}; policy {v.policy})",
                 red=True,
             )
         elif v.status == "error":
@@ -217,9 +217,9 @@ def _write_verdict_problems(session: LlmEvalSession, tr: Any) -> None:
 
 def _write_run_warnings(session: LlmEvalSession, tr: Any) -> None:
     """Saturated gates, stable against fresh scores, the warnings about limits."""
-    for v in session.verdicts:
+    for v in session.decisions:
         tally = session.tallies[v.task]
-        if tally.saturation and v.floor is not None and v.status in ("pass", "FAIL"):
+        if tally.saturation and v.floor is not None and v.status in ("pass", "fail"):
             advice = f" Consider {tally.successor} as the gate." if tally.successor else ""
             tr.write_line(
                 f"WARNING {v.task} is a saturated gate: {tally.saturation}{advice}", yellow=True
@@ -260,10 +260,10 @@ def _write_lmeval_and_plan(session: LlmEvalSession, tr: Any) -> None:
             tr.write_line(line)
 
 
-def no_floor_hint(verdicts: Sequence[TaskVerdict], run: Path) -> list[str]:
+def no_floor_hint(decisions: Sequence[TaskDecision], run: Path) -> list[str]:
     """When tasks were scored and none has a floor, the run decided nothing: say so, and
     how to make floors of it (the README's "A gate that decides")."""
-    scored = [v for v in verdicts if v.status != "skipped"]
+    scored = [v for v in decisions if v.status != "skipped"]
     if not scored or any(v.floor is not None for v in scored):
         return []
     return [
@@ -285,7 +285,7 @@ def _write_record_paths(session: LlmEvalSession, tr: Any) -> None:
         if session.report_path is not None:
             tr.write_line(f"run report: {session.report_path}")
         if not session.interrupted:
-            for line in no_floor_hint(session.verdicts, session.run.path):
+            for line in no_floor_hint(session.decisions, session.run.path):
                 tr.write_line(line, yellow=True)
         if session.report_error is not None:
             tr.write_line(
@@ -302,32 +302,32 @@ def write_warnings(session: LlmEvalSession, tr: Any) -> None:
         tr.write_line(f"WARNING {line}", yellow=True)
 
 
-def verdict_reason(v: TaskVerdict) -> str:
-    """Why a task has its verdict: its 95% interval against the floor."""
+def status_reason(v: TaskDecision) -> str:
+    """Why a task has its status: its 95% interval against the floor."""
     assert v.floor is not None
     ci = f"[{_pct(v.estimate.ci_low).strip()}, {_pct(v.estimate.ci_high).strip()}]"
     floor = _pct(v.floor).strip()
     if v.status == "pass":
         return f"pass: the 95% interval {ci} clears {floor}"
-    if v.status == "FAIL":
+    if v.status == "fail":
         return f"fail: the 95% interval {ci} lies below {floor}"
     return f"undecided: {floor} lies inside the 95% interval {ci}"
 
 
 def write_floors(session: LlmEvalSession, tr: Any) -> None:
-    """One line per task with a floor: its verdict against the interval and where it came
+    """One line per task with a floor: its status against the interval and where it came
     from (the rule and the reference run, an option, the spec)."""
     from pytest_llmeval.gate import POLICY_TEXT
     from pytest_llmeval.record import floor_source_text
 
-    floored = [v for v in session.verdicts if v.floor is not None and v.status != "skipped"]
+    floored = [v for v in session.decisions if v.floor is not None and v.status != "skipped"]
     if not floored:
         return
     policy = session.options.floor_policy
     tr.write_line(f"floors (policy {policy}: {POLICY_TEXT[policy]}):")
     for v in floored:
-        if v.status in ("pass", "FAIL", "undecided"):
-            outcome = verdict_reason(v)
+        if v.status in ("pass", "fail", "undecided"):
+            outcome = status_reason(v)
             if v.status == "undecided":
                 outcome += ": fails" if v.floor_fails else ": passes"
         else:
@@ -360,7 +360,7 @@ def report_teststatus(report: pytest.TestReport) -> tuple[str, Any, Any] | None:
     plugin keeps them out of pytest's failure count (``_outcomes.py``). A task's gate (its
     own test case at the session's end) is counted on the last line by its outcome
     (``gate failed``, ``gate passed``, ``gate skipped``) without a progress letter: the
-    llmeval summary above it shows each verdict."""
+    llmeval summary above it shows each task's status."""
     if getattr(report, "llmeval_gate", False):
         if report.when == "call" or (report.when == "setup" and report.skipped):
             return f"gate {report.outcome}", "", ""
@@ -380,7 +380,7 @@ def stable_vs_fresh(session: LlmEvalSession) -> list[str]:
     side. A stable score far above the fresh one is a sign of contamination (or of a harder
     fresh set); the contamination probes and the n-gram scan tell which."""
     by_capability: dict[str, dict[str, list[str]]] = {}
-    for v in session.verdicts:
+    for v in session.decisions:
         tally = session.tallies[v.task]
         if tally.capability and v.n and not math.isnan(v.score):
             groups = by_capability.setdefault(tally.capability, {})

@@ -1,6 +1,12 @@
 """Run records: run directories, hashes, environment records, baselines and summaries."""
 
-from pytest_llmeval.record._compare import RunRecord, compare_runs, format_comparison, load_run
+from pytest_llmeval.record._compare import (
+    RunRecord,
+    compare_runs,
+    format_comparison,
+    load_run,
+    read_summary,
+)
 from pytest_llmeval.record._env import (
     describe_drift,
     drift_fingerprint,
@@ -93,6 +99,7 @@ __all__ = [
     "present_report",
     "prompt_hash",
     "prompt_lines",
+    "read_summary",
     "records_entry",
     "refuse_damaged",
     "render_report",

@@ -128,8 +128,8 @@ def _diff(a: str, b: str, tol: float = 0.0) -> int:
                 problems.append(f"{task}: {key} {summary_a.get(key)} != {summary_b.get(key)}")
         print(
             f"{task}: {len(items_a)} vs {len(items_b)} items, score {summary_a.get('score')} "
-            f"vs {summary_b.get('score')}, verdict {summary_a.get('verdict')} vs "
-            f"{summary_b.get('verdict')}, largest float difference {largest:.3g}"
+            f"vs {summary_b.get('score')}, status {summary_a.get('status')} vs "
+            f"{summary_b.get('status')}, largest float difference {largest:.3g}"
         )
     for line in problems:
         print(line)

@@ -22,9 +22,11 @@ from pytest_llmeval.gate import (
     ABSENT,
     Comparison,
     ConfigDiff,
+    SummaryLayoutError,
     format_diff,
     format_p,
     paired_delta,
+    summary_tasks,
 )
 from pytest_llmeval.record._env import DRIFT_LIBRARIES, flatten
 from pytest_llmeval.record._rundir import iter_item_lines
@@ -140,6 +142,16 @@ def _read_items(path: Path) -> dict[str, dict[str, Any]]:
     return {str(record["item_id"]): record for record in iter_item_lines(path)}
 
 
+def read_summary(path: Path) -> dict[str, dict[str, Any]]:
+    """The task entries of the ``metrics_summary.json`` at ``path``, in the current layout
+    whichever layout it was written in (:func:`gate.summary_tasks`). Raises
+    ``LlmEvalError`` naming the file when it cannot be read."""
+    try:
+        return summary_tasks(_read_json_object(path))
+    except SummaryLayoutError as exc:
+        raise LlmEvalError(f"{path}: {exc}") from None
+
+
 def load_run(path: Path) -> RunRecord:
     """Read a run directory (``eval_config.json``, ``tasks/*_output.jsonl``,
     ``metrics_summary.json``). Raises ``LlmEvalError`` when ``path`` is not one."""
@@ -153,7 +165,7 @@ def load_run(path: Path) -> RunRecord:
         )
     config = _read_json_object(config_file) if config_file.is_file() else {}
     metrics_file = path / METRICS_FILE
-    metrics = _read_json_object(metrics_file) if metrics_file.is_file() else {}
+    metrics = read_summary(metrics_file) if metrics_file.is_file() else {}
     items: dict[str, dict[str, dict[str, Any]]] = {}
     if tasks_dir.is_dir():
         for file in sorted(tasks_dir.glob(f"*{OUTPUT_SUFFIX}")):

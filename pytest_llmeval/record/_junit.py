@@ -17,7 +17,7 @@ between 0 and 1) is neither right nor wrong: its ``correct`` property is ``parti
 (the record's ``correct`` is a threshold there, docs/RECORDS.md) and it stays passed
 unless it scored 0.
 
-:func:`gate_case` says how a task's verdict reads as its own test case (the gate).
+:func:`gate_case` says how a task's decision reads as its own test case (the gate).
 
 Plain Python: the report is duck-typed (pytest's ``TestReport``).
 """
@@ -108,7 +108,7 @@ def present_report(report: Any, props: Mapping[str, Any], strict: bool = False) 
 
 # ---------------------------------------------------------------------------- the gate
 
-# What an undecided verdict (the floor inside the 95% interval) does under each policy.
+# What an undecided status (the floor inside the 95% interval) does under each policy.
 UNDECIDED_UNDER = {
     "point": "fails when the score is below the floor",
     "strict": "fails (the interval's lower end must clear the floor)",
@@ -126,12 +126,12 @@ def gate_case(row: Mapping[str, Any]) -> tuple[str, str, list[tuple[str, str]]]:
     """A task's gate as a test case: its outcome (``passed``, ``failed`` or ``skipped``),
     the message a failed or skipped gate shows, and its properties.
 
-    ``row`` is a verdict's row (``TaskVerdict.row()``: score, ci_low, ci_high, floor,
-    status, policy, failed). The gate fails exactly when the verdict fails the run (its
+    ``row`` is a decision's row (``TaskDecision.row()``: score, ci_low, ci_high, floor,
+    status, policy, failed). The gate fails exactly when the decision fails the run (its
     floor under ``gate.policy``, or a task that errored or did not complete) and
-    passes when the verdict is ``pass``. The rest is skipped with the reason, since none of
+    passes when the status is ``pass``. The rest is skipped with the reason, since none of
     it shows that the score clears a floor: a task without a floor, a task whose items were
-    all skipped, and an ``undecided`` verdict (the floor inside the 95% interval) that the
+    all skipped, and an ``undecided`` status (the floor inside the 95% interval) that the
     policy lets through (``point`` with the score at or above the floor, ``lenient``).
     """
     status = str(row.get("status"))
@@ -146,17 +146,17 @@ def gate_case(row: Mapping[str, Any]) -> tuple[str, str, list[tuple[str, str]]]:
         ("ci_low", low),
         ("ci_high", high),
         ("floor", "" if floor is None else _num(floor)),
-        ("verdict", status),
+        ("status", status),
         ("policy", policy),
     ]
     where = f"{row.get('metric')} {score} [95% CI {low}, {high}]"
     if row.get("failed"):
         if status in ("error", "incomplete"):
-            why = f"the task's verdict is {status}: its score decides nothing"
+            why = f"the task's status is {status}: its score decides nothing"
         elif status == "undecided":
             why = (
                 f"{where}: the floor {_num(floor)} lies inside the interval, and under "
-                f"--llm-set gate.policy={policy} an undecided verdict {UNDECIDED_UNDER[policy]}"
+                f"--llm-set gate.policy={policy} an undecided status {UNDECIDED_UNDER[policy]}"
             )
         else:
             why = f"{where} is below the floor {_num(floor)} (--llm-set gate.policy={policy})"
@@ -173,7 +173,7 @@ def gate_case(row: Mapping[str, Any]) -> tuple[str, str, list[tuple[str, str]]]:
     else:  # undecided, and the policy lets it through
         why = (
             f"undecided: the floor {_num(floor)} lies inside {where}; under "
-            f"--llm-set gate.policy={policy} an undecided verdict "
+            f"--llm-set gate.policy={policy} an undecided status "
             f"{UNDECIDED_UNDER.get(policy, 'does not fail')}, and this one does not"
         )
     return "skipped", why, props

@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmeval._errors import LlmEvalError
-from pytest_llmeval.gate import Comparison, format_diff, item_score, item_scored
+from pytest_llmeval.gate import (
+    Comparison,
+    SummaryLayoutError,
+    format_diff,
+    item_score,
+    item_scored,
+    summary_tasks,
+)
 from pytest_llmeval.record._compare import RunRecord, compare_runs, load_run
 from pytest_llmeval.record._report_charts import (
     bars_svg,
@@ -95,7 +102,7 @@ class TaskRow:
     ci_low: float
     ci_high: float
     floor: float | None
-    verdict: str
+    status: str  # gate.STATUSES, or why there is none (no summary, damaged)
     seconds: float | None
     partial: bool
     from_summary: bool  # False: computed here from item records (interrupted run)
@@ -106,8 +113,8 @@ class TaskRow:
     recall_cues: int = 0
     errors: int = 0  # items that could not be evaluated (not scored)
     truncated: int = 0  # items scored on a prompt cut to fit the window
-    # A floor's verdict against the interval: the policy that decides what an undecided
-    # verdict does, whether the task failed the run (metrics_summary.json's ``failed``;
+    # A floor's status against the interval: the policy that decides what an undecided
+    # status does, whether the task failed the run (metrics_summary.json's ``failed``;
     # None in records written before it existed) and where the floor came from.
     policy: str | None = None
     recorded_failed: bool | None = None
@@ -120,7 +127,7 @@ class TaskRow:
     def failed(self) -> bool:
         if self.recorded_failed is not None:
             return self.recorded_failed
-        return self.verdict in ("FAIL", "error", "incomplete")
+        return self.status in ("fail", "error", "incomplete")
 
 
 @dataclass
@@ -338,6 +345,18 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+def _summary_or_none(path: Path) -> dict[str, dict[str, Any]] | None:
+    """The task entries of another run's ``metrics_summary.json`` (either layout), or None
+    when it cannot be read (that run is left out of the history)."""
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        return None
+    try:
+        return summary_tasks(data)
+    except SummaryLayoutError:
+        return None
+
+
 def fmt_p(value: Any) -> str:
     x = _num(value)
     if math.isnan(x):
@@ -433,7 +452,7 @@ def subset_rows(scored: Sequence[Mapping[str, Any]]) -> list[SubRow]:
 def task_rows(run: RunRecord) -> list[TaskRow]:
     """The task table: from ``metrics_summary.json`` where the run wrote one; a task with item
     records but no summary (an interrupted run) is computed from its scored items, without a
-    verdict."""
+    status."""
     tasks = sorted(set(run.metrics) | set(run.items))
     rows = []
     for name in tasks:
@@ -455,7 +474,7 @@ def task_rows(run: RunRecord) -> list[TaskRow]:
                     ci_low=_num(ci[0]) if len(ci) > 0 else math.nan,
                     ci_high=_num(ci[1]) if len(ci) > 1 else math.nan,
                     floor=None if summary.get("floor") is None else _num(summary["floor"]),
-                    verdict=str(summary.get("verdict") or "-"),
+                    status=str(summary.get("status") or "-"),
                     seconds=_num(summary.get("seconds")),
                     partial=bool(summary.get("partial")),
                     from_summary=True,
@@ -493,7 +512,7 @@ def task_rows(run: RunRecord) -> list[TaskRow]:
                 ci_low=estimate.ci_low if scored else math.nan,
                 ci_high=estimate.ci_high if scored else math.nan,
                 floor=None if task_config.get("floor") is None else _num(task_config["floor"]),
-                verdict="no verdict",
+                status="no summary",
                 seconds=seconds if records else None,
                 partial=total is None or len(records) < total,
                 from_summary=False,
@@ -928,9 +947,9 @@ def _earlier_runs(
     for path in candidates:
         if path.resolve() == run.path.resolve():
             continue
-        metrics = _read_json(path / "metrics_summary.json")
+        metrics = _summary_or_none(path / "metrics_summary.json")
         config = _read_json(path / "eval_config.json")
-        if not isinstance(metrics, dict) or not isinstance(config, dict):
+        if metrics is None or not isinstance(config, dict):
             continue
         if run_state(path)[0] != "finished":  # interrupted runs write a summary too
             continue
@@ -1376,11 +1395,11 @@ def browser_data(
 
 def tasks_not_run(run: RunRecord) -> list[tuple[str, str, str]]:
     """The tasks the run collected and skipped (``metrics_summary.json`` entries with
-    verdict ``skipped``: its data not installed, no model, ...): (task, reason, what to
+    status ``skipped``: its data not installed, no model, ...): (task, reason, what to
     pass), so that the page says why a task has no score."""
     out = []
     for name, entry in sorted(run.metrics.items()):
-        if isinstance(entry, Mapping) and entry.get("verdict") == "skipped":
+        if isinstance(entry, Mapping) and entry.get("status") == "skipped":
             out.append((str(name), str(entry.get("reason") or "-"), str(entry.get("fix") or "-")))
     return out
 
@@ -1402,7 +1421,7 @@ def _mark_damaged(
                 score=math.nan,
                 ci_low=math.nan,
                 ci_high=math.nan,
-                verdict="damaged",
+                status="damaged",
                 damaged=True,
                 subrows=[],
             )

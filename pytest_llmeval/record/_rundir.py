@@ -56,6 +56,7 @@ except ImportError:  # pragma: no cover - not on POSIX
 
 from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import LlmEvalError
+from pytest_llmeval.gate import SummaryLayoutError, summary_tasks
 
 SUMMARY = "metrics_summary.json"
 SUPERSEDED = "superseded_by.txt"
@@ -573,13 +574,15 @@ def run_damage(run: Path) -> list[Damage]:
         return [Damage(None, SUMMARY, "the run's summary", f"an unreadable file ({exc})")]
     if not isinstance(summary, dict):
         return [Damage(None, SUMMARY, "a JSON object", type(summary).__name__)]
+    try:
+        tasks = summary_tasks(summary)
+    except SummaryLayoutError as exc:
+        return [Damage(None, SUMMARY, "a summary this version reads", str(exc))]
     damage = []
-    for task in sorted(summary):
-        entry = summary[task]
-        if isinstance(entry, Mapping):
-            found = _task_damage(run, str(task), entry)
-            if found is not None:
-                damage.append(found)
+    for task, entry in sorted(tasks.items()):
+        found = _task_damage(run, str(task), entry)
+        if found is not None:
+            damage.append(found)
     return damage
 
 

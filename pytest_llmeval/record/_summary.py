@@ -1,6 +1,6 @@
 """The Markdown summary of a run (``summary.md``, the GitHub Actions step summary).
 
-Plain Python (no pytest, no torch): built from the verdict rows the plugin already has, the
+Plain Python (no pytest, no torch): built from the task rows the plugin already has, the
 environment snapshot and, when a baseline was given, the comparison with it.
 """
 
@@ -16,13 +16,13 @@ from typing import Any
 from pytest_llmeval.gate import (
     POLICY_TEXT,
     Comparison,
+    TaskDecision,
     TaskTally,
-    TaskVerdict,
     format_diff,
     format_p,
 )
 
-FAILED_STATUSES = ("FAIL", "error", "incomplete")
+FAILED_STATUSES = ("fail", "error", "incomplete")
 MAX_FLIPPED_IDS = 20
 
 
@@ -81,7 +81,7 @@ def _seconds(value: Any) -> str:
     return "-" if math.isnan(x) else f"{x:.1f} s"
 
 
-def _verdict_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _status_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = [
         "| task | items | metric | score | 95% CI | floor | status | time |",
         "|---|---:|---|---:|---:|---:|---|---:|",
@@ -121,7 +121,7 @@ def _floors_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     policy = str(floored[0].get("policy", "point"))
     lines = [
         "",
-        f"**Floors** (policy `{policy}`: {POLICY_TEXT.get(policy, policy)}; verdict: the "
+        f"**Floors** (policy `{policy}`: {POLICY_TEXT.get(policy, policy)}; status: the "
         "floor against the score's 95% interval):",
         "",
     ]
@@ -408,7 +408,7 @@ def probes_section(probes: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def markdown_summary(
     title: str,
-    verdict_rows: list[dict[str, Any]],
+    task_rows: list[dict[str, Any]],
     environment: dict[str, Any] | None,
     comparison: Comparison | None,
     *,
@@ -419,13 +419,13 @@ def markdown_summary(
     probes: Sequence[Mapping[str, Any]] = (),
     interrupted: str | None = None,
 ) -> str:
-    """The run as Markdown: whether it was interrupted (``interrupted``: why), verdict
+    """The run as Markdown: whether it was interrupted (``interrupted``: why), status
     table, partial note, the tasks that did not run
     (``not_run``: ``task, state, reason, fix``, see :func:`not_run_section`), how prompts
     were presented (from ``task_configs``, see :func:`prompt_lines`), the contamination
     probes (``probes``: see :func:`probes_section`), environment line and the comparison.
 
-    Each verdict row has ``task, n, total, metric, score, ci_low, ci_high, floor, status,
+    Each task row has ``task, n, total, metric, score, ci_low, ci_high, floor, status,
     seconds`` (scores and floor as proportions; floats may be NaN).
     """
     lines = [f"## {title}", ""]
@@ -436,10 +436,10 @@ def markdown_summary(
             "probes that finished before it stopped.",
             "",
         ]
-    if verdict_rows:
-        lines += _verdict_table(verdict_rows)
-        lines += _floors_section(verdict_rows)
-        lines += _partial_note(verdict_rows)
+    if task_rows:
+        lines += _status_table(task_rows)
+        lines += _floors_section(task_rows)
+        lines += _partial_note(task_rows)
         if notes:
             lines += ["", *(f"> ⚠️ {_cell(note)}" for note in notes)]
     elif probes:
@@ -477,8 +477,8 @@ def append_github_step_summary(
     return path
 
 
-def summary_entry(v: TaskVerdict, tally: TaskTally, records: Mapping[str, Any]) -> dict[str, Any]:
-    """A scored task's entry of ``metrics_summary.json``: its verdict, its score with the
+def summary_entry(v: TaskDecision, tally: TaskTally, records: Mapping[str, Any]) -> dict[str, Any]:
+    """A scored task's entry of ``metrics_summary.json``: its status, its score with the
     interval, and what the tally saw (items that did not fit, truncated, errors, recall
     cues, repeats, subsets, named metrics); ``records``: what its output file holds (the
     report and the record commands check it)."""
@@ -492,7 +492,7 @@ def summary_entry(v: TaskVerdict, tally: TaskTally, records: Mapping[str, Any]) 
         "stderr": v.estimate.stderr,
         "ci95": [v.estimate.ci_low, v.estimate.ci_high],
         "floor": v.floor,
-        "verdict": v.status,
+        "status": v.status,
         "seconds": round(v.seconds, 3),
         "config_hash": tally.config.get("config_hash"),
         "prompt_hash": tally.config.get("prompt_hash"),
@@ -521,7 +521,7 @@ def summary_entry(v: TaskVerdict, tally: TaskTally, records: Mapping[str, Any]) 
     if tally.has_subsets:  # scored items per subset; empty ones
         entry["subsets"] = {"ran": tally.subsets_ran(), "empty": dict(tally.empty_subsets)}
     named = tally.metric_estimates()
-    if named:  # beside the primary score; the verdict is on the primary score only
+    if named:  # beside the primary score; the status is on the primary score only
         entry["metrics"] = {
             name: {
                 "n": est.n,
@@ -534,14 +534,14 @@ def summary_entry(v: TaskVerdict, tally: TaskTally, records: Mapping[str, Any]) 
     return entry
 
 
-def skipped_entry(v: TaskVerdict, reason: str, fix: str) -> dict[str, Any]:
+def skipped_entry(v: TaskDecision, reason: str, fix: str) -> dict[str, Any]:
     """The ``metrics_summary.json`` entry of a task none of whose items ran: why, and what
     to pass."""
     return {
         "n": 0,
         "total_items": v.total,
         "metric": v.metric,
-        "verdict": "skipped",
+        "status": "skipped",
         "reason": reason,
         "fix": fix,
     }
@@ -549,7 +549,7 @@ def skipped_entry(v: TaskVerdict, reason: str, fix: str) -> dict[str, Any]:
 
 def summary_row(task: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     """A task's row of the summary table, from its ``metrics_summary.json`` entry (a task
-    another process of a combined run scored), as :meth:`TaskVerdict.row` gives it."""
+    another process of a combined run scored), as :meth:`TaskDecision.row` gives it."""
     ci = entry.get("ci95") or [math.nan, math.nan]
     return {
         "task": task,
@@ -560,7 +560,7 @@ def summary_row(task: str, entry: Mapping[str, Any]) -> dict[str, Any]:
         "ci_low": ci[0],
         "ci_high": ci[1],
         "floor": entry.get("floor"),
-        "status": entry.get("verdict"),
+        "status": entry.get("status"),
         "seconds": entry.get("seconds"),
         "policy": entry.get("policy"),
         "failed": entry.get("failed"),

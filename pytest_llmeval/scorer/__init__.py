@@ -16,7 +16,7 @@ from pytest_llmeval.scorer._math import (
     math_equal,
     normalize_math_answer,
 )
-from pytest_llmeval.scorer._math_verify import MathVerifyVerdict, math_verify_judge
+from pytest_llmeval.scorer._math_verify import MathVerifyJudgement, math_verify_judge
 from pytest_llmeval.scorer._metrics import (
     Z95,
     Estimate,
@@ -37,7 +37,7 @@ __all__ = [
     "Z95",
     "Estimate",
     "Extraction",
-    "MathVerifyVerdict",
+    "MathVerifyJudgement",
     "accuracy",
     "answers_match",
     "auroc",

@@ -34,7 +34,7 @@ VERIFY_TIMEOUT_S = 5
 
 
 @dataclass(frozen=True)
-class MathVerifyVerdict:
+class MathVerifyJudgement:
     """The judge's decision and what it parsed (for the item's record)."""
 
     correct: bool
@@ -85,7 +85,7 @@ def parse_prediction(output: str) -> list[Any]:
     )
 
 
-def math_verify_judge(output: str, golds: Sequence[str]) -> MathVerifyVerdict:
+def math_verify_judge(output: str, golds: Sequence[str]) -> MathVerifyJudgement:
     """Whether ``output`` answers any of ``golds``, according to math-verify.
 
     ``output`` is the model's whole output (after any thinking block is stripped): the
@@ -103,7 +103,7 @@ def math_verify_judge(output: str, golds: Sequence[str]) -> MathVerifyVerdict:
         if pred and parsed and verify(parsed, pred, timeout_seconds=VERIFY_TIMEOUT_S):
             correct = True
             break
-    return MathVerifyVerdict(
+    return MathVerifyJudgement(
         correct=correct,
         extracted=extracted,
         pred_parsed=tuple(str(p) for p in pred),

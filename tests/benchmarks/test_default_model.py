@@ -18,6 +18,8 @@ import pytest
 from default_run import ITEMS as RUN_ITEMS
 from default_run import PROBE_TEST, DefaultRun
 
+from pytest_llmeval.record import read_summary
+
 REPO = Path(__file__).resolve().parents[2]
 
 # The one item of each task other than GSM8K and MMLU in the session's shared run of the
@@ -76,7 +78,7 @@ def test_default_model_on_one_item_of_each_task_with_local_data(default_run: Def
         RUN_ITEMS, "tokenizer"
     )
     assert "prompts: chat template (tokenizer, sha256 " in text
-    summary = json.loads((run / "metrics_summary.json").read_text())
+    summary = read_summary(run / "metrics_summary.json")
     assert sorted(summary) == sorted(RUN_ITEMS)
 
 

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from pytest_llmeval.gate import TaskTally, decide_task
+from pytest_llmeval.gate import (
+    STATUSES,
+    SummaryLayoutError,
+    TaskTally,
+    decide_task,
+    summary_document,
+    summary_tasks,
+)
 
 
 def _tally(scores: list[float], floor: float | None = 0.5, **fields: Any) -> TaskTally:
@@ -21,7 +28,7 @@ def _tally(scores: list[float], floor: float | None = 0.5, **fields: Any) -> Tas
     ("scores", "floor", "status", "fails"),
     [
         ([1.0] * 40, 0.5, "pass", False),  # the whole interval above the floor
-        ([0.0] * 40, 0.5, "FAIL", True),  # the whole interval below it
+        ([0.0] * 40, 0.5, "fail", True),  # the whole interval below it
         ([1.0] * 6 + [0.0] * 4, 0.5, "undecided", False),  # straddles it; 60% clears it
         ([1.0] * 4 + [0.0] * 6, 0.5, "undecided", True),  # straddles it; 40% is below it
         ([1.0] * 10, None, "no floor", False),
@@ -30,9 +37,9 @@ def _tally(scores: list[float], floor: float | None = 0.5, **fields: Any) -> Tas
 def test_a_scored_task_is_decided_by_its_floor_and_interval(
     scores: list[float], floor: float | None, status: str, fails: bool
 ) -> None:
-    verdict = decide_task(_tally(scores, floor), selected=len(scores), policy="point")
-    assert (verdict.status, verdict.floor_fails, verdict.failed) == (status, fails, fails)
-    assert verdict.n == len(scores) and verdict.score == pytest.approx(sum(scores) / len(scores))
+    decision = decide_task(_tally(scores, floor), selected=len(scores), policy="point")
+    assert (decision.status, decision.floor_fails, decision.failed) == (status, fails, fails)
+    assert decision.n == len(scores) and decision.score == pytest.approx(sum(scores) / len(scores))
 
 
 def test_the_policy_decides_whether_an_undecided_floor_fails() -> None:
@@ -63,11 +70,49 @@ def test_errors_skips_and_missing_items() -> None:
 
 def test_a_floor_with_no_scored_item_is_an_error_that_says_why() -> None:
     tally = _tally([], selected=2, not_fitting={"t-0000": {"context_window": 2048}})
-    verdict = decide_task(tally, selected=2, policy="point")
-    assert verdict.status == "error"
+    decision = decide_task(tally, selected=2, policy="point")
+    assert decision.status == "error"
     assert tally.errors == [
         "none of its 1 selected items fits the context window (2048 tokens), so no score "
         "holds its floor 0.5"
     ]
     again = decide_task(tally, selected=2, policy="point")  # said once
     assert again.status == "error" and len(tally.errors) == 1
+
+
+def test_every_status_a_decision_gives_is_one_of_the_statuses() -> None:
+    """One spelling of each gate value: whatever decides, the status is in STATUSES."""
+    cases = [
+        decide_task(_tally(s, f), selected=len(s) + extra, policy=p)
+        for s in ([1.0] * 40, [0.0] * 40, [1.0, 0.0] * 20, [])
+        for f in (None, 0.2, 0.5, 0.9)
+        for extra in (0, 3)
+        for p in ("point", "strict", "lenient")
+    ]
+    assert {d.status for d in cases} <= set(STATUSES)
+    assert {"pass", "fail", "undecided", "incomplete", "no floor"} <= {d.status for d in cases}
+
+
+def test_a_summary_is_read_in_the_layout_written_before_and_in_the_current_one() -> None:
+    """metrics_summary.json: ``{"schema": 2, "tasks": ...}`` with ``status``; a run written
+    before it (the bare task mapping, ``verdict``, ``FAIL``) reads as the same entries."""
+    entries = {
+        "gsm8k": {"n": 10, "score": 0.1, "status": "fail", "floor": 0.5},
+        "mmlu": {"n": 0, "status": "skipped", "reason": "no data"},
+    }
+    written = summary_document(entries)
+    assert written["schema"] == 2 and summary_tasks(written) == entries
+    before = {
+        "gsm8k": {"n": 10, "score": 0.1, "verdict": "FAIL", "floor": 0.5},
+        "mmlu": {"n": 0, "verdict": "skipped", "reason": "no data"},
+    }
+    assert summary_tasks(before) == entries
+    assert summary_tasks({}) == {}
+    # a task named "tasks" in a layout-1 file is still a task
+    assert summary_tasks({"tasks": {"n": 1, "verdict": "pass"}}) == {
+        "tasks": {"n": 1, "status": "pass"}
+    }
+    with pytest.raises(SummaryLayoutError, match="schema 3: this version"):
+        summary_tasks({"schema": 3, "tasks": {}})
+    with pytest.raises(SummaryLayoutError, match="'tasks' is list"):
+        summary_tasks({"schema": 2, "tasks": []})

@@ -63,7 +63,7 @@ def test_a_run_without_what_floors_need_fails_naming_the_path_and_field(tmp_path
     with pytest.raises(LlmEvalError, match=r"task 'gsm8k': field 'ci95'"):
         ReferenceRun(run).floor("gsm8k", FloorRule("lcb"))
     broken = _run(tmp_path, {"mmlu": {**MMLU, "verdict": "incomplete"}}, "broken")
-    with pytest.raises(LlmEvalError, match=r"field 'verdict' is 'incomplete'"):
+    with pytest.raises(LlmEvalError, match=r"field 'status' is 'incomplete'"):
         ReferenceRun(broken).floor("mmlu", FloorRule("lcb"))
     no_score = _run(tmp_path, {"mmlu": {**MMLU, "score": "high"}}, "noscore")
     with pytest.raises(LlmEvalError, match=r"field 'score'"):

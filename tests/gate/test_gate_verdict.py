@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pytest_llmeval.gate import (
     FloorRule,
-    interval_verdict,
+    interval_status,
     parse_floor_rule,
     pass_threshold,
     policy_fails,
@@ -32,7 +32,7 @@ from pytest_llmeval.scorer import wilson_interval
 def test_interval_verdict_at_the_boundaries(
     low: float, high: float, floor: float, verdict: str
 ) -> None:
-    assert interval_verdict(low, high, floor) == verdict
+    assert interval_status(low, high, floor) == verdict
 
 
 @pytest.mark.parametrize(
@@ -79,8 +79,8 @@ def test_a_decided_verdict_stays_decided_with_more_items_at_the_same_score(
     n = k + extra
     if n == 0:
         return
-    before = interval_verdict(*wilson_interval(k, n), floor)
-    after = interval_verdict(*wilson_interval(2 * k, 2 * n), floor)
+    before = interval_status(*wilson_interval(k, n), floor)
+    after = interval_status(*wilson_interval(2 * k, 2 * n), floor)
     if before != "undecided":
         assert after == before
 
@@ -151,6 +151,6 @@ def test_a_perfect_or_a_null_score_has_its_exact_interval_end(n: int) -> None:
     perfect score (it is undecided, as a floor at the upper end is); none right: the lower
     end is exactly 0."""
     assert wilson_interval(n, n)[1] == 1.0
-    assert interval_verdict(*wilson_interval(n, n), 1.0) == "undecided"
+    assert interval_status(*wilson_interval(n, n), 1.0) == "undecided"
     assert wilson_interval(0, n)[0] == 0.0
-    assert interval_verdict(*wilson_interval(0, n), 0.0) == "pass"
+    assert interval_status(*wilson_interval(0, n), 0.0) == "pass"

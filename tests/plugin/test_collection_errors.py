@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from pytest_llmeval.record import read_summary
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 HEADER = "question,choice0,choice1,choice2,choice3,answer\n"
 
@@ -235,7 +237,7 @@ def _mmlu(pytester: pytest.Pytester, anatomy: str, listed: bool) -> Path:
 
 def _summary(pytester: pytest.Pytester) -> dict[str, Any]:
     (run,) = [p for p in (pytester.path / "out").iterdir() if p.is_dir()]
-    return dict(json.loads((run / "metrics_summary.json").read_text())["mmlu"])
+    return dict(read_summary(run / "metrics_summary.json")["mmlu"])
 
 
 @pytest.mark.parametrize(
@@ -279,7 +281,7 @@ def test_a_subset_without_rows_fails_a_floor(
     )
     result.stdout.fnmatch_lines(["mmlu *4/4 *error*"])
     assert "WARNING mmlu: subset" not in result.stdout.str()  # a failure, not a warning
-    assert _summary(pytester)["verdict"] == "error"
+    assert _summary(pytester)["status"] == "error"
 
 
 def test_a_numeric_comparison_with_no_numeric_target_is_a_collection_error(

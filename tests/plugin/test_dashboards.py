@@ -102,11 +102,11 @@ def test_wrong_items_fail_in_junit_and_html_and_the_failed_gate_is_its_own_case(
         "ci_low": "0.3006",
         "ci_high": "0.9544",
         "floor": "0.9900",
-        "verdict": "FAIL",
+        "status": "fail",
         "policy": "point",
     }
     assert _outcome(cases["arith.yaml.arith::gate"]) == "passed"
-    assert _props(cases["arith.yaml.arith::gate"])["verdict"] == "pass"
+    assert _props(cases["arith.yaml.arith::gate"])["status"] == "pass"
 
     page = pytester.path / "r.html"
     results = _html_results(page)
@@ -194,7 +194,7 @@ def test_an_undecided_gate_is_skipped_or_failed_by_the_policy_and_no_floor_is_sk
     assert _message(gate, "skipped").startswith(
         "undecided: the floor 0.5000 lies inside acc 0.7500 [95% CI 0.3006, 0.9544]"
     )
-    assert _props(gate)["verdict"] == "undecided" and _props(gate)["policy"] == "lenient"
+    assert _props(gate)["status"] == "undecided" and _props(gate)["policy"] == "lenient"
 
     strict = pytester.runpytest(
         *_args(tiny_model_dir, "--junitxml=y.xml", "--llm-set=gate.policy=strict", "-rA")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_llmeval.record import read_summary
 from pytest_llmeval.record.__main__ import main as record_main
 
 pytest.importorskip("torch")
@@ -28,7 +29,7 @@ def _run(root: Path) -> Path:
 
 
 def _summary(root: Path) -> dict[str, dict[str, object]]:
-    return json.loads((_run(root) / "metrics_summary.json").read_text())  # type: ignore[no-any-return]
+    return read_summary(_run(root) / "metrics_summary.json")  # type: ignore[no-any-return]
 
 
 def test_floors_written_from_a_run_pass_the_same_model_and_fail_a_weakened_one(
@@ -67,7 +68,7 @@ def test_floors_written_from_a_run_pass_the_same_model_and_fail_a_weakened_one(
         ]
     )
     entry = _summary(pytester.path / "same")["colors"]
-    assert entry["verdict"] == "undecided" and entry["policy"] == "point"
+    assert entry["status"] == "undecided" and entry["policy"] == "point"
     assert entry["failed"] is False
     assert "rule margin:20" in str(entry["floor_source"])
 

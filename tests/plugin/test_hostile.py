@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from tiny_projects import INTERRUPT_CONFTEST, KILL_CONFTEST
 
+from pytest_llmeval.record import read_summary
 from pytest_llmeval.record._rundir import RunLease, run_state, strip_timing
 
 pytest.importorskip("torch")
@@ -137,9 +138,9 @@ def test_nan_weights_are_item_errors_never_predictions(
     colors = _lines(run, "colors")
     assert len(colors) == 4  # recorded, with the error, never with a prediction
     assert all(r["error"] and r["pred"] is None and not r["correct"] for r in colors)
-    summary = json.loads((run / "metrics_summary.json").read_text())
+    summary = read_summary(run / "metrics_summary.json")
     assert summary["colors"]["score"] is None and summary["colors"]["n"] == 0
-    assert summary["colors"]["verdict"] == "error"
+    assert summary["colors"]["status"] == "error"
     assert summary["colors"]["errors"]["n"] == 4
 
 
@@ -215,8 +216,8 @@ def test_empty_data_file_with_a_floor_fails_the_run(
     result.stdout.fnmatch_lines(["arith * 0/0 *error*", f"ERROR arith: arith-empty: {message}"])
     (run,) = _runs(pytester.path / "out")
     assert len(_lines(run, "colors")) == 4  # the other task's results are kept
-    summary = json.loads((run / "metrics_summary.json").read_text())
-    assert summary["arith"]["verdict"] == "error"
+    summary = read_summary(run / "metrics_summary.json")
+    assert summary["arith"]["status"] == "error"
 
 
 def test_empty_data_file_without_a_floor_is_a_skip_with_the_reason(
@@ -306,7 +307,7 @@ def test_every_item_over_the_window_fails_a_floor_and_is_recorded(
     )
     assert result.ret == pytest.ExitCode.OK
     (run,) = _runs(pytester.path / "out")
-    summary = json.loads((run / "metrics_summary.json").read_text())
+    summary = read_summary(run / "metrics_summary.json")
     assert summary["colors"]["not_fitting"]["n"] == 4
     assert (run / "eval_config.json").exists()
     assert all(r["details"]["context_overflow"] for r in _lines(run, "colors"))
@@ -537,7 +538,7 @@ def test_multiple_choice_over_the_window_is_truncated_and_flagged(
     (run,) = _runs(pytester.path / "out")
     cut = [r for r in _lines(run, "colors") if (r["details"] or {}).get("truncated_prompt_tokens")]
     assert cut and all(len(r["logprobs"]) == 3 for r in cut)
-    summary = json.loads((run / "metrics_summary.json").read_text())
+    summary = read_summary(run / "metrics_summary.json")
     assert summary["colors"]["truncated"] == {"n": len(cut), "items": [r["item_id"] for r in cut]}
 
 
@@ -675,8 +676,8 @@ def test_an_interrupted_run_is_recorded_as_such_and_resumed(
     (run,) = _runs(pytester.path / "out")
     stopped.stdout.fnmatch_lines([f"run record: {run.relative_to(pytester.path)} ({'*'}"])
     assert run_state(run) == ("interrupted", reason)
-    summary = json.loads((run / "metrics_summary.json").read_text())
-    assert summary["colors"]["verdict"] == "incomplete"
+    summary = read_summary(run / "metrics_summary.json")
+    assert summary["colors"]["status"] == "incomplete"
     assert len(_lines(run, "colors")) == 2  # what ran is kept
     # report.html is written after the lease is released: it says how the run ended,
     # although the run wrote a summary
@@ -749,7 +750,7 @@ def test_a_shared_run_dir_is_completed_under_its_merge_lock(
     seen = (pytester.path / "lock-seen.txt").read_text().splitlines()
     assert seen == ["eval_config.json True", "eval_config.json True"]
     run = pytester.path / "combined"
-    assert sorted(json.loads((run / "metrics_summary.json").read_text())) == ["arith", "colors"]
+    assert sorted(read_summary(run / "metrics_summary.json")) == ["arith", "colors"]
     assert run_state(run) == ("finished", None)
 
 

@@ -6,12 +6,13 @@ metrics_summary.json and report.html of real pytester runs of the tiny project."
 from __future__ import annotations
 
 import html
-import json
 import re
 from pathlib import Path
 
 import pytest
 import tiny_projects
+
+from pytest_llmeval.record import read_summary
 
 
 def _args(*extra: str) -> list[str]:
@@ -42,12 +43,12 @@ def test_a_task_without_data_is_listed_everywhere_with_its_reason(
     )
     run = _run_dir(pytester)
 
-    metrics = json.loads((run / "metrics_summary.json").read_text())
-    assert metrics["absent"]["verdict"] == "skipped"
+    metrics = read_summary(run / "metrics_summary.json")
+    assert metrics["absent"]["status"] == "skipped"
     assert metrics["absent"]["n"] == 0
     assert "no 'absent_bench' folder" in metrics["absent"]["reason"]
     assert metrics["absent"]["fix"].startswith("install its data: --llm-data-dir=DIR")
-    assert metrics["arith"]["verdict"] != "skipped"  # the tasks that ran keep their entries
+    assert metrics["arith"]["status"] != "skipped"  # the tasks that ran keep their entries
 
     markdown = (run / "summary.md").read_text()
     assert "**Tasks not run**:" in markdown

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from tiny_projects import INTERRUPT_CONFTEST, PROBED_SPEC
 
+from pytest_llmeval.record import read_summary
+
 pytest.importorskip("torch")
 
 
@@ -83,9 +85,9 @@ def test_run_prints_table_and_writes_records(
     record = json.loads(lines[0])
     assert record["item_id"] == "arith-0000"
     assert record["prompt"].startswith("Question: what is zero plus one?\nAnswer: 1\n\n")
-    summary = json.loads((runs[0] / "metrics_summary.json").read_text())
+    summary = read_summary(runs[0] / "metrics_summary.json")
     assert summary["colors"]["n"] == 4
-    assert summary["arith"]["verdict"] == "pass"
+    assert summary["arith"]["status"] == "pass"
     config = json.loads((runs[0] / "eval_config.json").read_text())
     assert config["dtype"] == "float32"
     assert config["environment"]["backend"]["dtype"] == "float32"
@@ -340,7 +342,7 @@ def test_xdist_aggregates_on_the_controller(
     )
     assert serial.ret == parallel.ret == 1
     for result in (serial, parallel):
-        result.stdout.fnmatch_lines(["arith*5/5*pass*", "colors*4/4*FAIL*", "*FAIL colors*"])
+        result.stdout.fnmatch_lines(["arith*5/5*pass*", "colors*4/4*fail*", "*FAIL colors*"])
 
     def items(out: str) -> dict[str, tuple[bool, str | None]]:
         run = next((pytester.path / out).iterdir())
@@ -440,10 +442,10 @@ def test_items_that_do_not_fit_the_window_are_reported_not_scored(
     )
     assert "partial:" not in result.stdout.str()  # every item ran: none was deselected
     run = next((pytester.path / "out").iterdir())
-    summary = json.loads((run / "metrics_summary.json").read_text())["reading"]
+    summary = read_summary(run / "metrics_summary.json")["reading"]
     assert summary["n"] == 2
     assert summary["not_fitting"] == {"n": 1, "items": ["reading-0001"]}
-    assert summary["verdict"] == "pass"
+    assert summary["status"] == "pass"
     records = [
         json.loads(line)
         for line in (run / "tasks" / "reading_output.jsonl").read_text().splitlines()
@@ -901,7 +903,7 @@ def test_generations_are_scanned_for_cues_of_recall(
         ["arith: 1 outputs show cues of recall (benchmark_name 1, split 1): listed in *"]
     )
     run = next((pytester.path / "out").iterdir())
-    summary = json.loads((run / "metrics_summary.json").read_text())["arith"]
+    summary = read_summary(run / "metrics_summary.json")["arith"]
     assert summary["recall_cues"] == {
         "n": 1,
         "items": {"arith-0000": ["benchmark_name: GSM8K", "split: test set"]},

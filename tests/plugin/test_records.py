@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from tiny_projects import KILL_CONFTEST
 
+from pytest_llmeval.record import read_summary
 from pytest_llmeval.record._rundir import strip_timing
 
 pytest.importorskip("torch")
@@ -60,7 +61,7 @@ def test_run_directory_contents(
     # The generative task streams its items (continuous batching); each is computed once.
     assert "arith: generating 5 item(s) with continuous batching (batch size 8)" in log
     assert _count(log, "computed", "arith") == 5 and _count(log, "computed", "colors") == 4
-    summary = json.loads((run / "metrics_summary.json").read_text())
+    summary = read_summary(run / "metrics_summary.json")
     assert summary["colors"]["config_hash"] == config["tasks"]["colors"]["config_hash"]
     assert "| colors |" in (run / "summary.md").read_text()
 
@@ -87,8 +88,8 @@ def test_identical_runs_give_identical_records(
         assert [strip_timing(r) for r in _lines(a, task)] == [
             strip_timing(r) for r in _lines(b, task)
         ]
-    sa = json.loads((a / "metrics_summary.json").read_text())
-    sb = json.loads((b / "metrics_summary.json").read_text())
+    sa = read_summary(a / "metrics_summary.json")
+    sb = read_summary(b / "metrics_summary.json")
     assert {t: v["score"] for t, v in sa.items()} == {t: v["score"] for t, v in sb.items()}
 
 
@@ -419,7 +420,7 @@ def test_repeats_report_median_and_spread(
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*3 repeats: median*spread 0.0 points*"])
     (run,) = _runs(pytester.path / "out")
-    summary = json.loads((run / "metrics_summary.json").read_text())
+    summary = read_summary(run / "metrics_summary.json")
     assert len(summary["colors"]["repeats"]) == 3
     assert summary["colors"]["spread"] == 0.0
     assert "3 repeat(s)" in (run / "eval.log").read_text()
@@ -462,7 +463,7 @@ def test_one_task_per_process_combined_into_one_record(
             == 0
         )
     run = pytester.path / "combined"
-    summary = json.loads((run / "metrics_summary.json").read_text())
+    summary = read_summary(run / "metrics_summary.json")
     assert set(summary) == {"arith", "colors"}
     config = json.loads((run / "eval_config.json").read_text())
     assert set(config["tasks"]) == {"arith", "colors"}
@@ -515,7 +516,7 @@ def test_named_metrics_in_records_summary_and_terminal(
         # Everything removed from both sides: equal whenever the output had any text.
         assert metrics["any_text"]["score"] == float(metrics["any_text"]["extracted"] is not None)
     assert all("metrics" not in line for line in _lines(run, "colors"))
-    summary = json.loads((run / "metrics_summary.json").read_text())
+    summary = read_summary(run / "metrics_summary.json")
     assert summary["arith"]["metrics"]["never"]["n"] == 5
     assert summary["arith"]["metrics"]["never"]["mean"] == 0.0
     assert summary["arith"]["metrics"]["never"]["ci95"][0] == 0.0

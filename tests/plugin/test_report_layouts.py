@@ -87,7 +87,7 @@ def test_one_task_per_process_combined_into_one_report(
     run = pytester.path / "combined"
     _check(run)
     assert [t.name for t in prepare_report(run).tasks] == ["arith", "colors"]
-    assert all(t.verdict == "pass" for t in prepare_report(run).tasks)
+    assert all(t.status == "pass" for t in prepare_report(run).tasks)
 
 
 def test_interrupted_and_resumed_runs_have_reports(
@@ -102,7 +102,7 @@ def test_interrupted_and_resumed_runs_have_reports(
     assert not (interrupted / "report.html").exists()
     assert record_main(["report", str(interrupted)]) == 0  # rebuilt from its records alone
     html = _check(interrupted)
-    assert "interrupted" in html and "no verdict" in html
+    assert "interrupted" in html and "no summary" in html
     (row,) = prepare_report(interrupted).tasks
     assert row.n == 3 and not row.from_summary
 

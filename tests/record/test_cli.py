@@ -55,7 +55,7 @@ def test_compare_gate_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["compare", str(worse), str(base), "--fail", "bogus"]) == 2
 
 
-def test_diff_tolerates_float_noise_but_not_outputs_or_verdicts(
+def test_diff_tolerates_float_noise_but_not_outputs_or_statuses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a = _run(tmp_path, "a", {"t-0": "1", "t-1": "2"}, seconds=0.5)
@@ -72,16 +72,16 @@ def test_diff_tolerates_float_noise_but_not_outputs_or_verdicts(
     out = capsys.readouterr().out
     assert "largest float difference 4e-06" in out
     assert "identical apart from timing fields and floats within 1e-05" in out
-    # the same scores with a different verdict (another floor) are a difference
-    (b / "metrics_summary.json").write_text(
-        json.dumps({"t": {"score": 0.5, "floor": 0.6, "verdict": "fail", "seconds": 3.0}})
-    )
+    # the same scores with a different status (another floor) are a difference; B in this
+    # version's layout, A in the first one (a run from before the status had one spelling)
+    entry = {"score": 0.5, "floor": 0.6, "status": "fail", "seconds": 3.0}
+    (b / "metrics_summary.json").write_text(json.dumps({"schema": 2, "tasks": {"t": entry}}))
     (a / "metrics_summary.json").write_text(
         json.dumps({"t": {"score": 0.5, "floor": 0.4, "verdict": "pass", "seconds": 1.0}})
     )
     assert main(["diff", str(a), str(b), "--tol", "1e-5"]) == 1
     out = capsys.readouterr().out
-    assert "t: verdict pass != fail" in out
+    assert "t: status pass != fail" in out
     assert "t: floor 0.4 != 0.6" in out
     assert "seconds" not in out  # a summary's duration is not compared
     # a task that only one run has is one line, not one per summary field

@@ -15,7 +15,7 @@ import pytest
 from openai_fake import FakeServer
 from tiny_projects import COLORS
 
-from pytest_llmeval.record import prepare_report
+from pytest_llmeval.record import prepare_report, read_summary
 from pytest_llmeval.record.__main__ import main as record_main
 from pytest_llmeval.record._rundir import run_damage
 
@@ -97,7 +97,7 @@ def test_an_intact_run_records_its_output_files_and_reads_as_finished(
     pytester: pytest.Pytester, fake_openai: FakeServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = _real_run(pytester, fake_openai)
-    summary = json.loads((run / "metrics_summary.json").read_text())
+    summary = read_summary(run / "metrics_summary.json")
     for task, n in (("arith", 6), ("colors", 4)):
         records = summary[task]["records"]
         data = (run / "tasks" / f"{task}_output.jsonl").read_bytes()
@@ -142,7 +142,7 @@ def test_a_damaged_run_is_reported_damaged_and_refused(
     model = prepare_report(run)
     assert model.state == "damaged" and not model.finished
     if how == "no summary":  # no score from the lines that are left is the run's score
-        assert {row.verdict for row in model.tasks} == {"damaged"}
+        assert {row.status for row in model.tasks} == {"damaged"}
         assert all(row.score != row.score for row in model.tasks)  # NaN: shown as -
         assert "No task score is shown" in model.notes[0]
 
@@ -208,7 +208,7 @@ def test_runs_under_xdist_and_tasks_combined_with_run_dir_are_intact(
     for task in ("arith", "colors"):
         assert pytester.runpytest(*common, f"--llm-set=run.dir={combined}", "-k", task).ret == 0
     for path in (run, xdist, combined):
-        summary = json.loads((path / "metrics_summary.json").read_text())
+        summary = read_summary(path / "metrics_summary.json")
         assert sorted(summary) == ["arith", "colors"]
         assert run_damage(path) == [], path
         assert prepare_report(path).state == "finished"

@@ -30,12 +30,12 @@ def _row(status: str, failed: bool, policy: str = "point", **extra: Any) -> dict
     ("status", "failed", "policy", "outcome", "start"),
     [
         ("pass", False, "point", "passed", ""),
-        ("FAIL", True, "point", "failed", "gate failed: acc 0.7500 [95% CI 0.3006, 0.9544] is"),
+        ("fail", True, "point", "failed", "gate failed: acc 0.7500 [95% CI 0.3006, 0.9544] is"),
         ("undecided", True, "strict", "failed", "gate failed: acc 0.7500 [95% CI"),
         ("undecided", False, "lenient", "skipped", "undecided: the floor 0.5000 lies inside"),
         ("undecided", False, "point", "skipped", "undecided: the floor 0.5000 lies inside"),
-        ("error", True, "point", "failed", "gate failed: the task's verdict is error"),
-        ("incomplete", True, "point", "failed", "gate failed: the task's verdict is incomplete"),
+        ("error", True, "point", "failed", "gate failed: the task's status is error"),
+        ("incomplete", True, "point", "failed", "gate failed: the task's status is incomplete"),
         ("skipped", False, "point", "skipped", "every item of the task was skipped"),
     ],
 )
@@ -45,7 +45,7 @@ def test_a_gate_fails_exactly_when_its_verdict_fails_the_run(
     got, message, props = gate_case(_row(status, failed, policy))
     assert got == outcome
     assert message.startswith(start)
-    assert dict(props)["verdict"] == status and dict(props)["policy"] == policy
+    assert dict(props)["status"] == status and dict(props)["policy"] == policy
     if status == "undecided":
         assert f"--llm-set gate.policy={policy}" in message
 
@@ -63,6 +63,6 @@ def test_a_task_without_a_floor_is_a_skipped_gate_that_says_how_to_add_one() -> 
         "ci_low",
         "ci_high",
         "floor",
-        "verdict",
+        "status",
         "policy",
     ]

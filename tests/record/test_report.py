@@ -226,19 +226,19 @@ def test_split_prompts_without_a_known_separator_uses_the_common_prefix() -> Non
 
 def test_task_rows_come_from_the_summary(run: Path) -> None:
     (row,) = task_rows(load_run(run))
-    assert (row.name, row.n, row.total, row.metric, row.verdict) == (
+    assert (row.name, row.n, row.total, row.metric, row.status) == (
         "arith",
         3,
         10,
         "exact_match",
-        "FAIL",
+        "fail",  # layout 1's FAIL, read as the one spelling
     )
     assert row.score == pytest.approx(1 / 3)
     assert row.floor == 0.5 and row.failed and row.partial and row.from_summary
     assert row.seconds == 3.25
 
 
-def test_undecided_verdicts_show_the_policy_outcome_and_the_floor_source(tmp_path: Path) -> None:
+def test_undecided_statuses_show_the_policy_outcome_and_the_floor_source(tmp_path: Path) -> None:
     source = {
         "from": "reference run",
         "rule": "margin:5",
@@ -270,7 +270,7 @@ def test_undecided_verdicts_show_the_policy_outcome_and_the_floor_source(tmp_pat
     assert "rule margin:5 from run 20261201-092052" in rows["strict"].floor_source
     assert rows["old"].floor_source is None and rows["old"].policy is None
     page = render_report(prepare_report(path))
-    assert page.count('class="verdict v-undecided"') == 2
+    assert page.count('class="status v-undecided"') == 2
     assert "fails under policy strict" in page and "passes under policy point" in page
     assert page.count('class="floor-source"') == 2
 
@@ -289,7 +289,7 @@ def test_interrupted_run_rows_are_computed_from_items_without_a_verdict(tmp_path
     )
     model = prepare_report(path)
     (row,) = model.tasks
-    assert row.verdict == "no verdict" and not row.from_summary
+    assert row.status == "no summary" and not row.from_summary
     assert row.n == 2 and row.not_fitting == 1
     assert row.score == 0.5
     assert 0.0 < row.ci_low < 0.5 < row.ci_high < 1.0  # Wilson interval of 1/2
@@ -299,7 +299,7 @@ def test_interrupted_run_rows_are_computed_from_items_without_a_verdict(tmp_path
     items = model.browser["tasks"][0]["items"]
     assert items[2]["st"] == "not_scored" and "ok" not in items[2]
     html = render_report(model)
-    assert "interrupted" in html and "no verdict" in html
+    assert "interrupted" in html and "no summary" in html
 
 
 def test_a_run_of_probes_only_is_not_called_interrupted(tmp_path: Path) -> None:
@@ -878,7 +878,7 @@ def test_an_interrupted_run_with_a_summary_is_not_presented_as_finished(tmp_path
         "resume."
     ]
     (row,) = model.tasks
-    assert row.from_summary and row.verdict == "incomplete"
+    assert row.from_summary and row.status == "incomplete"
     html = render_report(model)
     assert 'class="badge bad" title="stopped early' in html and ">finished<" not in html
 
@@ -972,7 +972,7 @@ def test_strict_json_nulls_and_item_errors_are_read_and_shown(tmp_path: Path) ->
     model = prepare_report(path, path)
     (row,) = model.tasks
     assert math.isnan(row.score) and math.isnan(row.ci_low) and row.repeats == [0.5]
-    assert row.errors == 1 and row.verdict == "error"
+    assert row.errors == 1 and row.status == "error"
     items = {i["id"]: i for i in model.browser["tasks"][0]["items"]}
     assert items["quiz-a-0"]["st"] == "error" and "not finite" in items["quiz-a-0"]["er"]
     assert "ok" not in items["quiz-a-0"] and items["quiz-a-0"]["lp"] == []

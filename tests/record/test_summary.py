@@ -35,7 +35,7 @@ ROWS: list[dict[str, Any]] = [
         "ci_low": 0.0435,
         "ci_high": 0.2136,
         "floor": 0.2,
-        "status": "FAIL",
+        "status": "fail",
         "seconds": 80.0,
     },
     {
@@ -103,7 +103,7 @@ def test_verdict_table() -> None:
     assert "| task | items | metric | score | 95% CI | floor | status | time |" in lines
     assert "| mmlu | 200/14042 | acc | 57.5% | 50.6% – 64.1% | 50.0% | ✅ pass | 12.3 s |" in lines
     assert (
-        "| gsm8k | 50/50 | exact_match | 10.0% | 4.3% – 21.4% | 20.0% | ❌ FAIL | 80.0 s |" in lines
+        "| gsm8k | 50/50 | exact_match | 10.0% | 4.3% – 21.4% | 20.0% | ❌ fail | 80.0 s |" in lines
     )
     assert "| arc | 0/0 | acc | n/a | n/a | - | skipped | - |" in lines
     assert md.endswith("\n")
