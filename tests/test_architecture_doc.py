@@ -69,3 +69,37 @@ def test_every_code_name_of_the_glossary_exists() -> None:
     missing = [n for n in names if not _defined(n, source)]
     assert missing == [], f"the glossary names code that is gone: {missing}"
     assert not _defined("gate.TaskVerdictGone", source)  # the check can fail
+
+
+def _layer_table() -> list[tuple[list[str], set[str]]]:
+    """The rows of the Layers section's table: (packages, what they import)."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("\n## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for first, second in re.findall(r"^\| ([^|]+) \| ([^|]+) \|$", section, re.M):
+        if first.strip() in ("package", "---"):
+            continue
+        packages = re.findall(r"`([\w]+)`", first)
+        imports = set(re.findall(r"`([\w]+)`", second))
+        rows.append((packages, imports))
+    return rows
+
+
+def test_the_layer_table_is_the_import_graph_from_the_bottom() -> None:
+    """Every package of the layering test's graph is in the table once, with exactly the
+    packages it imports, and imports only packages of the rows above its own."""
+    from test_layering import PACKAGE_DIR as INSTALLED
+    from test_layering import package_graph
+
+    graph = {node: set(edges) for node, edges in package_graph(INSTALLED).items()}
+    rows = _layer_table()
+    listed = [p for packages, _ in rows for p in packages]
+    assert len(listed) == len(set(listed)), f"a package is in two rows: {listed}"
+    assert sorted(listed) == sorted(graph), "the table and the import graph name other packages"
+    below: set[str] = set()
+    for packages, imports in rows:
+        for package in packages:
+            assert graph[package] == imports, (package, sorted(graph[package]), sorted(imports))
+        assert imports <= below, f"{packages} import {sorted(imports - below)} from above"
+        below |= set(packages)
+    assert len(rows) > 5  # the table was read
