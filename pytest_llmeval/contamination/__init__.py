@@ -52,6 +52,13 @@ from pytest_llmeval.contamination._cues import (
     rouge_l,
     scan_output,
 )
+from pytest_llmeval.contamination._decide import (
+    PROBES,
+    ProbeContext,
+    ProbeOutcome,
+    paired_verdict,
+    run_probe,
+)
 from pytest_llmeval.contamination._guessing import (
     GuessingItem,
     GuessingReport,
@@ -160,6 +167,7 @@ __all__ = [
     "EXCHANGEABILITY_RULES",
     "FIRST_NAMES",
     "MEMBERSHIP_SCORES",
+    "PROBES",
     "BenchmarkIndex",
     "CalculationError",
     "ChunkCounts",
@@ -193,6 +201,8 @@ __all__ = [
     "PairedItem",
     "PairedReport",
     "ParquetRows",
+    "ProbeContext",
+    "ProbeOutcome",
     "ReferenceComparison",
     "ScanReport",
     "Shard",
@@ -241,6 +251,7 @@ __all__ = [
     "option_shuffle_verdict",
     "option_texts",
     "order_verdict",
+    "paired_verdict",
     "permute_options",
     "plan_shards",
     "poisson_binomial_upper_tail",
@@ -253,6 +264,7 @@ __all__ = [
     "rotation_chances",
     "rotation_orders",
     "rouge_l",
+    "run_probe",
     "scan_local",
     "scan_output",
     "scan_shard",

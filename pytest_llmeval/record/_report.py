@@ -699,7 +699,7 @@ def comparison_view(
 
 
 def probe_flagged(report: Mapping[str, Any], alpha: float) -> bool:
-    """The verdict rule of the ``llm_probe`` fixture (``plugin/_probe.py``) on a report's
+    """The verdict rule of the ``llm_probe`` fixture (``contamination/_decide.py``) on a report's
     JSON: a paired probe flags a task when the published form is answered better and the
     exact McNemar p is below alpha; the order test when its binomial p is below alpha.
     Reports that carry the fixture's own verdict (``verdict.fired``) are taken at their

@@ -1027,7 +1027,7 @@ def test_a_verdict_that_fires_on_clean_items_or_was_never_measured_there_is_not_
     (validation.json: ``holds`` false) is not given: the probe is skipped with its numbers,
     as one without a null is; so is one never measured there; one that holds keeps it."""
     from pytest_llmeval.contamination import ContaminationVerdict, _validation
-    from pytest_llmeval.plugin._probe import ProbeOutcome, _only_if_validated
+    from pytest_llmeval.contamination._decide import ProbeOutcome, _only_if_validated
 
     table = {
         "alpha": 0.01,
@@ -1158,7 +1158,7 @@ def test_a_verdict_that_had_nothing_to_count_is_no_verdict() -> None:
     item right exactly once: n = 0, p = 1. That is no finding, so it is not given as "no
     sign of contamination": skipped, its numbers kept for inspection."""
     from pytest_llmeval.contamination import ContaminationVerdict
-    from pytest_llmeval.plugin._probe import ProbeOutcome, _only_if_counted
+    from pytest_llmeval.contamination._decide import ProbeOutcome, _only_if_counted
 
     empty = ContaminationVerdict(
         "circular", "mmlu", "exchangeable option orders", "exact", 0, 1.0, 0.01,

@@ -442,8 +442,7 @@ def _paired(canonical: list[bool], rewritten: list[bool]) -> PairedReport:
 def test_probe_verdict_rule_is_the_fixtures(report: PairedReport | OrderTestReport) -> None:
     """The report shows the fixture's own verdict (written with the probe's JSON), never a
     rule of its own: the null behind a verdict is not in the report's numbers."""
-    from pytest_llmeval.contamination import order_verdict
-    from pytest_llmeval.plugin._probe import ProbeOutcome, paired_verdict
+    from pytest_llmeval.contamination import ProbeOutcome, order_verdict, paired_verdict
 
     for alpha in (0.01, 0.05):
         if isinstance(report, OrderTestReport):
@@ -549,8 +548,7 @@ def test_a_probe_without_a_verdict_shows_the_numbers_its_reason_quotes(run: Path
     probe's own count over all items and its far smaller p. Membership and TS-Guessing
     without a verdict show their own numbers, never a McNemar line they do not have; the
     reason is on the page, not only in a tooltip."""
-    from pytest_llmeval.contamination import order_verdict
-    from pytest_llmeval.plugin._probe import ProbeOutcome
+    from pytest_llmeval.contamination import ProbeOutcome, order_verdict
 
     folder = run / "contamination"
     folder.mkdir()

@@ -1,9 +1,8 @@
-"""The verdict of a paired contamination probe (``plugin._probe.paired_verdict``)."""
+"""The verdict of a paired contamination probe (``contamination.paired_verdict``)."""
 
 from __future__ import annotations
 
-from pytest_llmeval.contamination import PairedItem, PairedReport
-from pytest_llmeval.plugin._probe import paired_verdict
+from pytest_llmeval.contamination import PairedItem, PairedReport, paired_verdict
 
 
 def _paired(pairs: list[tuple[bool, bool]]) -> PairedReport:
