@@ -33,8 +33,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pytest_llmeval._errors import ModelError
@@ -307,6 +309,59 @@ def _plain_output(output: Any) -> dict[str, Any]:
     return plain
 
 
+def replica_failure(exc: BaseException, replicas: int) -> ModelError:
+    """A ``vllm.data_parallel`` replica that died as it started, in one line a user can act
+    on: the root cause its engine logged (vLLM names it only in the engine's output, which
+    Ray keeps in the actor's worker log: too little memory for the KV cache, a device it
+    cannot use) where that log is on this machine, else the last error its creation task
+    raised (Ray's message opens with the traceback's head: cut to one line it says nothing)
+    and where the log is."""
+    text = str(exc)
+    raised = re.findall(r"^(\w+(?:Error|Exception): .+)$", text, re.M)
+    last = raised[-1].strip() if raised else " ".join(text.split())[:300]
+    pid = re.search(r"\(pid=(\d+)", text)
+    log = _worker_log(pid.group(1)) if pid else None
+    cause = _root_cause(log) if log is not None else None
+    head = (
+        f"--llm-set vllm.data_parallel={replicas}: a replica (a Ray actor) could not start "
+        "its engine"
+    )
+    if cause is not None:
+        return ModelError(f"{head}: {cause} (its log: {log})")
+    where = f"worker-*-{pid.group(1)}.err" if pid else "worker-*.err"
+    return ModelError(
+        f"{head}: {last}; the engine's own log, with the root cause, is {where} in the logs "
+        "folder of Ray's session on the machine it ran on"
+    )
+
+
+def _worker_log(pid: str) -> Path | None:
+    """The log of the Ray worker ``pid`` when the Ray instance runs on this machine (None
+    for a cluster's, or when Ray does not say where its logs are)."""
+    try:
+        from ray._private import worker
+
+        logs = Path(worker._global_node.get_logs_dir_path())
+    except Exception:  # a private API: it may move; then the message names the file
+        return None
+    found = sorted(logs.glob(f"worker-*-{pid}.err"))
+    return found[0] if found else None
+
+
+def _root_cause(log: Path) -> str | None:
+    """The first error a failed engine start wrote to ``log`` (vLLM's "Engine core
+    initialization failed" points at it), or None."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        found = re.match(r"\s*(\w+(?:Error|Exception): .+)", line)
+        if found and "Engine core initialization failed" not in line:
+            return found.group(1).strip()
+    return None
+
+
 class VLLMBackend(TokenizerSide):
     """vLLM's engine in this process (or its replicas as Ray actors); see the module."""
 
@@ -378,7 +433,10 @@ class VLLMBackend(TokenizerSide):
                 f"--llm-model={settings.model}: vLLM could not start an engine for {self.path}: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
-        self.engine_config = self._call(0, "config")
+        if self._ray:
+            self.engine_config = self._replica_configs()[0]
+        else:
+            self.engine_config = self._call(0, "config")
         self.max_length = int(self.engine_config["max_model_len"])
         self.dtype = self.engine_config["dtype"]
 
@@ -423,6 +481,19 @@ class VLLMBackend(TokenizerSide):
             elif self.device == "cuda":
                 options["num_gpus"] = tp
             self.replicas.append(actor.options(**options).remote(engine, env))
+
+    def _replica_configs(self) -> list[dict[str, Any]]:
+        """Each replica's engine configuration, once every replica has started: one that
+        died as it started is a :class:`ModelError` saying what its creation raised and
+        where its engine's log is (Ray keeps an actor's output in its worker log, and vLLM
+        names a failed engine start's root cause only there)."""
+        import ray
+
+        try:
+            configs: list[dict[str, Any]] = ray.get([r.config.remote() for r in self.replicas])
+        except ray.exceptions.RayError as exc:
+            raise replica_failure(exc, self.settings.data_parallel) from None
+        return configs
 
     def _call(self, replica: int, method: str, *args: Any) -> Any:
         target = self.replicas[replica]

