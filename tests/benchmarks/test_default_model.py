@@ -210,7 +210,7 @@ def test_shared_prefixes_give_the_unshared_results_on_real_items(
     mmlu = load_task_spec(REPO / "benchmarks" / "mmlu.yaml")
     runner = TaskRunner(mmlu, data)
     # Round-robin over subjects: rows continuing different few-shot blocks share batches.
-    prepared = [runner.prepare(item) for item in first_n(load_items(mmlu, data), 4)]
+    prepared = [runner.prepare(item) for item in first_n(load_items(mmlu, data), 2)]
     requests = [
         LoglikelihoodRequest(p.prompt, " " + cont, shared_prefix=p.shared_prefix)
         for p in prepared

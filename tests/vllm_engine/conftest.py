@@ -1,7 +1,7 @@
 """The vllm test env's one in-process engine (``tox -e vllm``): vLLM's real engine on the
 default model, started once for the session and shared by both modules, beside the hf
 backend on the same model. Every other engine of the env starts in a test that needs one
-of its own (a model with another generation config, the plugin's runs)."""
+of its own (a model with another generation config, the plugin's run)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,9 @@ from pytest_llmeval.task import load_task_spec
 
 REPO = Path(__file__).resolve().parents[2]
 #: The session engine's share of the machine's memory (tests/vllm_engine/conftest.py): half
-#: the CPU build's default, so that the plugin's runs (two engines each, in a pytest
-#: subprocess) start while it is alive; a 135M model needs a small part of either.
+#: the CPU build's default, so that the plugin's run (four engines, in a pytest subprocess:
+#: test_vllm_plugin.PLUGIN_SHARE each) starts while it is alive; a 135M model needs a small
+#: part of either.
 SESSION_SHARE = CPU_MEMORY_SHARE / 2
 #: The engine arguments of every other engine the tests start (a model with another
 #: generation config, the plugin's runs): no torch.compile. An engine of the CPU build
