@@ -86,9 +86,8 @@ class ProbeRunner:
         if self._reference is None:
             from dataclasses import replace
 
+            from pytest_llmeval.compute import load_failure
             from pytest_llmeval.model import load_backend
-
-            from ._evaluator import load_failure
 
             settings = replace(self.session.options.model_settings(), model=name)
             try:

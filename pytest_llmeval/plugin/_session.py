@@ -1,7 +1,7 @@
 """The per-run state of the plugin, stored on ``config.stash``.
 
 One object per pytest process. Items ask it for their results, which the
-:class:`~pytest_llmeval.plugin._evaluator.Evaluator` computes in batches. On the controller
+:class:`~pytest_llmeval.compute.Evaluator` computes in batches. On the controller
 (or in a run without xdist) it also folds item reports into task tallies, decides floors,
 writes the run directory and compares with a baseline.
 """
@@ -21,6 +21,7 @@ import pytest
 
 from pytest_llmeval import _json as strict_json
 from pytest_llmeval._errors import SpecError
+from pytest_llmeval.compute import WHOLE_TASK_DIST, Evaluator
 from pytest_llmeval.dataset import Item
 from pytest_llmeval.eval import FailureReport, ItemResult, TaskRunner, analyse_failures
 from pytest_llmeval.gate import (
@@ -48,7 +49,6 @@ from pytest_llmeval.record import (
 )
 from pytest_llmeval.task import TaskSpec
 
-from ._evaluator import WHOLE_TASK_DIST, Evaluator
 from ._notrun import NotRun, skip_reason, tasks_not_run
 from ._options import CLI_FLOOR, Options
 from ._progress import install as install_progress

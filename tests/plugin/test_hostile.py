@@ -830,7 +830,7 @@ def test_the_determinism_check_reruns_the_same_batch(
 
 
 def test_tolerance_follows_the_dtype() -> None:
-    from pytest_llmeval.plugin._evaluator import logprob_tolerance
+    from pytest_llmeval.compute import logprob_tolerance
 
     assert logprob_tolerance("float32", -2.0) == pytest.approx(1e-4 + 2e-5)
     assert logprob_tolerance("bfloat16", -2.0) == pytest.approx(5e-2 + 2e-2)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmeval.plugin._progress import PREFIX, ProgressBoard, TaskProgress
+from pytest_llmeval.compute import ProgressBoard, TaskProgress
+from pytest_llmeval.plugin._progress import PREFIX
 
 pytest.importorskip("torch")
 

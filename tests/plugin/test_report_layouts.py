@@ -71,8 +71,8 @@ def test_single_process_and_xdist_runs_have_the_same_report_data(
     (two,) = _runs(pytester.path / "two")
     _check(two)
     assert _items(two) == _items(one)
-    rows = {t.name: (t.n, t.score, t.verdict) for t in prepare_report(two).tasks}
-    assert rows == {t.name: (t.n, t.score, t.verdict) for t in prepare_report(one).tasks}
+    rows = {t.name: (t.n, t.score, t.status) for t in prepare_report(two).tasks}
+    assert rows == {t.name: (t.n, t.score, t.status) for t in prepare_report(one).tasks}
 
 
 def test_one_task_per_process_combined_into_one_report(

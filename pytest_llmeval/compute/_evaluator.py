@@ -2,6 +2,8 @@
 
 Runs wherever items run (the only process without xdist, each worker with it). It never
 writes the run directory; what the controller needs travels in report user properties.
+Plain Python: the plugin gives it the run's options (:class:`RunOptions`) and, where
+progress is shown, a :class:`~._progress.ProgressBoard`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_llmeval._errors import LlmEvalError, one_line
 from pytest_llmeval.dataset import Item
@@ -31,11 +33,29 @@ from pytest_llmeval.record import (
     tokenizer_digest,
 )
 
-from ._options import Options
 from ._progress import ProgressBoard
 
 if TYPE_CHECKING:
-    from pytest_llmeval.model import Backend
+    from pytest_llmeval.model import Backend, ModelSettings
+
+
+class RunOptions(Protocol):
+    """What the evaluator reads of a run's options (the plugin's ``Options``)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def repeat(self) -> int: ...
+    @property
+    def check_determinism(self) -> int: ...
+    @property
+    def resume(self) -> bool: ...
+    @property
+    def output(self) -> Path: ...
+    @property
+    def model_revision(self) -> str | None: ...
+    def model_settings(self, worker: int | None = None) -> ModelSettings: ...
+
 
 # Tolerance of the determinism check on a log-likelihood, by the dtype the model ran in:
 # (absolute, relative to the value). The rerun has the same batch composition as the first
@@ -127,7 +147,7 @@ def _batch_size_text(backend: Backend) -> str:
 
 
 class Evaluator:
-    def __init__(self, options: Options, code_dir: Path) -> None:
+    def __init__(self, options: RunOptions, code_dir: Path) -> None:
         self.options = options
         self.code_dir = code_dir
         # Whether this process runs every selected item of a task (False in an xdist
