@@ -355,10 +355,16 @@ def _root_cause(log: Path) -> str | None:
         lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    for line in lines:
-        found = re.match(r"\s*(\w+(?:Error|Exception): .+)", line)
+    for k, line in enumerate(lines):
+        found = re.match(r"\s*([\w.]+(?:Error|Exception): .+)", line)
         if found and "Engine core initialization failed" not in line:
-            return found.group(1).strip()
+            cause = found.group(1).strip()
+            # A message that goes on in an indented line (pydantic's "1 validation error
+            # for ModelConfig" then the error itself).
+            after = lines[k + 1] if k + 1 < len(lines) else ""
+            if after.startswith("  ") and not after.lstrip().startswith("File "):
+                cause = f"{cause}: {after.strip()}"
+            return cause
     return None
 
 

@@ -11,8 +11,9 @@ process (tests/vllm_engine/conftest.py) on the same items:
 - bad engine settings named before any engine starts: in process, and one in a pytest
   subprocess for the wiring of a usage error.
 
-The plugin run is a pytest subprocess starting its engines while the session's is alive:
-they are given a share of the memory that fits beside it (:data:`PLUGIN_SHARE`), and start
+The plugin run is a pytest subprocess started in the background as the session begins
+(``engine_runs.start_plugin_run``, fixture ``plugin_run``): its engines are given a share
+of the memory that fits beside the session's (``engine_runs.SMALL_SHARE``), and start
 without torch.compile (``engine_runs.EAGER``); the session's engine, compiled as vLLM starts
 it by default, is what they are compared with. The chat template off through the plugin is
 the hf backend's (tests/plugin); on this backend the prompts are ours either way, and
@@ -27,17 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_runs import EAGER, first_results
-from tiny_projects import PROBED_SPEC
+from engine_runs import LIMIT, SMALL_SHARE, BackgroundRun, first_results
 
 pytest.importorskip("vllm")
 
 pytestmark = pytest.mark.vllm
 
 REPO = Path(__file__).resolve().parents[2]
-#: Items of each task in a plugin run: those test_vllm_backend.py compares with the hf
-#: backend (its ITEMS), so that the session engine's records are computed once.
-LIMIT = 2
 
 
 def _records(runs: Path) -> dict[str, dict[str, Any]]:
@@ -60,27 +57,6 @@ def _in_process(backend: Any, data: Path, chat: str) -> dict[str, dict[str, Any]
     }
 
 
-def _run_plugin(
-    pytester: pytest.Pytester, data: Path, model: str, *args: str
-) -> tuple[pytest.RunResult, Path]:
-    runs = pytester.path / f"runs{len(list(pytester.path.glob('runs*')))}"
-    result = pytester.runpytest_subprocess(
-        str(REPO / "benchmarks" / "mmlu.yaml"),
-        str(REPO / "benchmarks" / "gsm8k.yaml"),
-        "--llm-backend=vllm",
-        f"--llm-model={model}",
-        f"--llm-data-dir={data}",
-        f"--llm-output={runs}",
-        f"--llm-limit={LIMIT}",
-        f"--llm-set=vllm.args={EAGER}",
-        "-p",
-        "no:cacheprovider",
-        *args,
-        timeout=900,
-    )
-    return result, runs
-
-
 def _same_items(ran: dict[str, dict[str, Any]], here: dict[str, dict[str, Any]]) -> None:
     assert sorted(ran) == sorted(here) and len(ran) == 2 * LIMIT
     for item_id, a in here.items():
@@ -97,80 +73,30 @@ def _same_items(ran: dict[str, dict[str, Any]], here: dict[str, dict[str, Any]])
     assert any(r["logprobs"] for r in ran.values())  # the multiple-choice items compared
 
 
-#: Each engine's share of the memory in the plugin run: four engines (two replicas of the
-#: model, two of the reference) beside the session's. On the CPU build the share holds the
-#: weights and the runtime too (about 1.5 GiB here): at 0.06 of 23.5 GiB no room was left
-#: for the KV cache and the replicas did not start; at 0.1 each has about 0.8 GiB, room for
-#: several sequences of the whole 8192-token window.
-PLUGIN_SHARE = 0.1
-
-QUIZ_PROBES = """\
-import pytest
-
-pytestmark = pytest.mark.contamination
-
-
-@pytest.mark.parametrize("probe", ["canonical_order", "membership"])
-def test_probe_against_the_reference(llm_probe, probe):
-    outcome = llm_probe.run("quiz", probe)
-    # The reference is the model itself: nothing can differ, no verdict.
-    assert outcome.verdict is not None and not outcome.verdict.fired
-    assert outcome.verdict.null.startswith("reference model")
-    llm_probe.check(outcome)
-"""
-
-
 def test_data_parallel_2_and_a_reference_model_beside_it_give_one_engines_records(
-    pytester: pytest.Pytester,
-    shared_benchmarks: Path,
-    default_model: str,
-    engines: tuple[Any, Any],
+    plugin_run: BackgroundRun, shared_benchmarks: Path, engines: tuple[Any, Any]
 ) -> None:
     """MMLU and GSM8K with --llm-set vllm.data_parallel=2 give the session engine's records
     under the chat template; --llm-set probe.reference_model starts the reference's engines
     beside the model's for the canonical-order verdict against it."""
-    rows = [
-        {"question": f"Which is number {i}?", "choices": [f"{i}", f"{i + 1}", f"{i + 2}"]}
-        for i in range(4)
-    ]
-    (pytester.path / "quiz.jsonl").write_text(
-        "".join(json.dumps({**r, "answer": 0}) + "\n" for r in rows)
-    )
-    (pytester.path / "quiz.yaml").write_text(PROBED_SPEC)
-    (pytester.path / "test_quiz_probes.py").write_text(QUIZ_PROBES)
-    result, runs = _run_plugin(
-        pytester,
-        shared_benchmarks,
-        default_model,
-        "quiz.yaml",
-        "test_quiz_probes.py",
-        f"--llm-data-dir={pytester.path}",
-        "--llm-set=vllm.data_parallel=2",
-        f"--llm-set=vllm.memory_share={PLUGIN_SHARE}",
-        f"--llm-set=probe.reference_model={default_model}",
-        "--llm-set=probe.items=4",
-        "-m",
-        "regression or contamination",
-        "-rA",
-    )
-    out = result.stdout.str()
+    ret, out = plugin_run.result()
     # Membership probes need the model's whole next-token distribution (Min-K%++), which
     # vLLM does not return: that probe fails with one line naming the hf backend.
-    assert result.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
+    assert ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
     # (node ids relative to the common folder of the spec files and this run's folder)
-    result.stdout.fnmatch_lines(
+    pytest.LineMatcher(out.splitlines()).fnmatch_lines(
         [
             "PASSED *::test_probe_against_the_reference[[]canonical_order[]]",
             "FAILED *::test_probe_against_the_reference[[]membership[]]*",
         ]
     )
     assert "Run membership probes with --llm-backend=hf" in out
-    ran = {k: r for k, r in _records(runs).items() if r["task"] != "quiz"}
+    ran = {k: r for k, r in _records(plugin_run.runs).items() if r["task"] != "quiz"}
     _same_items(ran, _in_process(engines[0], shared_benchmarks, "on"))
     assert all(r["prompt"].startswith("<|im_start|>") for r in ran.values())  # the default
-    (run,) = [p for p in runs.iterdir() if p.is_dir()]
+    (run,) = [p for p in plugin_run.runs.iterdir() if p.is_dir()]
     engine = json.loads((run / "eval_config.json").read_text())["framework"]["engine"]
-    assert (engine["data_parallel"], engine["memory_share"]) == (2, PLUGIN_SHARE)
+    assert (engine["data_parallel"], engine["memory_share"]) == (2, SMALL_SHARE)
     order = json.loads((run / "contamination" / "quiz-canonical_order.json").read_text())
     assert len(order["reference"]["sha256"]) == 64 and order["reference_report"]["n"] == 4
 
