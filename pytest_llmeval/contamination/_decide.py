@@ -227,6 +227,19 @@ class ProbeOutcome:
         }
 
 
+def _not_given(
+    task: str,
+    probe: str,
+    report: Any,
+    verdict: ContaminationVerdict,
+    reason: str,
+    plan: Handling | None = None,
+) -> ProbeOutcome:
+    """The outcome of a probe whose verdict is not given: its report, why not, and the
+    verdict for inspection."""
+    return ProbeOutcome(task, probe, report, None, plan, no_verdict=reason, inspection=verdict)
+
+
 def paired_verdict(report: Any, alpha: float) -> ContaminationVerdict:
     """Number and entity rewrites: the published form answered better than its rewrite,
     one-sided exact McNemar on the discordant pairs (option shuffling has its own:
@@ -288,14 +301,7 @@ def _option_shuffle(ctx: ProbeContext) -> ProbeOutcome:
             "weighed against it and a letter habit cannot be told from a memorised "
             f"answer; for inspection: {_inspection(verdict)}"
         )
-        return ProbeOutcome(
-            runner.spec.name,
-            "option_shuffle",
-            report,
-            None,
-            no_verdict=reason,
-            inspection=verdict,
-        )
+        return _not_given(runner.spec.name, "option_shuffle", report, verdict, reason)
     return ProbeOutcome(runner.spec.name, "option_shuffle", report, verdict)
 
 
@@ -335,14 +341,7 @@ def _canonical_order(ctx: ProbeContext) -> ProbeOutcome:
             "a natural one (alphabetical, by length, chronological), which clean models "
             f"prefer too; for inspection: {_inspection(verdict)}; {verdict.validation}"
         )
-        return ProbeOutcome(
-            runner.spec.name,
-            "canonical_order",
-            report,
-            None,
-            no_verdict=reason,
-            inspection=verdict,
-        )
+        return _not_given(runner.spec.name, "canonical_order", report, verdict, reason)
     extra = {"reference_report": ref_report.to_dict()}
     return ProbeOutcome(runner.spec.name, "canonical_order", report, verdict, extra=extra)
 
@@ -402,15 +401,7 @@ def _membership(ctx: ProbeContext) -> ProbeOutcome:
             f"(against rewrites alone it fires on clean models above its level); for "
             f"inspection: {_inspection(verdict)}; {verdict.validation}"
         )
-        return ProbeOutcome(
-            runner.spec.name,
-            "membership",
-            flags,
-            None,
-            plan,
-            no_verdict=reason,
-            inspection=verdict,
-        )
+        return _not_given(runner.spec.name, "membership", flags, verdict, reason, plan)
     why = _why_not_given(verdict)
     if why is not None and flags.rewrites == "options":
         # Measured on both families' in-domain fine-tunes (docs/CONTAMINATION.md, "The
@@ -425,15 +416,7 @@ def _membership(ctx: ProbeContext) -> ProbeOutcome:
             "the test cannot tell a memorised item from a learned option-order style; "
             f"for inspection: {_inspection(verdict)}; {verdict.validation}"
         )
-        return ProbeOutcome(
-            runner.spec.name,
-            "membership",
-            flags,
-            None,
-            plan,
-            no_verdict=reason,
-            inspection=verdict,
-        )
+        return _not_given(runner.spec.name, "membership", flags, verdict, reason, plan)
     return ProbeOutcome(runner.spec.name, "membership", flags, verdict, plan)
 
 
